@@ -1,0 +1,256 @@
+from django.db import models
+from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
+
+from apps.core.money import Currency
+from apps.tenants.models import Organization
+
+
+class BillingMode(models.TextChoices):
+    PREPAID = "prepaid", _("Prepaid")
+    POSTPAID = "postpaid", _("Postpaid (credit)")
+
+
+class Wallet(models.Model):
+    """An organization's balance. `held_minor` is reserved for running work; what can still be
+    spent is balance - held + credit limit, which the database keeps from going below zero."""
+
+    organization = models.OneToOneField(
+        Organization, on_delete=models.PROTECT, related_name="wallet"
+    )
+    currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
+    mode = models.CharField(
+        _("billing mode"), max_length=16, choices=BillingMode.choices, default=BillingMode.PREPAID
+    )
+    balance_minor = models.BigIntegerField(_("balance (minor units)"), default=0)
+    held_minor = models.BigIntegerField(_("held (minor units)"), default=0)
+    credit_limit_minor = models.BigIntegerField(_("credit limit (minor units)"), default=0)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("wallet")
+        verbose_name_plural = _("wallets")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(currency__in=Currency.values), name="wallet_currency_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(mode__in=BillingMode.values), name="wallet_mode_known"
+            ),
+            models.CheckConstraint(condition=Q(held_minor__gte=0), name="wallet_held_not_negative"),
+            models.CheckConstraint(
+                condition=Q(credit_limit_minor__gte=0), name="wallet_credit_not_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(balance_minor__gte=F("held_minor") - F("credit_limit_minor")),
+                name="wallet_within_credit",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.organization} ({self.currency})"
+
+    @property
+    def available_minor(self):
+        return self.balance_minor - self.held_minor + self.credit_limit_minor
+
+
+class EntryKind(models.TextChoices):
+    TOP_UP = "top_up", _("Top-up")
+    CHARGE = "charge", _("Usage charge")
+    REFUND = "refund", _("Refund")
+    ADJUSTMENT = "adjustment", _("Adjustment")
+
+
+class LedgerEntry(models.Model):
+    """Every change to a wallet's balance, append-only; the balance is their running sum."""
+
+    wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="entries")
+    kind = models.CharField(_("kind"), max_length=16, choices=EntryKind.choices)
+    amount_minor = models.BigIntegerField(_("amount (minor units)"))
+    balance_after_minor = models.BigIntegerField(_("balance after (minor units)"))
+    description = models.CharField(_("description"), max_length=200, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("ledger entry")
+        verbose_name_plural = _("ledger entries")
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=EntryKind.values), name="ledger_kind_known"
+            ),
+            models.CheckConstraint(condition=~Q(amount_minor=0), name="ledger_amount_not_zero"),
+            models.CheckConstraint(
+                condition=(Q(kind__in=[EntryKind.TOP_UP, EntryKind.REFUND]) & Q(amount_minor__gt=0))
+                | (Q(kind=EntryKind.CHARGE) & Q(amount_minor__lt=0))
+                | Q(kind=EntryKind.ADJUSTMENT),
+                name="ledger_sign_matches_kind",
+            ),
+        ]
+        indexes = [models.Index(fields=["wallet", "-created_at"])]
+
+    def __str__(self):
+        return f"{self.get_kind_display()} {self.amount_minor}"
+
+
+class PaymentState(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+class Payment(models.Model):
+    """A top-up through Stripe Checkout."""
+
+    wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="payments")
+    amount_minor = models.BigIntegerField(_("amount (minor units)"))
+    currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
+    state = models.CharField(
+        _("state"), max_length=16, choices=PaymentState.choices, default=PaymentState.PENDING
+    )
+    stripe_checkout_session_id = models.CharField(max_length=255, blank=True)
+    stripe_payment_intent_id = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    completed_at = models.DateTimeField(_("completed at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("payment")
+        verbose_name_plural = _("payments")
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount_minor__gt=0), name="payment_amount_positive"),
+            models.CheckConstraint(
+                condition=Q(state__in=PaymentState.values), name="payment_state_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__in=Currency.values), name="payment_currency_known"
+            ),
+            models.UniqueConstraint(
+                fields=["stripe_checkout_session_id"],
+                condition=~Q(stripe_checkout_session_id=""),
+                name="payment_checkout_session_unique",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.wallet} +{self.amount_minor} ({self.get_state_display()})"
+
+
+class InvoiceState(models.TextChoices):
+    DRAFT = "draft", _("Draft")
+    ISSUED = "issued", _("Issued")
+    PAID = "paid", _("Paid")
+    VOID = "void", _("Void")
+
+
+class Invoice(models.Model):
+    organization = models.ForeignKey(
+        Organization, on_delete=models.PROTECT, related_name="invoices"
+    )
+    number = models.CharField(_("number"), max_length=32, unique=True)
+    period_start = models.DateTimeField(_("period start"))
+    period_end = models.DateTimeField(_("period end"))
+    currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
+    subtotal_minor = models.BigIntegerField(_("subtotal (minor units)"), default=0)
+    tax_minor = models.BigIntegerField(_("tax (minor units)"), default=0)
+    total_minor = models.BigIntegerField(_("total (minor units)"), default=0)
+    state = models.CharField(
+        _("state"), max_length=16, choices=InvoiceState.choices, default=InvoiceState.DRAFT
+    )
+    issued_at = models.DateTimeField(_("issued at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("invoice")
+        verbose_name_plural = _("invoices")
+        ordering = ["-period_start"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(period_end__gt=F("period_start")), name="invoice_period_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(total_minor=F("subtotal_minor") + F("tax_minor")),
+                name="invoice_total_is_sum",
+            ),
+            models.CheckConstraint(
+                condition=Q(subtotal_minor__gte=0) & Q(tax_minor__gte=0),
+                name="invoice_amounts_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=InvoiceState.values), name="invoice_state_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__in=Currency.values), name="invoice_currency_known"
+            ),
+            models.UniqueConstraint(
+                fields=["organization", "period_start"], name="invoice_one_per_period"
+            ),
+        ]
+
+    def __str__(self):
+        return self.number
+
+
+class UsageRecord(models.Model):
+    """What one instance or task ran for one metering interval, priced per second."""
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.PROTECT, related_name="usage_records"
+    )
+    instance = models.ForeignKey(
+        "orders.Instance", on_delete=models.PROTECT, null=True, blank=True, related_name="usage"
+    )
+    task = models.ForeignKey(
+        "orders.Task", on_delete=models.PROTECT, null=True, blank=True, related_name="usage"
+    )
+    invoice = models.ForeignKey(
+        Invoice, on_delete=models.SET_NULL, null=True, blank=True, related_name="usage_records"
+    )
+    started_at = models.DateTimeField(_("from"))
+    ended_at = models.DateTimeField(_("to"))
+    seconds = models.PositiveIntegerField(_("seconds"))
+    # Normalized compute-unit seconds, in thousandths, so reports compare chips.
+    compute_unit_milliseconds = models.BigIntegerField(_("compute unit-seconds (×1000)"))
+    hourly_minor = models.BigIntegerField(_("hourly rate (minor units)"))
+    amount_minor = models.BigIntegerField(_("amount (minor units)"))
+    currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
+
+    class Meta:
+        verbose_name = _("usage record")
+        verbose_name_plural = _("usage records")
+        ordering = ["-started_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(instance__isnull=False) & Q(task__isnull=True))
+                | (Q(instance__isnull=True) & Q(task__isnull=False)),
+                name="usage_one_subject",
+            ),
+            models.CheckConstraint(
+                condition=Q(ended_at__gt=F("started_at")), name="usage_interval_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(amount_minor__gte=0)
+                & Q(hourly_minor__gte=0)
+                & Q(compute_unit_milliseconds__gte=0),
+                name="usage_amounts_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__in=Currency.values), name="usage_currency_known"
+            ),
+            # One record per subject and interval start: metering may retry, never double-bill.
+            models.UniqueConstraint(
+                fields=["instance", "started_at"],
+                condition=Q(instance__isnull=False),
+                name="usage_instance_interval_unique",
+            ),
+            models.UniqueConstraint(
+                fields=["task", "started_at"],
+                condition=Q(task__isnull=False),
+                name="usage_task_interval_unique",
+            ),
+        ]
+        indexes = [models.Index(fields=["organization", "started_at"])]
+
+    def __str__(self):
+        return f"{self.instance or self.task}: {self.seconds}s"

@@ -1,0 +1,279 @@
+from decimal import Decimal
+
+from django.db import models
+from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
+
+from apps.core.money import Currency
+from apps.tenants.models import Park
+
+# One normalized compute unit (算力单位) is 100 dense FP16 TFLOPS; operators may override the
+# units of a model where measured throughput differs from the vendor's figure.
+TFLOPS_PER_COMPUTE_UNIT = Decimal(100)
+
+
+class RegionLevel(models.TextChoices):
+    CENTER = "center", _("Center")
+    PROVINCE = "province", _("Province")
+    EDGE = "edge", _("Edge")
+
+
+class Region(models.Model):
+    """A site on the park's three-level map (中心—省—边缘)."""
+
+    park = models.ForeignKey(Park, on_delete=models.CASCADE, related_name="regions")
+    code = models.SlugField(_("code"), max_length=40)
+    name = models.CharField(_("name"), max_length=120)
+    level = models.CharField(_("level"), max_length=16, choices=RegionLevel.choices)
+    parent = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="children"
+    )
+    latency_ms = models.PositiveIntegerField(
+        _("typical latency (ms)"), default=0, help_text=_("From the park's access network.")
+    )
+
+    class Meta:
+        verbose_name = _("region")
+        verbose_name_plural = _("regions")
+        ordering = ["park", "level", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["park", "code"], name="region_code_unique"),
+            models.CheckConstraint(
+                condition=Q(level__in=RegionLevel.values), name="region_level_known"
+            ),
+            models.CheckConstraint(condition=~Q(parent=F("id")), name="region_not_its_own_parent"),
+            # Only the center stands alone; a province or edge site hangs under another region.
+            models.CheckConstraint(
+                condition=Q(level=RegionLevel.CENTER) | Q(parent__isnull=False),
+                name="region_non_center_has_parent",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class Vendor(models.TextChoices):
+    NVIDIA = "nvidia", "NVIDIA"
+    HUAWEI = "huawei", _("Huawei")
+    HYGON = "hygon", _("Hygon")
+    CAMBRICON = "cambricon", _("Cambricon")
+
+
+class SoftwareStack(models.TextChoices):
+    CUDA = "cuda", "CUDA"
+    CANN = "cann", "CANN"
+    DTK = "dtk", "DTK"
+    NEUWARE = "neuware", "Neuware"
+
+
+class AcceleratorModel(models.Model):
+    vendor = models.CharField(_("vendor"), max_length=16, choices=Vendor.choices)
+    name = models.CharField(_("model"), max_length=80)
+    slug = models.SlugField(_("slug"), max_length=60, unique=True)
+    memory_gb = models.PositiveIntegerField(_("memory (GB)"))
+    fp16_tflops = models.DecimalField(_("dense FP16 TFLOPS"), max_digits=8, decimal_places=1)
+    tdp_w = models.PositiveIntegerField(_("TDP (W)"))
+    software_stack = models.CharField(
+        _("software stack"), max_length=16, choices=SoftwareStack.choices
+    )
+    domestic = models.BooleanField(_("domestic chip"), default=False)
+    compute_units = models.DecimalField(
+        _("normalized compute units"),
+        max_digits=8,
+        decimal_places=3,
+        help_text=_("Per accelerator; defaults to dense FP16 TFLOPS / 100."),
+    )
+    figures_confidence = models.CharField(_("confidence of figures"), max_length=16, blank=True)
+    figures_source = models.CharField(_("source of figures"), max_length=200, blank=True)
+
+    class Meta:
+        verbose_name = _("accelerator model")
+        verbose_name_plural = _("accelerator models")
+        ordering = ["vendor", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["vendor", "name"], name="accelerator_model_unique"),
+            models.CheckConstraint(
+                condition=Q(vendor__in=Vendor.values), name="accel_vendor_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(software_stack__in=SoftwareStack.values), name="accel_stack_known"
+            ),
+            models.CheckConstraint(condition=Q(fp16_tflops__gt=0), name="accel_tflops_positive"),
+            models.CheckConstraint(condition=Q(memory_gb__gt=0), name="accel_memory_positive"),
+            models.CheckConstraint(condition=Q(tdp_w__gt=0), name="accel_tdp_positive"),
+            models.CheckConstraint(condition=Q(compute_units__gt=0), name="accel_units_positive"),
+        ]
+
+    def __str__(self):
+        return f"{self.get_vendor_display()} {self.name}"
+
+    def save(self, *args, **kwargs):
+        if self.compute_units is None:
+            self.compute_units = Decimal(self.fp16_tflops) / TFLOPS_PER_COMPUTE_UNIT
+        super().save(*args, **kwargs)
+
+
+class ResourceType(models.TextChoices):
+    """What a flavor sells. A fixed enum, not lookup rows: code branches on it."""
+
+    CLOUD_HOST = "cloud_host", _("GPU cloud host")
+    BARE_METAL = "bare_metal", _("Bare metal")
+    CONTAINER = "container", _("Container")
+    TRAINING_TASK = "training_task", _("Training task")
+
+
+class FlavorFamily(models.Model):
+    """A spec family (规格族): the sizes of one accelerator model an instance may resize between."""
+
+    park = models.ForeignKey(Park, on_delete=models.CASCADE, related_name="flavor_families")
+    code = models.SlugField(_("code"), max_length=40)
+    name = models.CharField(_("name"), max_length=120)
+    resource_type = models.CharField(
+        _("resource type"),
+        max_length=16,
+        choices=ResourceType.choices,
+        default=ResourceType.CLOUD_HOST,
+    )
+    accelerator_model = models.ForeignKey(
+        AcceleratorModel, on_delete=models.PROTECT, related_name="families"
+    )
+
+    class Meta:
+        verbose_name = _("flavor family")
+        verbose_name_plural = _("flavor families")
+        ordering = ["park", "code"]
+        constraints = [
+            models.UniqueConstraint(fields=["park", "code"], name="flavor_family_code_unique"),
+            models.CheckConstraint(
+                condition=Q(resource_type__in=ResourceType.values),
+                name="flavor_family_resource_type_known",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class Flavor(models.Model):
+    family = models.ForeignKey(FlavorFamily, on_delete=models.PROTECT, related_name="flavors")
+    code = models.SlugField(_("code"), max_length=60)
+    accelerator_count = models.PositiveSmallIntegerField(_("accelerators"))
+    vcpu = models.PositiveSmallIntegerField(_("vCPU"))
+    ram_gb = models.PositiveIntegerField(_("RAM (GB)"))
+    system_disk_gb = models.PositiveIntegerField(_("system disk (GB)"), default=100)
+    is_active = models.BooleanField(_("on sale"), default=True)
+
+    class Meta:
+        verbose_name = _("flavor")
+        verbose_name_plural = _("flavors")
+        ordering = ["family", "accelerator_count"]
+        constraints = [
+            models.UniqueConstraint(fields=["family", "code"], name="flavor_code_unique"),
+            models.UniqueConstraint(
+                fields=["family", "accelerator_count"], name="flavor_size_unique_in_family"
+            ),
+            models.CheckConstraint(condition=Q(accelerator_count__gt=0), name="flavor_accels_gt_0"),
+            models.CheckConstraint(condition=Q(vcpu__gt=0), name="flavor_vcpu_positive"),
+            models.CheckConstraint(condition=Q(ram_gb__gt=0), name="flavor_ram_positive"),
+            models.CheckConstraint(
+                condition=Q(system_disk_gb__gte=20), name="flavor_system_disk_min"
+            ),
+        ]
+
+    def __str__(self):
+        return self.code
+
+    @property
+    def accelerator_model(self):
+        return self.family.accelerator_model
+
+    @property
+    def compute_units(self):
+        return self.family.accelerator_model.compute_units * self.accelerator_count
+
+
+class Image(models.Model):
+    """A bootable image with one accelerator software stack (CUDA, CANN, DTK, Neuware)."""
+
+    park = models.ForeignKey(Park, on_delete=models.CASCADE, related_name="images")
+    code = models.SlugField(_("code"), max_length=60)
+    name = models.CharField(_("name"), max_length=120)
+    os = models.CharField(_("operating system"), max_length=60)
+    software_stack = models.CharField(
+        _("software stack"), max_length=16, choices=SoftwareStack.choices
+    )
+    stack_version = models.CharField(_("stack version"), max_length=40)
+    compatible_accelerators = models.ManyToManyField(
+        AcceleratorModel, related_name="images", verbose_name=_("compatible accelerators")
+    )
+    is_active = models.BooleanField(_("available"), default=True)
+
+    class Meta:
+        verbose_name = _("image")
+        verbose_name_plural = _("images")
+        ordering = ["park", "software_stack", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["park", "code"], name="image_code_unique"),
+            models.CheckConstraint(
+                condition=Q(software_stack__in=SoftwareStack.values), name="image_stack_known"
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class PriceKind(models.TextChoices):
+    FLAVOR_HOUR = "flavor_hour", _("Flavor, per hour")
+    DISK_GB_MONTH = "disk_gb_month", _("Cloud disk, per GB per month")
+    BANDWIDTH_MBPS_MONTH = "bandwidth_mbps_month", _("Bandwidth, per Mbps per month")
+
+
+class Price(models.Model):
+    """A rate in integer minor units, in force from `effective_from` in one region.
+
+    Rates are stated per hour (flavors) or per month of 30 days (disk, bandwidth), the units
+    people compare, and metered per second: a fen per GB·hour would round most disk prices to 0.
+    """
+
+    region = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="prices")
+    kind = models.CharField(_("kind"), max_length=24, choices=PriceKind.choices)
+    flavor = models.ForeignKey(
+        Flavor, on_delete=models.CASCADE, null=True, blank=True, related_name="prices"
+    )
+    amount_minor = models.BigIntegerField(_("amount (minor units)"))
+    currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
+    effective_from = models.DateTimeField(_("effective from"))
+
+    class Meta:
+        verbose_name = _("price")
+        verbose_name_plural = _("prices")
+        ordering = ["region", "kind", "-effective_from"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount_minor__gte=0), name="price_not_negative"),
+            models.CheckConstraint(condition=Q(kind__in=PriceKind.values), name="price_kind_known"),
+            models.CheckConstraint(
+                condition=Q(currency__in=Currency.values), name="price_currency_known"
+            ),
+            models.CheckConstraint(
+                condition=(Q(kind=PriceKind.FLAVOR_HOUR) & Q(flavor__isnull=False))
+                | (~Q(kind=PriceKind.FLAVOR_HOUR) & Q(flavor__isnull=True)),
+                name="price_flavor_iff_flavor_kind",
+            ),
+            models.UniqueConstraint(
+                fields=["region", "kind", "flavor", "effective_from"],
+                condition=Q(flavor__isnull=False),
+                name="price_flavor_unique_per_start",
+            ),
+            models.UniqueConstraint(
+                fields=["region", "kind", "effective_from"],
+                condition=Q(flavor__isnull=True),
+                name="price_resource_unique_per_start",
+            ),
+        ]
+        indexes = [models.Index(fields=["region", "kind", "flavor", "-effective_from"])]
+
+    def __str__(self):
+        subject = self.flavor or self.get_kind_display()
+        return f"{subject} @ {self.region}: {self.amount_minor} {self.currency}"

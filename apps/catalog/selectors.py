@@ -1,0 +1,90 @@
+from collections import defaultdict
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from apps.catalog.models import AcceleratorModel, Flavor, Price, PriceKind
+from apps.orchestration.models import Accelerator, NodeHealth
+
+
+def free_accelerator_counts() -> dict[int, int]:
+    """Free accelerators per accelerator model, on nodes that can take new placements."""
+    rows = (
+        Accelerator.objects.filter(
+            allocation__isnull=True,
+            node__health=NodeHealth.HEALTHY,
+            node__is_drained=False,
+            node__pool__is_schedulable=True,
+            node__pool__backend__is_enabled=True,
+        )
+        .values("node__pool__accelerator_model")
+        .annotate(free=Count("id"))
+    )
+    return {row["node__pool__accelerator_model"]: row["free"] for row in rows}
+
+
+def current_flavor_prices(at=None) -> dict[int, list[Price]]:
+    """The price in force per flavor and region (latest `effective_from` not in the future)."""
+    at = at or timezone.now()
+    prices = (
+        Price.objects.filter(kind=PriceKind.FLAVOR_HOUR, effective_from__lte=at)
+        .select_related("region")
+        .order_by("flavor_id", "region_id", "-effective_from")
+    )
+    seen, by_flavor = set(), defaultdict(list)
+    for price in prices:
+        if (price.flavor_id, price.region_id) not in seen:
+            seen.add((price.flavor_id, price.region_id))
+            by_flavor[price.flavor_id].append(price)
+    return by_flavor
+
+
+@dataclass(frozen=True)
+class FlavorCard:
+    flavor: Flavor
+    prices: list[Price]
+    free_accelerators: int
+
+    @property
+    def cheapest(self) -> Price | None:
+        return min(self.prices, key=lambda p: p.amount_minor, default=None)
+
+    @property
+    def cheapest_per_second_minor(self) -> Decimal | None:
+        return Decimal(self.cheapest.amount_minor) / 3600 if self.cheapest else None
+
+    @property
+    def available_now(self) -> int:
+        """How many of this flavor the free accelerators could still hold (on any node sum)."""
+        return self.free_accelerators // self.flavor.accelerator_count
+
+
+def catalog_flavors(*, vendor: str = "", domestic_only: bool = False) -> list[FlavorCard]:
+    flavors = Flavor.objects.filter(is_active=True).select_related("family__accelerator_model")
+    if vendor:
+        flavors = flavors.filter(family__accelerator_model__vendor=vendor)
+    if domestic_only:
+        flavors = flavors.filter(family__accelerator_model__domestic=True)
+    prices = current_flavor_prices()
+    free = free_accelerator_counts()
+    return [
+        FlavorCard(
+            flavor=flavor,
+            prices=prices.get(flavor.pk, []),
+            free_accelerators=free.get(flavor.family.accelerator_model_id, 0),
+        )
+        for flavor in flavors.order_by(
+            "family__accelerator_model__vendor", "family__code", "accelerator_count"
+        )
+    ]
+
+
+def catalog_summary() -> list[dict]:
+    """Accelerator models side by side with their total and free counts, for the home page."""
+    free = free_accelerator_counts()
+    models = AcceleratorModel.objects.annotate(
+        total=Count("pools__nodes__accelerators", filter=Q(pools__is_schedulable=True))
+    ).order_by("domestic", "vendor", "name")
+    return [{"model": m, "total": m.total, "free": free.get(m.pk, 0)} for m in models]

@@ -1,0 +1,25 @@
+"""Reachability of what the portal depends on, for /healthz and for `.ci/run`."""
+
+from django.db import connection
+
+from portal.celery import app as celery_app
+
+
+def database_status() -> dict:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Exception as exc:  # any driver error means "unreachable"; report it, don't raise
+        return {"ok": False, "vendor": connection.vendor, "error": str(exc)}
+    return {"ok": True, "vendor": connection.vendor}
+
+
+def broker_status(timeout: float = 2.0) -> dict:
+    transport = celery_app.conf.broker_url.split("://", 1)[0]
+    try:
+        with celery_app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=timeout)
+    except Exception as exc:  # kombu raises transport-specific errors
+        return {"ok": False, "transport": transport, "error": str(exc)}
+    return {"ok": True, "transport": transport}

@@ -1,0 +1,55 @@
+"""State transitions as data (django-oscar's pipeline): each state enum has a table of the states
+it may move to, and `transition()` is the only code that changes a state field."""
+
+from collections.abc import Mapping
+
+from django.db import models
+from django.utils.translation import gettext as _
+
+from apps.core.errors import InvalidTransition
+
+
+def check_transition(table: Mapping[str, frozenset], current: str, target: str, *, label: str):
+    if target not in table.get(current, frozenset()):
+        raise InvalidTransition(
+            _("%(object)s cannot go from “%(current)s” to “%(target)s”.")
+            % {"object": label, "current": current, "target": target}
+        )
+
+
+def transition(
+    obj: models.Model,
+    target: str,
+    *,
+    table: Mapping[str, frozenset],
+    actor=None,
+    field: str = "state",
+    changes: Mapping | None = None,
+    audit_data: Mapping | None = None,
+) -> models.Model:
+    """Move `obj` to `target` under a row lock and record an audit event.
+
+    Must run inside a transaction (the caller's service owns it). The row is re-read with
+    SELECT ... FOR UPDATE so a concurrent transition sees the state this one left behind.
+    `changes` are other fields saved in the same UPDATE (an error message, a timestamp).
+    """
+    from apps.operations.services import record_event
+
+    locked = type(obj)._default_manager.select_for_update().get(pk=obj.pk)
+    current = getattr(locked, field)
+    check_transition(table, current, target, label=str(locked))
+    setattr(locked, field, target)
+    for name, value in (changes or {}).items():
+        setattr(locked, name, value)
+    locked.save(update_fields=[field, *(changes or {}), *_auto_now_fields(locked)])
+    record_event(
+        actor=actor,
+        action=f"{locked._meta.model_name}.{target}",
+        target=locked,
+        data={"from": current, "to": target, **(audit_data or {})},
+    )
+    return locked
+
+
+def _auto_now_fields(obj):
+    return [f.name for f in obj._meta.concrete_fields if getattr(f, "auto_now", False)]

@@ -1,0 +1,48 @@
+from django.contrib import admin
+
+from apps.orchestration.models import Accelerator, Allocation, Backend, Node, Placement, Pool
+
+
+@admin.register(Backend)
+class BackendAdmin(admin.ModelAdmin):
+    list_display = ["name", "driver", "park", "is_enabled", "last_checked_at"]
+    list_filter = ["driver", "is_enabled"]
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "backend",
+        "region",
+        "accelerator_model",
+        "pue",
+        "carbon_g_per_kwh",
+        "is_schedulable",
+    ]
+    list_filter = ["region", "accelerator_model", "is_schedulable"]
+
+
+class AcceleratorInline(admin.TabularInline):
+    model = Accelerator
+    extra = 0
+    readonly_fields = ["allocation"]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["hostname", "pool", "vcpu_total", "ram_gb_total", "health", "is_drained"]
+    list_filter = ["pool", "health", "is_drained"]
+    inlines = [AcceleratorInline]
+
+
+@admin.register(Allocation)
+class AllocationAdmin(admin.ModelAdmin):
+    list_display = ["node", "instance", "task", "vcpu", "ram_gb", "created_at", "released_at"]
+    raw_id_fields = ["node", "instance", "task"]
+
+
+@admin.register(Placement)
+class PlacementAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "order", "task", "chosen_pool", "chosen_node"]
+    raw_id_fields = ["order", "task", "chosen_pool", "chosen_node"]

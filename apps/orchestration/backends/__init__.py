@@ -1,0 +1,1 @@
+"""Provisioning backends behind one interface; see `base.Driver` and `registry`."""

@@ -1,0 +1,38 @@
+from django.contrib import admin
+
+from apps.orders.models import Instance, Order, Task
+
+# State fields are read-only here: every transition goes through apps.orders.services.
+
+
+@admin.register(Instance)
+class InstanceAdmin(admin.ModelAdmin):
+    list_display = ["name", "organization", "flavor", "region", "node", "state", "created_at"]
+    list_filter = ["state", "region"]
+    search_fields = ["name"]
+    readonly_fields = ["state", "released_at"]
+    raw_id_fields = ["node", "pool"]
+
+
+@admin.register(Order)
+class OrderAdmin(admin.ModelAdmin):
+    list_display = ["pk", "kind", "organization", "state", "hourly_minor", "currency", "created_at"]
+    list_filter = ["kind", "state"]
+    readonly_fields = ["state", "decided_by", "decided_at"]
+    raw_id_fields = ["instance"]
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "organization",
+        "accelerator_model",
+        "accelerator_milli",
+        "state",
+        "priority",
+        "submitted_at",
+    ]
+    list_filter = ["state", "preference"]
+    readonly_fields = ["state", "started_at", "finished_at"]
+    raw_id_fields = ["node", "pool"]

@@ -1,0 +1,317 @@
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Mod
+from django.db.models.lookups import Exact
+from django.utils.translation import gettext_lazy as _
+
+from apps.catalog.models import AcceleratorModel, Flavor, Image, Region
+from apps.core.money import Currency
+from apps.orchestration.models import Node, Pool
+from apps.tenants.models import Organization
+
+
+class InstanceState(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    PROVISIONING = "provisioning", _("Provisioning")
+    RUNNING = "running", _("Running")
+    STOPPING = "stopping", _("Stopping")
+    STOPPED = "stopped", _("Stopped")
+    STARTING = "starting", _("Starting")
+    RESIZING = "resizing", _("Resizing")
+    RELEASING = "releasing", _("Releasing")
+    RELEASED = "released", _("Released")
+    ERROR = "error", _("Error")
+
+
+_S = InstanceState
+INSTANCE_TRANSITIONS = {
+    _S.PENDING: frozenset({_S.PROVISIONING, _S.RELEASING, _S.ERROR}),
+    _S.PROVISIONING: frozenset({_S.RUNNING, _S.RELEASING, _S.ERROR}),
+    _S.RUNNING: frozenset({_S.STOPPING, _S.RESIZING, _S.RELEASING, _S.ERROR}),
+    _S.STOPPING: frozenset({_S.STOPPED, _S.ERROR}),
+    _S.STOPPED: frozenset({_S.STARTING, _S.RESIZING, _S.RELEASING, _S.ERROR}),
+    _S.STARTING: frozenset({_S.RUNNING, _S.ERROR}),
+    _S.RESIZING: frozenset({_S.RUNNING, _S.STOPPED, _S.ERROR}),
+    _S.RELEASING: frozenset({_S.RELEASED, _S.ERROR}),
+    _S.ERROR: frozenset({_S.RELEASING}),
+    _S.RELEASED: frozenset(),
+}
+# States that hold quota and accelerators.
+INSTANCE_HOLDING_STATES = frozenset(set(_S.values) - {_S.RELEASED})
+
+
+class Instance(models.Model):
+    """A GPU cloud host."""
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.PROTECT, related_name="instances"
+    )
+    name = models.CharField(_("name"), max_length=63)
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="instances")
+    image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="instances")
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="instances")
+    pool = models.ForeignKey(
+        Pool, on_delete=models.PROTECT, null=True, blank=True, related_name="instances"
+    )
+    node = models.ForeignKey(
+        Node, on_delete=models.PROTECT, null=True, blank=True, related_name="instances"
+    )
+    state = models.CharField(
+        _("state"), max_length=16, choices=InstanceState.choices, default=InstanceState.PENDING
+    )
+    system_disk_gb = models.PositiveIntegerField(_("system disk (GB)"))
+    data_disk_gb = models.PositiveIntegerField(_("cloud disk (GB)"), default=0)
+    bandwidth_mbps = models.PositiveIntegerField(_("bandwidth (Mbps)"), default=0)
+    ssh_public_key = models.TextField(_("SSH public key"), blank=True)
+    backend_handle = models.CharField(_("backend handle"), max_length=200, blank=True)
+    access = models.JSONField(_("access details"), default=dict, blank=True)
+    error_message = models.TextField(_("error"), blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    released_at = models.DateTimeField(_("released at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("instance")
+        verbose_name_plural = _("instances")
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=InstanceState.values), name="instance_state_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(system_disk_gb__gte=20), name="instance_system_disk_min"
+            ),
+            models.CheckConstraint(
+                condition=Q(data_disk_gb__lte=32768), name="instance_data_disk_max"
+            ),
+            models.CheckConstraint(
+                condition=Q(bandwidth_mbps__lte=10000), name="instance_bandwidth_max"
+            ),
+            models.CheckConstraint(
+                condition=~Q(state=InstanceState.RELEASED) | Q(released_at__isnull=False),
+                name="instance_released_has_time",
+            ),
+            # Disks only grow: enforced by a trigger (see migration 0002), since a check
+            # constraint cannot compare a row with its previous version.
+        ]
+        indexes = [
+            models.Index(fields=["organization", "state"]),
+            models.Index(fields=["node", "state"]),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class OrderKind(models.TextChoices):
+    CREATE = "create", _("Create")
+    RESIZE = "resize", _("Resize")
+    EXPAND_DISK = "expand_disk", _("Expand disk")
+    SET_BANDWIDTH = "set_bandwidth", _("Change bandwidth")
+    STOP = "stop", _("Stop")
+    START = "start", _("Start")
+    RELEASE = "release", _("Release")
+
+
+class OrderState(models.TextChoices):
+    SUBMITTED = "submitted", _("Submitted")
+    AWAITING_APPROVAL = "awaiting_approval", _("Awaiting approval")
+    APPROVED = "approved", _("Approved")
+    FULFILLING = "fulfilling", _("Fulfilling")
+    DONE = "done", _("Done")
+    FAILED = "failed", _("Failed")
+    REJECTED = "rejected", _("Rejected")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+_O = OrderState
+ORDER_TRANSITIONS = {
+    _O.SUBMITTED: frozenset({_O.AWAITING_APPROVAL, _O.APPROVED, _O.CANCELLED, _O.FAILED}),
+    _O.AWAITING_APPROVAL: frozenset({_O.APPROVED, _O.REJECTED, _O.CANCELLED}),
+    _O.APPROVED: frozenset({_O.FULFILLING, _O.CANCELLED, _O.FAILED}),
+    _O.FULFILLING: frozenset({_O.DONE, _O.FAILED}),
+    _O.DONE: frozenset(),
+    _O.FAILED: frozenset(),
+    _O.REJECTED: frozenset(),
+    _O.CANCELLED: frozenset(),
+}
+ORDER_TERMINAL_STATES = frozenset({_O.DONE, _O.FAILED, _O.REJECTED, _O.CANCELLED})
+
+
+class Order(models.Model):
+    """A request to change what an organization runs; every lifecycle operation is one."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="orders")
+    kind = models.CharField(_("kind"), max_length=16, choices=OrderKind.choices)
+    state = models.CharField(
+        _("state"), max_length=20, choices=OrderState.choices, default=OrderState.SUBMITTED
+    )
+    instance = models.ForeignKey(
+        Instance, on_delete=models.PROTECT, null=True, blank=True, related_name="orders"
+    )
+    parameters = models.JSONField(_("parameters"), default=dict, blank=True)
+    quote = models.JSONField(_("quote"), default=dict, blank=True)
+    hourly_minor = models.BigIntegerField(_("hourly price (minor units)"), default=0)
+    currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
+    idempotency_key = models.CharField(_("idempotency key"), max_length=80, blank=True)
+    reason = models.TextField(_("reason"), blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("order")
+        verbose_name_plural = _("orders")
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=OrderKind.values), name="order_kind_known"),
+            models.CheckConstraint(
+                condition=Q(state__in=OrderState.values), name="order_state_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__in=Currency.values), name="order_currency_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(hourly_minor__gte=0), name="order_price_not_negative"
+            ),
+            # Only a create order may exist before its instance does.
+            models.CheckConstraint(
+                condition=Q(kind=OrderKind.CREATE) | Q(instance__isnull=False),
+                name="order_operation_has_instance",
+            ),
+            models.UniqueConstraint(
+                fields=["organization", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="order_idempotency_key_unique",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["organization", "-created_at"]),
+            models.Index(fields=["state"]),
+        ]
+
+    def __str__(self):
+        return f"#{self.pk} {self.get_kind_display()}"
+
+    @property
+    def is_terminal(self):
+        return self.state in ORDER_TERMINAL_STATES
+
+
+class TaskPreference(models.TextChoices):
+    BALANCED = "balanced", _("Balanced")
+    FAST = "fast", _("Fastest")
+    CHEAP = "cheap", _("Cheapest")
+    GREEN = "green", _("Greenest")
+
+
+class TaskState(models.TextChoices):
+    QUEUED = "queued", _("Queued")
+    PLACED = "placed", _("Placed")
+    RUNNING = "running", _("Running")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+_T = TaskState
+TASK_TRANSITIONS = {
+    _T.QUEUED: frozenset({_T.PLACED, _T.CANCELLED, _T.FAILED}),
+    _T.PLACED: frozenset({_T.RUNNING, _T.QUEUED, _T.CANCELLED, _T.FAILED}),
+    _T.RUNNING: frozenset({_T.SUCCEEDED, _T.FAILED, _T.CANCELLED}),
+    _T.SUCCEEDED: frozenset(),
+    _T.FAILED: frozenset(),
+    _T.CANCELLED: frozenset(),
+}
+
+
+class Task(models.Model):
+    """A training job, queued until the scheduler places it."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="tasks")
+    name = models.CharField(_("name"), max_length=80)
+    image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="tasks")
+    command = models.TextField(_("command"))
+    accelerator_model = models.ForeignKey(
+        AcceleratorModel,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="tasks",
+        help_text=_("Empty: any model compatible with the image."),
+    )
+    # Thousandths of an accelerator: 1000 is one whole card, 250 a quarter share.
+    accelerator_milli = models.PositiveIntegerField(_("accelerators (thousandths)"), default=1000)
+    vcpu = models.PositiveIntegerField(_("vCPU"), default=8)
+    ram_gb = models.PositiveIntegerField(_("RAM (GB)"), default=32)
+    max_hourly_minor = models.BigIntegerField(
+        _("max price per hour (minor units)"), null=True, blank=True
+    )
+    deadline = models.DateTimeField(_("deadline"), null=True, blank=True)
+    allowed_regions = models.ManyToManyField(
+        Region, blank=True, related_name="+", verbose_name=_("allowed regions")
+    )
+    preference = models.CharField(
+        _("preference"),
+        max_length=16,
+        choices=TaskPreference.choices,
+        default=TaskPreference.BALANCED,
+    )
+    priority = models.SmallIntegerField(_("priority"), default=0)
+    state = models.CharField(
+        _("state"), max_length=16, choices=TaskState.choices, default=TaskState.QUEUED
+    )
+    pool = models.ForeignKey(
+        Pool, on_delete=models.PROTECT, null=True, blank=True, related_name="tasks"
+    )
+    node = models.ForeignKey(
+        Node, on_delete=models.PROTECT, null=True, blank=True, related_name="tasks"
+    )
+    backend_handle = models.CharField(_("backend handle"), max_length=200, blank=True)
+    logs = models.TextField(_("logs"), blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    submitted_at = models.DateTimeField(_("submitted at"), auto_now_add=True)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("task")
+        verbose_name_plural = _("tasks")
+        ordering = ["-submitted_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=TaskState.values), name="task_state_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(preference__in=TaskPreference.values), name="task_preference_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(accelerator_milli__gt=0)
+                & (Q(accelerator_milli__lt=1000) | Q(Exact(Mod("accelerator_milli", 1000), 0))),
+                name="task_accelerators_share_or_whole",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_hourly_minor__isnull=True) | Q(max_hourly_minor__gte=0),
+                name="task_max_price_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(finished_at__isnull=True) | Q(started_at__isnull=False),
+                name="task_finished_after_started",
+            ),
+        ]
+        indexes = [models.Index(fields=["state", "priority", "submitted_at"])]
+
+    def __str__(self):
+        return self.name

@@ -1,0 +1,14 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from apps.core.views import healthz
+
+urlpatterns = [
+    path("healthz", healthz, name="healthz"),
+    path("admin/", admin.site.urls),
+    path("accounts/", include("allauth.urls")),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("catalog/", include("apps.catalog.urls")),
+    path("ops/", include("apps.operations.urls")),
+    path("", include("apps.core.urls")),
+]
