@@ -187,7 +187,8 @@ STRIPE_API_BASE = env.str("STRIPE_API_BASE", default="")
 STRIPE_ENABLED = bool(STRIPE_SECRET_KEY)
 if STRIPE_ENABLED and not (STRIPE_PUBLISHABLE_KEY and STRIPE_WEBHOOK_SECRET):
     raise ImproperlyConfigured(
-        "STRIPE_SECRET_KEY is set, so STRIPE_PUBLISHABLE_KEY and STRIPE_WEBHOOK_SECRET are required."
+        "STRIPE_SECRET_KEY is set, so STRIPE_PUBLISHABLE_KEY and STRIPE_WEBHOOK_SECRET "
+        "are required too."
     )
 
 # --- Security (strict once DEBUG is off) ------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Domain errors raised by services; views and the API turn them into form errors or problem+json."""
+"""Domain errors raised by services; views and the API turn them into form errors or
+problem+json responses in one place."""
 
 
 class DomainError(Exception):

@@ -10,7 +10,7 @@ models.CharField.register_lookup(Length)  # `credit_code__length` in a check con
 
 
 class Park(models.Model):
-    """A park (园区): one operator's regional public compute service; organizations belong to one."""
+    """A park (园区): one operator's regional public compute service."""
 
     name = models.CharField(_("name"), max_length=120)
     slug = models.SlugField(_("slug"), max_length=60, unique=True)
@@ -196,7 +196,7 @@ class ApiKeyScope(models.TextChoices):
 
 
 class ApiKey(models.Model):
-    """A partner's API key. Only `prefix` (for display and lookup) and a hash of the secret are kept."""
+    """A partner's API key: only `prefix` (display and lookup) and the secret's hash are kept."""
 
     organization = models.ForeignKey(
         Organization, on_delete=models.CASCADE, related_name="api_keys"

@@ -20,9 +20,8 @@ def get_driver(name: str, config: dict) -> Driver:
     try:
         driver_class = _DRIVERS[name]
     except KeyError:
-        raise BackendError(
-            f"No backend driver named {name!r}; known: {', '.join(sorted(_DRIVERS))}"
-        )
+        known = ", ".join(sorted(_DRIVERS))
+        raise BackendError(f"No backend driver named {name!r}; known: {known}") from None
     return driver_class(config)
 
 
