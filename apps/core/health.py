@@ -19,7 +19,9 @@ def broker_status(timeout: float = 2.0) -> dict:
     transport = celery_app.conf.broker_url.split("://", 1)[0]
     try:
         with celery_app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, timeout=timeout)
+            conn.ensure_connection(
+                max_retries=1, interval_start=0, interval_step=0, timeout=timeout
+            )
     except Exception as exc:  # kombu raises transport-specific errors
         return {"ok": False, "transport": transport, "error": str(exc)}
     return {"ok": True, "transport": transport}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# README command 2: set up and run the whole test suite, with lint and Django's checks.
+# Uses SQLite and the filesystem broker unless DATABASE_URL / CELERY_BROKER_URL say otherwise;
+# tests marked `postgres` are skipped (with the reason) on SQLite. `.ci/run` runs this same
+# script against PostgreSQL and RabbitMQ.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash deploy/setup.sh
+. .venv/bin/activate
+ruff check .
+ruff format --check .
+python manage.py check --fail-level WARNING
+python manage.py makemigrations --check --dry-run >/dev/null \
+  || { echo "models changed without a migration: run manage.py makemigrations" >&2; exit 1; }
+python manage.py compilemessages -l zh_Hans -v0
+pytest "$@"
