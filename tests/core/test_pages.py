@@ -1,3 +1,5 @@
+from io import StringIO
+
 import pytest
 from django.core.management import call_command
 
@@ -14,7 +16,7 @@ LANGUAGE_MARKERS = {
 
 @pytest.fixture
 def demo_park():
-    call_command("seed_demo", stdout=open("/dev/null", "w"))
+    call_command("seed_demo", stdout=StringIO())
 
 
 @pytest.mark.parametrize("language", ["en", "zh-hans"])
