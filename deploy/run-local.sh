@@ -12,7 +12,7 @@ bash deploy/setup.sh
 export DEBUG="${DEBUG:-true}"
 python manage.py migrate --noinput
 python manage.py collectstatic --noinput -v0
-python manage.py compilemessages -l zh_Hans -v0
+python manage.py compilemessages -l zh_Hans --ignore=.venv --ignore=staticfiles --ignore=var -v0
 python manage.py seed_demo
 mkdir -p var/log
 celery -A portal worker --loglevel=INFO --concurrency=2 >var/log/celery.log 2>&1 &

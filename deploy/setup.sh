@@ -6,4 +6,6 @@ cd "$root"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/pip install -q --disable-pip-version-check -r requirements.lock
+# This machine's pip config names local package mirrors that may be absent; hide that noise.
+.venv/bin/pip install -q --disable-pip-version-check -r requirements.lock \
+  2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)

@@ -1,6 +1,7 @@
 from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from apps.core.money import Currency
 from apps.tenants.models import Organization
@@ -16,7 +17,10 @@ class Wallet(models.Model):
     spent is balance - held + credit limit, which the database keeps from going below zero."""
 
     organization = models.OneToOneField(
-        Organization, on_delete=models.PROTECT, related_name="wallet"
+        Organization,
+        on_delete=models.PROTECT,
+        related_name="wallet",
+        verbose_name=_("organization"),
     )
     currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
     mode = models.CharField(
@@ -65,7 +69,9 @@ class EntryKind(models.TextChoices):
 class LedgerEntry(models.Model):
     """Every change to a wallet's balance, append-only; the balance is their running sum."""
 
-    wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="entries")
+    wallet = models.ForeignKey(
+        Wallet, on_delete=models.PROTECT, related_name="entries", verbose_name=_("wallet")
+    )
     kind = models.CharField(_("kind"), max_length=16, choices=EntryKind.choices)
     amount_minor = models.BigIntegerField(_("amount (minor units)"))
     balance_after_minor = models.BigIntegerField(_("balance after (minor units)"))
@@ -95,7 +101,7 @@ class LedgerEntry(models.Model):
 
 
 class PaymentState(models.TextChoices):
-    PENDING = "pending", _("Pending")
+    PENDING = "pending", pgettext_lazy("payment", "Pending")
     SUCCEEDED = "succeeded", _("Succeeded")
     FAILED = "failed", _("Failed")
     CANCELLED = "cancelled", _("Cancelled")
@@ -104,14 +110,20 @@ class PaymentState(models.TextChoices):
 class Payment(models.Model):
     """A top-up through Stripe Checkout."""
 
-    wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="payments")
+    wallet = models.ForeignKey(
+        Wallet, on_delete=models.PROTECT, related_name="payments", verbose_name=_("wallet")
+    )
     amount_minor = models.BigIntegerField(_("amount (minor units)"))
     currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
     state = models.CharField(
         _("state"), max_length=16, choices=PaymentState.choices, default=PaymentState.PENDING
     )
-    stripe_checkout_session_id = models.CharField(max_length=255, blank=True)
-    stripe_payment_intent_id = models.CharField(max_length=255, blank=True)
+    stripe_checkout_session_id = models.CharField(
+        max_length=255, blank=True, verbose_name=_("Stripe Checkout session")
+    )
+    stripe_payment_intent_id = models.CharField(
+        max_length=255, blank=True, verbose_name=_("Stripe payment intent")
+    )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     completed_at = models.DateTimeField(_("completed at"), null=True, blank=True)
 
@@ -147,7 +159,10 @@ class InvoiceState(models.TextChoices):
 
 class Invoice(models.Model):
     organization = models.ForeignKey(
-        Organization, on_delete=models.PROTECT, related_name="invoices"
+        Organization,
+        on_delete=models.PROTECT,
+        related_name="invoices",
+        verbose_name=_("organization"),
     )
     number = models.CharField(_("number"), max_length=32, unique=True)
     period_start = models.DateTimeField(_("period start"))
@@ -196,16 +211,34 @@ class UsageRecord(models.Model):
     """What one instance or task ran for one metering interval, priced per second."""
 
     organization = models.ForeignKey(
-        Organization, on_delete=models.PROTECT, related_name="usage_records"
+        Organization,
+        on_delete=models.PROTECT,
+        related_name="usage_records",
+        verbose_name=_("organization"),
     )
     instance = models.ForeignKey(
-        "orders.Instance", on_delete=models.PROTECT, null=True, blank=True, related_name="usage"
+        "orders.Instance",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="usage",
+        verbose_name=_("instance"),
     )
     task = models.ForeignKey(
-        "orders.Task", on_delete=models.PROTECT, null=True, blank=True, related_name="usage"
+        "orders.Task",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="usage",
+        verbose_name=_("task"),
     )
     invoice = models.ForeignKey(
-        Invoice, on_delete=models.SET_NULL, null=True, blank=True, related_name="usage_records"
+        Invoice,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="usage_records",
+        verbose_name=_("invoice"),
     )
     started_at = models.DateTimeField(_("from"))
     ended_at = models.DateTimeField(_("to"))

@@ -21,12 +21,19 @@ class RegionLevel(models.TextChoices):
 class Region(models.Model):
     """A site on the park's three-level map (中心—省—边缘)."""
 
-    park = models.ForeignKey(Park, on_delete=models.CASCADE, related_name="regions")
+    park = models.ForeignKey(
+        Park, on_delete=models.CASCADE, related_name="regions", verbose_name=_("park")
+    )
     code = models.SlugField(_("code"), max_length=40)
     name = models.CharField(_("name"), max_length=120)
     level = models.CharField(_("level"), max_length=16, choices=RegionLevel.choices)
     parent = models.ForeignKey(
-        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="children"
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="children",
+        verbose_name=_("parent region"),
     )
     latency_ms = models.PositiveIntegerField(
         _("typical latency (ms)"), default=0, help_text=_("From the park's access network.")
@@ -126,7 +133,9 @@ class ResourceType(models.TextChoices):
 class FlavorFamily(models.Model):
     """A spec family (规格族): the sizes of one accelerator model an instance may resize between."""
 
-    park = models.ForeignKey(Park, on_delete=models.CASCADE, related_name="flavor_families")
+    park = models.ForeignKey(
+        Park, on_delete=models.CASCADE, related_name="flavor_families", verbose_name=_("park")
+    )
     code = models.SlugField(_("code"), max_length=40)
     name = models.CharField(_("name"), max_length=120)
     resource_type = models.CharField(
@@ -136,7 +145,10 @@ class FlavorFamily(models.Model):
         default=ResourceType.CLOUD_HOST,
     )
     accelerator_model = models.ForeignKey(
-        AcceleratorModel, on_delete=models.PROTECT, related_name="families"
+        AcceleratorModel,
+        on_delete=models.PROTECT,
+        related_name="families",
+        verbose_name=_("accelerator model"),
     )
 
     class Meta:
@@ -156,7 +168,9 @@ class FlavorFamily(models.Model):
 
 
 class Flavor(models.Model):
-    family = models.ForeignKey(FlavorFamily, on_delete=models.PROTECT, related_name="flavors")
+    family = models.ForeignKey(
+        FlavorFamily, on_delete=models.PROTECT, related_name="flavors", verbose_name=_("family")
+    )
     code = models.SlugField(_("code"), max_length=60)
     accelerator_count = models.PositiveSmallIntegerField(_("accelerators"))
     vcpu = models.PositiveSmallIntegerField(_("vCPU"))
@@ -196,7 +210,9 @@ class Flavor(models.Model):
 class Image(models.Model):
     """A bootable image with one accelerator software stack (CUDA, CANN, DTK, Neuware)."""
 
-    park = models.ForeignKey(Park, on_delete=models.CASCADE, related_name="images")
+    park = models.ForeignKey(
+        Park, on_delete=models.CASCADE, related_name="images", verbose_name=_("park")
+    )
     code = models.SlugField(_("code"), max_length=60)
     name = models.CharField(_("name"), max_length=120)
     os = models.CharField(_("operating system"), max_length=60)
@@ -237,10 +253,17 @@ class Price(models.Model):
     people compare, and metered per second: a fen per GB·hour would round most disk prices to 0.
     """
 
-    region = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="prices")
+    region = models.ForeignKey(
+        Region, on_delete=models.CASCADE, related_name="prices", verbose_name=_("region")
+    )
     kind = models.CharField(_("kind"), max_length=24, choices=PriceKind.choices)
     flavor = models.ForeignKey(
-        Flavor, on_delete=models.CASCADE, null=True, blank=True, related_name="prices"
+        Flavor,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="prices",
+        verbose_name=_("flavor"),
     )
     amount_minor = models.BigIntegerField(_("amount (minor units)"))
     currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)

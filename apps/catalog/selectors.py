@@ -9,8 +9,8 @@ from apps.catalog.models import AcceleratorModel, Flavor, Price, PriceKind
 from apps.orchestration.models import Accelerator, NodeHealth
 
 
-def free_accelerator_counts() -> dict[int, int]:
-    """Free accelerators per accelerator model, on nodes that can take new placements."""
+def free_accelerators_by_node() -> dict[int, list[int]]:
+    """Free accelerators of each schedulable node, grouped by accelerator model id."""
     rows = (
         Accelerator.objects.filter(
             allocation__isnull=True,
@@ -19,10 +19,13 @@ def free_accelerator_counts() -> dict[int, int]:
             node__pool__is_schedulable=True,
             node__pool__backend__is_enabled=True,
         )
-        .values("node__pool__accelerator_model")
+        .values("node", "node__pool__accelerator_model")
         .annotate(free=Count("id"))
     )
-    return {row["node__pool__accelerator_model"]: row["free"] for row in rows}
+    by_model = defaultdict(list)
+    for row in rows:
+        by_model[row["node__pool__accelerator_model"]].append(row["free"])
+    return by_model
 
 
 def current_flavor_prices(at=None) -> dict[int, list[Price]]:
@@ -45,7 +48,7 @@ def current_flavor_prices(at=None) -> dict[int, list[Price]]:
 class FlavorCard:
     flavor: Flavor
     prices: list[Price]
-    free_accelerators: int
+    free_per_node: list[int]
 
     @property
     def cheapest(self) -> Price | None:
@@ -57,8 +60,8 @@ class FlavorCard:
 
     @property
     def available_now(self) -> int:
-        """How many of this flavor the free accelerators could still hold (on any node sum)."""
-        return self.free_accelerators // self.flavor.accelerator_count
+        """How many hosts of this flavor still fit; an instance's cards sit on one node."""
+        return sum(free // self.flavor.accelerator_count for free in self.free_per_node)
 
 
 def catalog_flavors(*, vendor: str = "", domestic_only: bool = False) -> list[FlavorCard]:
@@ -68,12 +71,12 @@ def catalog_flavors(*, vendor: str = "", domestic_only: bool = False) -> list[Fl
     if domestic_only:
         flavors = flavors.filter(family__accelerator_model__domestic=True)
     prices = current_flavor_prices()
-    free = free_accelerator_counts()
+    free = free_accelerators_by_node()
     return [
         FlavorCard(
             flavor=flavor,
             prices=prices.get(flavor.pk, []),
-            free_accelerators=free.get(flavor.family.accelerator_model_id, 0),
+            free_per_node=free.get(flavor.family.accelerator_model_id, []),
         )
         for flavor in flavors.order_by(
             "family__accelerator_model__vendor", "family__code", "accelerator_count"
@@ -83,8 +86,12 @@ def catalog_flavors(*, vendor: str = "", domestic_only: bool = False) -> list[Fl
 
 def catalog_summary() -> list[dict]:
     """Accelerator models side by side with their total and free counts, for the home page."""
-    free = free_accelerator_counts()
-    models = AcceleratorModel.objects.annotate(
-        total=Count("pools__nodes__accelerators", filter=Q(pools__is_schedulable=True))
-    ).order_by("domestic", "vendor", "name")
-    return [{"model": m, "total": m.total, "free": free.get(m.pk, 0)} for m in models]
+    free = free_accelerators_by_node()
+    models = (
+        AcceleratorModel.objects.annotate(
+            total=Count("pools__nodes__accelerators", filter=Q(pools__is_schedulable=True))
+        )
+        .filter(total__gt=0)
+        .order_by("domestic", "vendor", "name")
+    )
+    return [{"model": m, "total": m.total, "free": sum(free.get(m.pk, []))} for m in models]

@@ -1,7 +1,7 @@
 """State transitions as data (django-oscar's pipeline): each state enum has a table of the states
 it may move to, and `transition()` is the only code that changes a state field."""
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from django.db import models
 from django.utils.translation import gettext as _
@@ -9,11 +9,18 @@ from django.utils.translation import gettext as _
 from apps.core.errors import InvalidTransition
 
 
-def check_transition(table: Mapping[str, frozenset], current: str, target: str, *, label: str):
+def check_transition(
+    table: Mapping[str, frozenset], current: str, target: str, *, label: str, names: Mapping
+):
+    """Refuse a move the table does not allow; `names` maps state values to their labels."""
     if target not in table.get(current, frozenset()):
         raise InvalidTransition(
             _("%(object)s cannot go from “%(current)s” to “%(target)s”.")
-            % {"object": label, "current": current, "target": target}
+            % {
+                "object": label,
+                "current": names.get(current, current),
+                "target": names.get(target, target),
+            }
         )
 
 
@@ -24,24 +31,29 @@ def transition(
     table: Mapping[str, frozenset],
     actor=None,
     field: str = "state",
-    changes: Mapping | None = None,
+    changes: Mapping | Callable[[models.Model], Mapping] | None = None,
     audit_data: Mapping | None = None,
 ) -> models.Model:
     """Move `obj` to `target` under a row lock and record an audit event.
 
     Must run inside a transaction (the caller's service owns it). The row is re-read with
     SELECT ... FOR UPDATE so a concurrent transition sees the state this one left behind.
-    `changes` are other fields saved in the same UPDATE (an error message, a timestamp).
+    `changes` are other fields saved in the same UPDATE (an error message, a timestamp), or a
+    function of the locked row returning them, for changes that depend on its current values.
     """
     from apps.operations.services import record_event
 
     locked = type(obj)._default_manager.select_for_update().get(pk=obj.pk)
     current = getattr(locked, field)
-    check_transition(table, current, target, label=str(locked))
+    names = dict(locked._meta.get_field(field).flatchoices)
+    check_transition(table, current, target, label=str(locked), names=names)
+    if callable(changes):
+        changes = changes(locked)
+    changes = changes or {}
     setattr(locked, field, target)
-    for name, value in (changes or {}).items():
+    for name, value in changes.items():
         setattr(locked, name, value)
-    locked.save(update_fields=[field, *(changes or {}), *_auto_now_fields(locked)])
+    locked.save(update_fields=[field, *changes, *_auto_now_fields(locked)])
     record_event(
         actor=actor,
         action=f"{locked._meta.model_name}.{target}",

@@ -9,7 +9,12 @@ class AuditEvent(models.Model):
     """Who did what to which object, from where. Append-only."""
 
     park = models.ForeignKey(
-        Park, on_delete=models.SET_NULL, null=True, blank=True, related_name="audit_events"
+        Park,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="audit_events",
+        verbose_name=_("park"),
     )
     organization = models.ForeignKey(
         Organization,
@@ -17,9 +22,15 @@ class AuditEvent(models.Model):
         null=True,
         blank=True,
         related_name="audit_events",
+        verbose_name=_("organization"),
     )
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("actor"),
     )
     # Who acted when no user did: "system", "api-key:ab12cd34", "worker".
     actor_label = models.CharField(_("actor"), max_length=120)

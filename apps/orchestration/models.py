@@ -9,7 +9,9 @@ from apps.tenants.models import Park
 class Backend(models.Model):
     """A registered provisioning backend: a driver name from the registry plus its config."""
 
-    park = models.ForeignKey(Park, on_delete=models.CASCADE, related_name="backends")
+    park = models.ForeignKey(
+        Park, on_delete=models.CASCADE, related_name="backends", verbose_name=_("park")
+    )
     name = models.CharField(_("name"), max_length=80)
     driver = models.CharField(_("driver"), max_length=40)
     config = models.JSONField(_("config"), default=dict, blank=True)
@@ -32,11 +34,18 @@ class Backend(models.Model):
 class Pool(models.Model):
     """One backend's capacity of one accelerator model at one site, with its energy facts."""
 
-    backend = models.ForeignKey(Backend, on_delete=models.CASCADE, related_name="pools")
-    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="pools")
+    backend = models.ForeignKey(
+        Backend, on_delete=models.CASCADE, related_name="pools", verbose_name=_("backend")
+    )
+    region = models.ForeignKey(
+        Region, on_delete=models.PROTECT, related_name="pools", verbose_name=_("region")
+    )
     name = models.CharField(_("name"), max_length=80)
     accelerator_model = models.ForeignKey(
-        AcceleratorModel, on_delete=models.PROTECT, related_name="pools"
+        AcceleratorModel,
+        on_delete=models.PROTECT,
+        related_name="pools",
+        verbose_name=_("accelerator model"),
     )
     pue = models.DecimalField(_("PUE"), max_digits=4, decimal_places=2, default="1.30")
     power_price_minor_per_kwh = models.PositiveIntegerField(
@@ -70,7 +79,9 @@ class Node(models.Model):
     """A host in a pool. Free capacity is derived from allocations, never kept as a counter;
     placement locks the node row while it allocates (SELECT ... FOR UPDATE)."""
 
-    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="nodes")
+    pool = models.ForeignKey(
+        Pool, on_delete=models.CASCADE, related_name="nodes", verbose_name=_("pool")
+    )
     hostname = models.CharField(_("hostname"), max_length=120)
     vcpu_total = models.PositiveIntegerField(_("vCPU"))
     ram_gb_total = models.PositiveIntegerField(_("RAM (GB)"))
@@ -103,7 +114,9 @@ class Node(models.Model):
 class Accelerator(models.Model):
     """One physical accelerator. At most one live allocation holds it (the FK is the lock)."""
 
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="accelerators")
+    node = models.ForeignKey(
+        Node, on_delete=models.CASCADE, related_name="accelerators", verbose_name=_("node")
+    )
     index = models.PositiveSmallIntegerField(_("index"))
     serial = models.CharField(_("serial / UUID"), max_length=80, blank=True)
     allocation = models.ForeignKey(
@@ -112,6 +125,7 @@ class Accelerator(models.Model):
         null=True,
         blank=True,
         related_name="accelerators",
+        verbose_name=_("held by"),
     )
 
     class Meta:
@@ -130,16 +144,24 @@ class Accelerator(models.Model):
 class Allocation(models.Model):
     """What one instance or task holds on a node: CPU, memory and (via Accelerator) devices."""
 
-    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
+    node = models.ForeignKey(
+        Node, on_delete=models.PROTECT, related_name="allocations", verbose_name=_("node")
+    )
     instance = models.ForeignKey(
         "orders.Instance",
         on_delete=models.CASCADE,
         null=True,
         blank=True,
         related_name="allocations",
+        verbose_name=_("instance"),
     )
     task = models.ForeignKey(
-        "orders.Task", on_delete=models.CASCADE, null=True, blank=True, related_name="allocations"
+        "orders.Task",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="allocations",
+        verbose_name=_("task"),
     )
     vcpu = models.PositiveIntegerField(_("vCPU"))
     ram_gb = models.PositiveIntegerField(_("RAM (GB)"))
@@ -170,23 +192,43 @@ class Allocation(models.Model):
         indexes = [models.Index(fields=["node", "released_at"])]
 
     def __str__(self):
-        return f"{self.instance or self.task} on {self.node}"
+        return f"{self.instance or self.task} @ {self.node}"
 
 
 class Placement(models.Model):
     """One scheduling decision with every candidate and its score parts, kept to explain it."""
 
     order = models.ForeignKey(
-        "orders.Order", on_delete=models.CASCADE, null=True, blank=True, related_name="placements"
+        "orders.Order",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="placements",
+        verbose_name=_("order"),
     )
     task = models.ForeignKey(
-        "orders.Task", on_delete=models.CASCADE, null=True, blank=True, related_name="placements"
+        "orders.Task",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="placements",
+        verbose_name=_("task"),
     )
     chosen_pool = models.ForeignKey(
-        Pool, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        Pool,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("chosen pool"),
     )
     chosen_node = models.ForeignKey(
-        Node, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        Node,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("chosen node"),
     )
     weights = models.JSONField(_("weights"), default=dict)
     candidates = models.JSONField(_("candidates"), default=list)

@@ -45,17 +45,36 @@ class Instance(models.Model):
     """A GPU cloud host."""
 
     organization = models.ForeignKey(
-        Organization, on_delete=models.PROTECT, related_name="instances"
+        Organization,
+        on_delete=models.PROTECT,
+        related_name="instances",
+        verbose_name=_("organization"),
     )
     name = models.CharField(_("name"), max_length=63)
-    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="instances")
-    image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="instances")
-    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="instances")
+    flavor = models.ForeignKey(
+        Flavor, on_delete=models.PROTECT, related_name="instances", verbose_name=_("flavor")
+    )
+    image = models.ForeignKey(
+        Image, on_delete=models.PROTECT, related_name="instances", verbose_name=_("image")
+    )
+    region = models.ForeignKey(
+        Region, on_delete=models.PROTECT, related_name="instances", verbose_name=_("region")
+    )
     pool = models.ForeignKey(
-        Pool, on_delete=models.PROTECT, null=True, blank=True, related_name="instances"
+        Pool,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="instances",
+        verbose_name=_("pool"),
     )
     node = models.ForeignKey(
-        Node, on_delete=models.PROTECT, null=True, blank=True, related_name="instances"
+        Node,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="instances",
+        verbose_name=_("node"),
     )
     state = models.CharField(
         _("state"), max_length=16, choices=InstanceState.choices, default=InstanceState.PENDING
@@ -68,7 +87,11 @@ class Instance(models.Model):
     access = models.JSONField(_("access details"), default=dict, blank=True)
     error_message = models.TextField(_("error"), blank=True)
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="+",
+        verbose_name=_("created by"),
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
@@ -145,13 +168,23 @@ ORDER_TERMINAL_STATES = frozenset({_O.DONE, _O.FAILED, _O.REJECTED, _O.CANCELLED
 class Order(models.Model):
     """A request to change what an organization runs; every lifecycle operation is one."""
 
-    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="orders")
+    organization = models.ForeignKey(
+        Organization,
+        on_delete=models.PROTECT,
+        related_name="orders",
+        verbose_name=_("organization"),
+    )
     kind = models.CharField(_("kind"), max_length=16, choices=OrderKind.choices)
     state = models.CharField(
         _("state"), max_length=20, choices=OrderState.choices, default=OrderState.SUBMITTED
     )
     instance = models.ForeignKey(
-        Instance, on_delete=models.PROTECT, null=True, blank=True, related_name="orders"
+        Instance,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="orders",
+        verbose_name=_("instance"),
     )
     parameters = models.JSONField(_("parameters"), default=dict, blank=True)
     quote = models.JSONField(_("quote"), default=dict, blank=True)
@@ -160,10 +193,19 @@ class Order(models.Model):
     idempotency_key = models.CharField(_("idempotency key"), max_length=80, blank=True)
     reason = models.TextField(_("reason"), blank=True)
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="+",
+        verbose_name=_("created by"),
     )
     decided_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("decided by"),
     )
     decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
@@ -238,9 +280,13 @@ TASK_TRANSITIONS = {
 class Task(models.Model):
     """A training job, queued until the scheduler places it."""
 
-    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="tasks")
+    organization = models.ForeignKey(
+        Organization, on_delete=models.PROTECT, related_name="tasks", verbose_name=_("organization")
+    )
     name = models.CharField(_("name"), max_length=80)
-    image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="tasks")
+    image = models.ForeignKey(
+        Image, on_delete=models.PROTECT, related_name="tasks", verbose_name=_("image")
+    )
     command = models.TextField(_("command"))
     accelerator_model = models.ForeignKey(
         AcceleratorModel,
@@ -249,6 +295,7 @@ class Task(models.Model):
         blank=True,
         related_name="tasks",
         help_text=_("Empty: any model compatible with the image."),
+        verbose_name=_("accelerator model"),
     )
     # Thousandths of an accelerator: 1000 is one whole card, 250 a quarter share.
     accelerator_milli = models.PositiveIntegerField(_("accelerators (thousandths)"), default=1000)
@@ -272,15 +319,29 @@ class Task(models.Model):
         _("state"), max_length=16, choices=TaskState.choices, default=TaskState.QUEUED
     )
     pool = models.ForeignKey(
-        Pool, on_delete=models.PROTECT, null=True, blank=True, related_name="tasks"
+        Pool,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="tasks",
+        verbose_name=_("pool"),
     )
     node = models.ForeignKey(
-        Node, on_delete=models.PROTECT, null=True, blank=True, related_name="tasks"
+        Node,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="tasks",
+        verbose_name=_("node"),
     )
     backend_handle = models.CharField(_("backend handle"), max_length=200, blank=True)
     logs = models.TextField(_("logs"), blank=True)
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="+",
+        verbose_name=_("created by"),
     )
     submitted_at = models.DateTimeField(_("submitted at"), auto_now_add=True)
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)

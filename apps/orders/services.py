@@ -53,11 +53,13 @@ def move_order(*, order: Order, to: str, actor=None, reason: str = "") -> Order:
 @transaction.atomic
 def move_task(*, task: Task, to: str, actor=None) -> Task:
     now = timezone.now()
-    changes = {}
-    if to == TaskState.RUNNING:
-        changes["started_at"] = now
-    if to in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED):
-        changes["finished_at"] = now
-        if task.started_at is None:
-            changes["started_at"] = now
-    return transition(task, to, table=TASK_TRANSITIONS, actor=actor, changes=changes)
+
+    def timestamps(locked: Task) -> dict:
+        if to == TaskState.RUNNING:
+            return {"started_at": now}
+        if to in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED):
+            # A task cancelled before it ran still gets a start, so its duration is zero.
+            return {"finished_at": now, "started_at": locked.started_at or now}
+        return {}
+
+    return transition(task, to, table=TASK_TRANSITIONS, actor=actor, changes=timestamps)

@@ -24,7 +24,9 @@ class QuotaLimit(models.Model):
     (SELECT ... FOR UPDATE) so two concurrent orders cannot both pass the same limit.
     """
 
-    park = models.ForeignKey(Park, on_delete=models.CASCADE, related_name="quota_limits")
+    park = models.ForeignKey(
+        Park, on_delete=models.CASCADE, related_name="quota_limits", verbose_name=_("park")
+    )
     organization = models.ForeignKey(
         Organization,
         on_delete=models.CASCADE,
@@ -32,10 +34,16 @@ class QuotaLimit(models.Model):
         blank=True,
         related_name="quota_limits",
         help_text=_("Empty: the limit applies to the whole park."),
+        verbose_name=_("organization"),
     )
     resource = models.CharField(_("resource"), max_length=24, choices=QuotaResource.choices)
     accelerator_model = models.ForeignKey(
-        AcceleratorModel, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+        AcceleratorModel,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("accelerator model"),
     )
     limit = models.BigIntegerField(_("limit"))
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)

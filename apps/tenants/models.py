@@ -3,6 +3,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Length
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from apps.core.money import Currency
 
@@ -36,9 +37,14 @@ class Park(models.Model):
 class ParkOperator(models.Model):
     """Operator staff of one park: they see and act on that park's organizations only."""
 
-    park = models.ForeignKey(Park, on_delete=models.CASCADE, related_name="operators")
+    park = models.ForeignKey(
+        Park, on_delete=models.CASCADE, related_name="operators", verbose_name=_("park")
+    )
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="operated_parks"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="operated_parks",
+        verbose_name=_("user"),
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
@@ -73,7 +79,9 @@ VERIFICATION_TRANSITIONS = {
 class Organization(models.Model):
     """An enterprise tenant of a park."""
 
-    park = models.ForeignKey(Park, on_delete=models.PROTECT, related_name="organizations")
+    park = models.ForeignKey(
+        Park, on_delete=models.PROTECT, related_name="organizations", verbose_name=_("park")
+    )
     name = models.CharField(_("display name"), max_length=120)
     slug = models.SlugField(_("slug"), max_length=60)
     legal_name = models.CharField(_("legal name"), max_length=200, blank=True)
@@ -125,18 +133,24 @@ class Organization(models.Model):
 
 class Role(models.TextChoices):
     OWNER = "owner", _("Owner")
-    ADMIN = "admin", _("Admin")
+    ADMIN = "admin", pgettext_lazy("role", "Admin")
     MEMBER = "member", _("Member")
-    BILLING = "billing", _("Billing")
+    BILLING = "billing", pgettext_lazy("role", "Billing")
     VIEWER = "viewer", _("Viewer")
 
 
 class Membership(models.Model):
     organization = models.ForeignKey(
-        Organization, on_delete=models.CASCADE, related_name="memberships"
+        Organization,
+        on_delete=models.CASCADE,
+        related_name="memberships",
+        verbose_name=_("organization"),
     )
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="memberships",
+        verbose_name=_("user"),
     )
     role = models.CharField(_("role"), max_length=16, choices=Role.choices, default=Role.MEMBER)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
@@ -157,13 +171,20 @@ class Invitation(models.Model):
     """An email invitation to join an organization; the token is stored only as its hash."""
 
     organization = models.ForeignKey(
-        Organization, on_delete=models.CASCADE, related_name="invitations"
+        Organization,
+        on_delete=models.CASCADE,
+        related_name="invitations",
+        verbose_name=_("organization"),
     )
     email = models.EmailField(_("email"))
     role = models.CharField(_("role"), max_length=16, choices=Role.choices, default=Role.MEMBER)
-    token_hash = models.CharField(max_length=64, unique=True)
+    token_hash = models.CharField(max_length=64, unique=True, verbose_name=_("token hash"))
     invited_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="+",
+        verbose_name=_("invited by"),
     )
     expires_at = models.DateTimeField(_("expires at"))
     accepted_at = models.DateTimeField(_("accepted at"), null=True, blank=True)
@@ -199,16 +220,23 @@ class ApiKey(models.Model):
     """A partner's API key: only `prefix` (display and lookup) and the secret's hash are kept."""
 
     organization = models.ForeignKey(
-        Organization, on_delete=models.CASCADE, related_name="api_keys"
+        Organization,
+        on_delete=models.CASCADE,
+        related_name="api_keys",
+        verbose_name=_("organization"),
     )
     name = models.CharField(_("name"), max_length=80)
     prefix = models.CharField(_("prefix"), max_length=16, unique=True)
-    key_hash = models.CharField(max_length=128, unique=True)
+    key_hash = models.CharField(max_length=128, unique=True, verbose_name=_("key hash"))
     scope = models.CharField(
         _("scope"), max_length=8, choices=ApiKeyScope.choices, default=ApiKeyScope.READ
     )
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="+",
+        verbose_name=_("created by"),
     )
     expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
     revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)

@@ -1,0 +1,65 @@
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from apps.core.errors import InvalidTransition
+from apps.orders.models import InstanceState
+from apps.orders.services import move_instance
+from tests.factories import InstanceFactory
+
+
+@pytest.mark.django_db
+def test_refusal_names_the_states_in_the_users_language():
+    from django.utils import translation
+
+    instance = InstanceFactory(state=InstanceState.PENDING)
+    with translation.override("zh-hans"):
+        with pytest.raises(InvalidTransition) as excinfo:
+            move_instance(instance=instance, to=InstanceState.STOPPED)
+        pending, stopped = str(InstanceState.PENDING.label), str(InstanceState.STOPPED.label)
+    assert pending != "Pending"  # the catalog translates it
+    assert f"“{pending}”" in excinfo.value.message and f"“{stopped}”" in excinfo.value.message
+    assert "pending" not in excinfo.value.message
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_transition_waits_for_a_concurrent_one_and_sees_its_result():
+    """Two workers move the same instance: the second blocks on the row lock, then sees the
+    first one's state and is refused instead of overwriting it."""
+    instance = InstanceFactory(state=InstanceState.PROVISIONING)
+    first_locked, release_first = threading.Event(), threading.Event()
+    outcome = {}
+
+    def first():
+        try:
+            with transaction.atomic():
+                move_instance(instance=instance, to=InstanceState.RUNNING)
+                first_locked.set()
+                release_first.wait(5)
+        finally:
+            connection.close()
+
+    def second():
+        first_locked.wait(5)
+        try:
+            move_instance(instance=instance, to=InstanceState.RUNNING)
+            outcome["second"] = "moved"
+        except InvalidTransition:
+            outcome["second"] = "refused"
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    first_locked.wait(5)
+    threads[1].join(0.5)
+    assert threads[1].is_alive(), "the second transition should be waiting on the row lock"
+    release_first.set()
+    for t in threads:
+        t.join(10)
+    instance.refresh_from_db()
+    assert instance.state == InstanceState.RUNNING
+    assert outcome["second"] == "refused"  # RUNNING -> RUNNING is not a move

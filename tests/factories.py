@@ -1,0 +1,671 @@
+"""factory_boy factories for every model.
+
+Related objects stay consistent by default: an organization's instances, tasks, prices and
+quotas live in its own park, an instance's flavor family, image and region belong to that park,
+and an allocation's instance runs on the allocation's node. Override a SubFactory's own fields
+with the double-underscore syntax (`InstanceFactory(organization__park=park)`).
+"""
+
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from functools import cache
+from hashlib import sha256
+
+import factory
+import pytest
+from django.apps import apps
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
+from django.db import IntegrityError, connection, models, transaction
+from django.utils import timezone
+
+from apps.billing.models import (
+    BillingMode,
+    EntryKind,
+    Invoice,
+    InvoiceState,
+    LedgerEntry,
+    Payment,
+    PaymentState,
+    UsageRecord,
+    Wallet,
+)
+from apps.catalog.models import (
+    AcceleratorModel,
+    Flavor,
+    FlavorFamily,
+    Image,
+    Price,
+    PriceKind,
+    Region,
+    RegionLevel,
+    ResourceType,
+    SoftwareStack,
+    Vendor,
+)
+from apps.core.money import Currency
+from apps.operations.models import AuditEvent
+from apps.orchestration.models import (
+    Accelerator,
+    Allocation,
+    Backend,
+    Node,
+    NodeHealth,
+    Placement,
+    Pool,
+)
+from apps.orders.models import (
+    Instance,
+    InstanceState,
+    Order,
+    OrderKind,
+    OrderState,
+    Task,
+    TaskPreference,
+    TaskState,
+)
+from apps.quotas.models import QuotaLimit, QuotaResource
+from apps.tenants.credit_code import check_character
+from apps.tenants.models import (
+    ApiKey,
+    ApiKeyScope,
+    Invitation,
+    Membership,
+    Organization,
+    Park,
+    ParkOperator,
+    Role,
+    VerificationState,
+)
+
+# Fixed instants keep sequences of periods and intervals apart and reproducible.
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def credit_code(n: int) -> str:
+    """A valid 统一社会信用代码; the 17-character base is digits and M, A, all in the alphabet."""
+    base = f"91310115MA{n:07d}"
+    return base + check_character(base)
+
+
+@contextmanager
+def refused(constraint: str):
+    """Expect the database to refuse what the block writes, and `constraint` to be the reason.
+
+    `constraint` is the name of a constraint in some model's Meta.constraints or of a trigger,
+    or "table.column" for a field declared unique=True. The block runs in its own savepoint, so
+    the test's transaction stays usable afterwards.
+    """
+    with pytest.raises(IntegrityError) as excinfo, transaction.atomic():
+        yield excinfo
+    message = str(excinfo.value)
+    expected = _refusal_message(constraint)
+    assert expected in message, f"expected {expected!r} in {message!r}"
+
+
+def _refusal_message(constraint: str) -> str:
+    sqlite = connection.vendor == "sqlite"
+    if "." in constraint:  # a unique=True field
+        column = constraint.split(".", 1)[1]
+        return f"UNIQUE constraint failed: {constraint}" if sqlite else f"Key ({column})="
+    unique = _unique_constraint(constraint)
+    if unique is None:  # a check constraint or a trigger: both databases name it
+        return constraint
+    if not sqlite:
+        return f'unique constraint "{constraint}"'
+    model, fields = unique
+    table = model._meta.db_table
+    columns = ", ".join(f"{table}.{model._meta.get_field(name).column}" for name in fields)
+    return f"UNIQUE constraint failed: {columns}"  # SQLite names the columns, not the index
+
+
+def _unique_constraint(name: str):
+    for model in apps.get_models():
+        for constraint in model._meta.constraints:
+            if constraint.name == name and isinstance(constraint, models.UniqueConstraint):
+                return model, constraint.fields
+    return None
+
+
+class Factory(factory.django.DjangoModelFactory):
+    """Base: post-generation hooks here only touch many-to-many rows, so no second save."""
+
+    class Meta:
+        abstract = True
+        skip_postgeneration_save = True
+
+
+@cache
+def _password_hash(raw: str) -> str:
+    return make_password(raw)
+
+
+# --- tenants ---------------------------------------------------------------------------------
+
+
+class UserFactory(Factory):
+    class Meta:
+        model = get_user_model()
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    email = factory.LazyAttribute(lambda o: f"{o.username}@example.com")
+    # Hashed once and shared: hashing per user (PBKDF2) would dominate the suite's run time.
+    password = factory.LazyFunction(lambda: _password_hash("pw"))
+
+
+class ParkFactory(Factory):
+    class Meta:
+        model = Park
+
+    name = factory.Sequence(lambda n: f"Park {n}")
+    slug = factory.Sequence(lambda n: f"park-{n}")
+    currency = Currency.CNY
+
+
+class ParkOperatorFactory(Factory):
+    class Meta:
+        model = ParkOperator
+
+    park = factory.SubFactory(ParkFactory)
+    user = factory.SubFactory(UserFactory)
+
+
+class OrganizationFactory(Factory):
+    class Meta:
+        model = Organization
+
+    park = factory.SubFactory(ParkFactory)
+    name = factory.Sequence(lambda n: f"Organization {n}")
+    slug = factory.Sequence(lambda n: f"org-{n}")
+    legal_name = factory.LazyAttribute(lambda o: f"{o.name} Co., Ltd.")
+    credit_code = factory.Sequence(credit_code)
+    verification_state = VerificationState.UNVERIFIED
+
+    class Params:
+        verified = factory.Trait(verification_state=VerificationState.VERIFIED)
+        anonymous = factory.Trait(legal_name="", credit_code="")
+
+
+class MembershipFactory(Factory):
+    class Meta:
+        model = Membership
+
+    organization = factory.SubFactory(OrganizationFactory)
+    user = factory.SubFactory(UserFactory)
+    role = Role.MEMBER
+
+
+class InvitationFactory(Factory):
+    class Meta:
+        model = Invitation
+
+    organization = factory.SubFactory(OrganizationFactory)
+    email = factory.Sequence(lambda n: f"invitee{n}@example.com")
+    role = Role.MEMBER
+    token_hash = factory.Sequence(lambda n: sha256(f"invitation-{n}".encode()).hexdigest())
+    invited_by = factory.SubFactory(UserFactory)
+    expires_at = factory.LazyFunction(lambda: timezone.now() + timedelta(days=7))
+
+
+class ApiKeyFactory(Factory):
+    class Meta:
+        model = ApiKey
+
+    organization = factory.SubFactory(OrganizationFactory)
+    name = factory.Sequence(lambda n: f"key {n}")
+    prefix = factory.Sequence(lambda n: f"lk{n:08x}")
+    key_hash = factory.Sequence(lambda n: sha256(f"api-key-{n}".encode()).hexdigest())
+    scope = ApiKeyScope.READ
+    created_by = factory.SubFactory(UserFactory)
+
+
+# --- catalog ---------------------------------------------------------------------------------
+
+
+class RegionFactory(Factory):
+    """The park's center by default; `province=True` or `edge=True` hang it under a parent."""
+
+    class Meta:
+        model = Region
+
+    park = factory.SubFactory(ParkFactory)
+    code = factory.Sequence(lambda n: f"region-{n}")
+    name = factory.Sequence(lambda n: f"Region {n}")
+    level = RegionLevel.CENTER
+    parent = None
+    latency_ms = 0
+
+    class Params:
+        province = factory.Trait(
+            level=RegionLevel.PROVINCE,
+            parent=factory.SubFactory(
+                "tests.factories.RegionFactory", park=factory.SelfAttribute("..park")
+            ),
+            latency_ms=8,
+        )
+        edge = factory.Trait(
+            level=RegionLevel.EDGE,
+            parent=factory.SubFactory(
+                "tests.factories.RegionFactory",
+                park=factory.SelfAttribute("..park"),
+                province=True,
+            ),
+            latency_ms=3,
+        )
+
+
+class ProvinceRegionFactory(RegionFactory):
+    province = True
+
+
+class EdgeRegionFactory(RegionFactory):
+    edge = True
+
+
+class AcceleratorModelFactory(Factory):
+    """`compute_units` is left to the model's save(): dense FP16 TFLOPS / 100."""
+
+    class Meta:
+        model = AcceleratorModel
+
+    vendor = Vendor.NVIDIA
+    name = factory.Sequence(lambda n: f"Test GPU {n}")
+    slug = factory.Sequence(lambda n: f"test-gpu-{n}")
+    memory_gb = 80
+    fp16_tflops = Decimal("989.5")
+    tdp_w = 700
+    software_stack = SoftwareStack.CUDA
+    domestic = False
+
+    class Params:
+        ascend = factory.Trait(
+            vendor=Vendor.HUAWEI,
+            memory_gb=64,
+            fp16_tflops=Decimal("320.0"),
+            tdp_w=400,
+            software_stack=SoftwareStack.CANN,
+            domestic=True,
+        )
+
+
+class FlavorFamilyFactory(Factory):
+    class Meta:
+        model = FlavorFamily
+
+    park = factory.SubFactory(ParkFactory)
+    code = factory.Sequence(lambda n: f"family-{n}")
+    name = factory.Sequence(lambda n: f"Family {n}")
+    resource_type = ResourceType.CLOUD_HOST
+    accelerator_model = factory.SubFactory(AcceleratorModelFactory)
+
+
+class FlavorFactory(Factory):
+    """Sizes are a sequence so several flavors of one family never collide."""
+
+    class Meta:
+        model = Flavor
+
+    family = factory.SubFactory(FlavorFamilyFactory)
+    code = factory.Sequence(lambda n: f"flavor-{n}")
+    accelerator_count = factory.Sequence(lambda n: n + 1)
+    vcpu = factory.LazyAttribute(lambda o: min(o.accelerator_count * 16, 256))
+    ram_gb = factory.LazyAttribute(lambda o: min(o.accelerator_count * 128, 2048))
+    system_disk_gb = 100
+    is_active = True
+
+
+class ImageFactory(Factory):
+    """Pass `compatible_accelerators=[model, ...]` to link accelerator models."""
+
+    class Meta:
+        model = Image
+
+    park = factory.SubFactory(ParkFactory)
+    code = factory.Sequence(lambda n: f"image-{n}")
+    name = factory.Sequence(lambda n: f"Ubuntu 22.04 CUDA 12.4 #{n}")
+    os = "Ubuntu 22.04"
+    software_stack = SoftwareStack.CUDA
+    stack_version = "12.4"
+    is_active = True
+
+    @factory.post_generation
+    def compatible_accelerators(self, create, extracted, **kwargs):
+        if create and extracted:
+            self.compatible_accelerators.add(*extracted)
+
+
+class PriceFactory(Factory):
+    """A flavor-hour price by default (flavor in the region's park); `disk` or `bandwidth` for
+    resource prices, which have no flavor."""
+
+    class Meta:
+        model = Price
+
+    region = factory.SubFactory(RegionFactory)
+    kind = PriceKind.FLAVOR_HOUR
+    flavor = factory.SubFactory(FlavorFactory, family__park=factory.SelfAttribute("...region.park"))
+    amount_minor = 2500
+    currency = factory.LazyAttribute(lambda o: o.region.park.currency)
+    effective_from = factory.Sequence(lambda n: EPOCH + timedelta(minutes=n))
+
+    class Params:
+        disk = factory.Trait(kind=PriceKind.DISK_GB_MONTH, flavor=None, amount_minor=30)
+        bandwidth = factory.Trait(
+            kind=PriceKind.BANDWIDTH_MBPS_MONTH, flavor=None, amount_minor=2000
+        )
+
+
+# --- orchestration ---------------------------------------------------------------------------
+
+
+class BackendFactory(Factory):
+    class Meta:
+        model = Backend
+
+    park = factory.SubFactory(ParkFactory)
+    name = factory.Sequence(lambda n: f"backend-{n}")
+    driver = "simulator"
+    config = factory.LazyFunction(dict)
+    is_enabled = True
+
+
+class PoolFactory(Factory):
+    class Meta:
+        model = Pool
+
+    backend = factory.SubFactory(BackendFactory)
+    region = factory.SubFactory(RegionFactory, park=factory.SelfAttribute("..backend.park"))
+    name = factory.Sequence(lambda n: f"pool-{n}")
+    accelerator_model = factory.SubFactory(AcceleratorModelFactory)
+    pue = Decimal("1.30")
+    power_price_minor_per_kwh = 60
+    carbon_g_per_kwh = 550
+    is_schedulable = True
+
+
+class NodeFactory(Factory):
+    class Meta:
+        model = Node
+
+    pool = factory.SubFactory(PoolFactory)
+    hostname = factory.Sequence(lambda n: f"gpu-node-{n:03d}")
+    vcpu_total = 128
+    ram_gb_total = 1024
+    health = NodeHealth.HEALTHY
+    is_drained = False
+    telemetry = factory.LazyFunction(dict)
+
+
+class AcceleratorFactory(Factory):
+    class Meta:
+        model = Accelerator
+
+    node = factory.SubFactory(NodeFactory)
+    index = factory.Sequence(lambda n: n % 32767)
+    serial = factory.Sequence(lambda n: f"GPU-{n:08d}")
+    allocation = None
+
+
+# --- orders ----------------------------------------------------------------------------------
+
+
+class InstanceFactory(Factory):
+    """A pending instance whose flavor family, image and region are in its organization's park.
+
+    The image is made compatible with the flavor's accelerator model."""
+
+    class Meta:
+        model = Instance
+
+    organization = factory.SubFactory(OrganizationFactory)
+    name = factory.Sequence(lambda n: f"instance-{n}")
+    flavor = factory.SubFactory(
+        FlavorFactory, family__park=factory.SelfAttribute("...organization.park")
+    )
+    image = factory.SubFactory(ImageFactory, park=factory.SelfAttribute("..organization.park"))
+    region = factory.SubFactory(RegionFactory, park=factory.SelfAttribute("..organization.park"))
+    pool = None
+    node = None
+    state = InstanceState.PENDING
+    system_disk_gb = factory.LazyAttribute(lambda o: o.flavor.system_disk_gb)
+    data_disk_gb = 0
+    bandwidth_mbps = 0
+    created_by = factory.SubFactory(UserFactory)
+    released_at = None
+
+    class Params:
+        running = factory.Trait(state=InstanceState.RUNNING)
+        released = factory.Trait(
+            state=InstanceState.RELEASED, released_at=factory.LazyFunction(timezone.now)
+        )
+
+    @factory.post_generation
+    def image_fits_flavor(self, create, extracted, **kwargs):
+        if create:
+            self.image.compatible_accelerators.add(self.flavor.family.accelerator_model)
+
+
+class OrderFactory(Factory):
+    """A create order (no instance yet); `for_instance=True` makes a resize of a new instance
+    of the same organization."""
+
+    class Meta:
+        model = Order
+
+    organization = factory.SubFactory(OrganizationFactory)
+    kind = OrderKind.CREATE
+    state = OrderState.SUBMITTED
+    instance = None
+    parameters = factory.LazyFunction(dict)
+    quote = factory.LazyFunction(dict)
+    hourly_minor = 2500
+    currency = factory.LazyAttribute(lambda o: o.organization.park.currency)
+    idempotency_key = ""
+    created_by = factory.SubFactory(UserFactory)
+
+    class Params:
+        for_instance = factory.Trait(
+            kind=OrderKind.RESIZE,
+            instance=factory.SubFactory(
+                InstanceFactory,
+                organization=factory.SelfAttribute("..organization"),
+                running=True,
+            ),
+        )
+
+
+class TaskFactory(Factory):
+    class Meta:
+        model = Task
+
+    organization = factory.SubFactory(OrganizationFactory)
+    name = factory.Sequence(lambda n: f"task-{n}")
+    image = factory.SubFactory(ImageFactory, park=factory.SelfAttribute("..organization.park"))
+    command = "python train.py --epochs 1"
+    accelerator_model = None
+    accelerator_milli = 1000
+    vcpu = 8
+    ram_gb = 32
+    preference = TaskPreference.BALANCED
+    priority = 0
+    state = TaskState.QUEUED
+    created_by = factory.SubFactory(UserFactory)
+
+
+class AllocationFactory(Factory):
+    """A live allocation of a running instance placed on the allocation's node: same park,
+    region, pool and accelerator model. `for_task=True` holds a task instead."""
+
+    class Meta:
+        model = Allocation
+
+    node = factory.SubFactory(NodeFactory)
+    instance = factory.SubFactory(
+        InstanceFactory,
+        organization__park=factory.SelfAttribute("...node.pool.backend.park"),
+        flavor__family__accelerator_model=factory.SelfAttribute("....node.pool.accelerator_model"),
+        region=factory.SelfAttribute("..node.pool.region"),
+        pool=factory.SelfAttribute("..node.pool"),
+        node=factory.SelfAttribute("..node"),
+        running=True,
+    )
+    task = None
+    vcpu = 16
+    ram_gb = 128
+    released_at = None
+
+    class Params:
+        for_task = factory.Trait(
+            instance=None,
+            task=factory.SubFactory(
+                TaskFactory,
+                organization__park=factory.SelfAttribute("...node.pool.backend.park"),
+                pool=factory.SelfAttribute("..node.pool"),
+                node=factory.SelfAttribute("..node"),
+                state=TaskState.PLACED,
+            ),
+        )
+
+
+class PlacementFactory(Factory):
+    class Meta:
+        model = Placement
+
+    order = factory.SubFactory(OrderFactory)
+    task = None
+    chosen_pool = None
+    chosen_node = None
+    weights = factory.LazyFunction(lambda: {"price": 1.0})
+    candidates = factory.LazyFunction(list)
+    explanation = "The only candidate."
+
+
+# --- quotas ----------------------------------------------------------------------------------
+
+
+class QuotaLimitFactory(Factory):
+    """An organization's accelerator limit; `organization=None` for a park-wide limit and
+    `per_model=True` for a limit on one accelerator model."""
+
+    class Meta:
+        model = QuotaLimit
+
+    park = factory.SubFactory(ParkFactory)
+    organization = factory.SubFactory(OrganizationFactory, park=factory.SelfAttribute("..park"))
+    resource = QuotaResource.ACCELERATORS
+    accelerator_model = None
+    limit = 8
+
+    class Params:
+        per_model = factory.Trait(
+            resource=QuotaResource.MODEL_ACCELERATORS,
+            accelerator_model=factory.SubFactory(AcceleratorModelFactory),
+        )
+
+
+# --- billing ---------------------------------------------------------------------------------
+
+
+class WalletFactory(Factory):
+    class Meta:
+        model = Wallet
+
+    organization = factory.SubFactory(OrganizationFactory)
+    currency = factory.LazyAttribute(lambda o: o.organization.park.currency)
+    mode = BillingMode.PREPAID
+    balance_minor = 100_000
+    held_minor = 0
+    credit_limit_minor = 0
+
+
+class LedgerEntryFactory(Factory):
+    """A top-up; `balance_after_minor` follows the wallet's balance."""
+
+    class Meta:
+        model = LedgerEntry
+
+    wallet = factory.SubFactory(WalletFactory)
+    kind = EntryKind.TOP_UP
+    amount_minor = 10_000
+    balance_after_minor = factory.LazyAttribute(lambda o: o.wallet.balance_minor + o.amount_minor)
+    description = "Top-up"
+
+    class Params:
+        charge = factory.Trait(kind=EntryKind.CHARGE, amount_minor=-2500, description="Usage")
+
+
+class PaymentFactory(Factory):
+    class Meta:
+        model = Payment
+
+    wallet = factory.SubFactory(WalletFactory)
+    amount_minor = 10_000
+    currency = factory.LazyAttribute(lambda o: o.wallet.currency)
+    state = PaymentState.PENDING
+    stripe_checkout_session_id = factory.Sequence(lambda n: f"cs_test_{n:06d}")
+
+
+class InvoiceFactory(Factory):
+    class Meta:
+        model = Invoice
+
+    organization = factory.SubFactory(OrganizationFactory)
+    number = factory.Sequence(lambda n: f"INV-2026-{n:06d}")
+    period_start = factory.Sequence(lambda n: EPOCH + timedelta(days=30 * n))
+    period_end = factory.LazyAttribute(lambda o: o.period_start + timedelta(days=30))
+    currency = factory.LazyAttribute(lambda o: o.organization.park.currency)
+    subtotal_minor = 10_000
+    tax_minor = 600
+    total_minor = factory.LazyAttribute(lambda o: o.subtotal_minor + o.tax_minor)
+    state = InvoiceState.DRAFT
+
+
+class UsageRecordFactory(Factory):
+    """One hour of an instance of the record's organization; `for_task=True` meters a task."""
+
+    class Meta:
+        model = UsageRecord
+
+    organization = factory.SubFactory(OrganizationFactory)
+    instance = factory.SubFactory(
+        InstanceFactory, organization=factory.SelfAttribute("..organization"), running=True
+    )
+    task = None
+    invoice = None
+    started_at = factory.Sequence(lambda n: EPOCH + timedelta(hours=n))
+    ended_at = factory.LazyAttribute(lambda o: o.started_at + timedelta(seconds=o.seconds))
+    seconds = 3600
+    compute_unit_milliseconds = factory.LazyAttribute(lambda o: o.seconds * 9895)
+    hourly_minor = 2500
+    amount_minor = factory.LazyAttribute(lambda o: o.hourly_minor * o.seconds // 3600)
+    currency = factory.LazyAttribute(lambda o: o.organization.park.currency)
+
+    class Params:
+        for_task = factory.Trait(
+            instance=None,
+            task=factory.SubFactory(
+                TaskFactory,
+                organization=factory.SelfAttribute("..organization"),
+                state=TaskState.RUNNING,
+                started_at=factory.LazyFunction(timezone.now),
+            ),
+        )
+
+
+# --- operations ------------------------------------------------------------------------------
+
+
+class AuditEventFactory(Factory):
+    class Meta:
+        model = AuditEvent
+
+    park = factory.SelfAttribute("organization.park")
+    organization = factory.SubFactory(OrganizationFactory)
+    actor = factory.SubFactory(UserFactory)
+    actor_label = factory.LazyAttribute(lambda o: str(o.actor) if o.actor else "system")
+    action = "instance.provisioning"
+    object_type = "orders.instance"
+    object_id = factory.Sequence(str)
+    object_repr = factory.LazyAttribute(lambda o: f"instance-{o.object_id}")
+    data = factory.LazyFunction(lambda: {"from": "pending", "to": "provisioning"})
