@@ -16,9 +16,10 @@ def database_status() -> dict:
 
 
 def broker_status(timeout: float = 2.0) -> dict:
-    transport = celery_app.conf.broker_url.split("://", 1)[0]
+    conn = celery_app.connection_for_write()  # the connection tasks are sent on
+    transport = conn.transport_cls
     try:
-        with celery_app.connection_for_write() as conn:
+        with conn:
             conn.ensure_connection(
                 max_retries=1, interval_start=0, interval_step=0, timeout=timeout
             )

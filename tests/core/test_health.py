@@ -13,14 +13,15 @@ def test_healthz_reports_database_and_broker(client):
     assert body["checks"]["database"]["ok"] is True
     assert body["checks"]["broker"] == {
         "ok": True,
-        "transport": celery_app.conf.broker_url.split("://")[0],
+        "transport": celery_app.conf.broker_url.split("://")[0],  # "filesystem" or "amqp"
     }
     assert "no-cache" in response["Cache-Control"]
 
 
 def test_healthz_is_503_with_the_reason_when_the_broker_is_unreachable(client, monkeypatch):
     # Port 9 (discard) on loopback is closed here: the connection is refused at once.
-    monkeypatch.setattr(celery_app.conf, "broker_url", "amqp://guest:guest@127.0.0.1:9//")
+    for name in ("broker_url", "broker_write_url"):
+        monkeypatch.setattr(celery_app.conf, name, "amqp://guest:guest@127.0.0.1:9//")
     response = client.get("/healthz")
     assert response.status_code == 503
     body = response.json()
