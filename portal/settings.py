@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "apps.orders",
     "apps.billing",
     "apps.operations",
+    "apps.api",
 ]
 
 MIDDLEWARE = [
@@ -62,6 +63,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    "apps.tenants.middleware.CurrentOrganizationMiddleware",
+    "apps.tenants.middleware.MfaRequiredMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -170,6 +173,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --- REST API ---------------------------------------------------------------------------------
 REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "apps.api.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "apps.api.exceptions.handle_exception",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
 }
@@ -215,5 +224,28 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
-# Park-level product defaults (an operator can change them per park in the console).
-LOAM_DEFAULT_CURRENCY = env.str("LOAM_DEFAULT_CURRENCY", default="CNY")
+# --- Product rules ----------------------------------------------------------------------------
+# Where links in emails point (no request to read the host from in a worker).
+LOAM_BASE_URL = env.str("LOAM_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")
+LOAM_INVITATION_DAYS = env.int("LOAM_INVITATION_DAYS", default=7)
+LOAM_LICENCE_MAX_BYTES = env.int("LOAM_LICENCE_MAX_BYTES", default=10 * 1024 * 1024)
+# Quotas a new organization starts with, and what verification raises them to; operators
+# change any organization's limits afterwards.
+LOAM_DEFAULT_QUOTAS = {
+    "unverified": {
+        "accelerators": 2,
+        "compute_units": 8,
+        "vcpu": 64,
+        "ram_gb": 512,
+        "disk_gb": 2000,
+        "instances": 2,
+    },
+    "verified": {
+        "accelerators": 16,
+        "compute_units": 60,
+        "vcpu": 512,
+        "ram_gb": 4096,
+        "disk_gb": 20000,
+        "instances": 10,
+    },
+}

@@ -1,5 +1,6 @@
 from django.db.models import Count, Q
 
+from apps.operations.models import AuditEvent
 from apps.orchestration.models import Pool
 
 
@@ -17,3 +18,23 @@ def pool_capacity(parks):
         )
         .order_by("region__level", "region__name", "name")
     )
+
+
+def audit_events(
+    parks, *, actor="", organization=None, action="", object_type="", since=None, until=None
+):
+    """The audit log of the given parks, newest first, filtered as the operator asks."""
+    events = AuditEvent.objects.filter(park__in=parks).select_related("organization")
+    if actor:
+        events = events.filter(actor_label__icontains=actor)
+    if organization is not None:
+        events = events.filter(organization=organization)
+    if action:
+        events = events.filter(action__startswith=action)
+    if object_type:
+        events = events.filter(object_type=object_type)
+    if since:
+        events = events.filter(created_at__gte=since)
+    if until:
+        events = events.filter(created_at__lt=until)
+    return events.order_by("-created_at", "-id")

@@ -1,6 +1,7 @@
 from django.db import models
 
 from apps.operations.models import AuditEvent
+from apps.tenants.access import audit_identity
 from apps.tenants.models import Organization, Park
 
 
@@ -18,13 +19,12 @@ def record_event(
     """Append one audit event. The organization and park default to the target's own."""
     organization = organization or _organization_of(target)
     park = park or (organization.park if organization else _park_of(target))
-    if not actor_label:
-        actor_label = str(actor) if actor is not None else "system"
+    user, label = audit_identity(actor)
     return AuditEvent.objects.create(
         park=park,
         organization=organization,
-        actor=actor if getattr(actor, "pk", None) else None,
-        actor_label=actor_label[:120],
+        actor=user,
+        actor_label=(actor_label or label)[:120],
         action=action,
         object_type=target._meta.label_lower if target is not None else "",
         object_id=str(target.pk) if target is not None else "",

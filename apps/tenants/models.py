@@ -1,3 +1,6 @@
+import uuid
+from pathlib import Path
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -17,6 +20,12 @@ class Park(models.Model):
     slug = models.SlugField(_("slug"), max_length=60, unique=True)
     currency = models.CharField(
         _("currency"), max_length=3, choices=Currency.choices, default=Currency.CNY
+    )
+    require_mfa_for_operators = models.BooleanField(
+        _("operators must use two-factor authentication"), default=False
+    )
+    require_mfa_for_owners = models.BooleanField(
+        _("organization owners must use two-factor authentication"), default=False
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
@@ -76,6 +85,12 @@ VERIFICATION_TRANSITIONS = {
 }
 
 
+def licence_path(organization, filename):
+    """Random names, so one organization's licence URL cannot be guessed from another's."""
+    suffix = Path(filename).suffix.lower()
+    return f"licences/{organization.park_id}/{uuid.uuid4().hex}{suffix}"
+
+
 class Organization(models.Model):
     """An enterprise tenant of a park."""
 
@@ -94,6 +109,10 @@ class Organization(models.Model):
         default=VerificationState.UNVERIFIED,
     )
     verification_note = models.TextField(_("verification note"), blank=True)
+    # Stored under MEDIA_ROOT, outside static/, and only served by a view that checks access.
+    licence = models.FileField(_("business licence"), upload_to=licence_path, blank=True)
+    verification_submitted_at = models.DateTimeField(_("submitted at"), null=True, blank=True)
+    verification_decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
@@ -187,6 +206,7 @@ class Invitation(models.Model):
         verbose_name=_("invited by"),
     )
     expires_at = models.DateTimeField(_("expires at"))
+    sent_at = models.DateTimeField(_("last sent at"), null=True, blank=True)
     accepted_at = models.DateTimeField(_("accepted at"), null=True, blank=True)
     revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)

@@ -1,0 +1,30 @@
+"""Helpers shared by the HTMX/page views of every app."""
+
+from contextlib import contextmanager
+from types import SimpleNamespace
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied as HttpPermissionDenied
+
+from apps.core.errors import DomainError, PermissionDenied
+
+
+@contextmanager
+def refusals(request, form=None):
+    """Turn a service's refusal into a form error (or a message), and a domain permission error
+    into a 403; `outcome.refused` tells the view which way it went."""
+    outcome = SimpleNamespace(refused=False)
+    try:
+        yield outcome
+    except PermissionDenied as exc:
+        raise HttpPermissionDenied(exc.message) from exc
+    except DomainError as exc:
+        outcome.refused = True
+        if form is not None:
+            form.add_error(None, exc.message)
+        else:
+            messages.error(request, exc.message)
+
+
+def client_ip(request) -> str | None:
+    return request.META.get("REMOTE_ADDR") if request is not None else None

@@ -1,0 +1,27 @@
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from apps.tenants.models import Organization
+
+
+class AuditFilterForm(forms.Form):
+    actor = forms.CharField(label=_("Actor"), required=False)
+    organization = forms.ModelChoiceField(
+        label=_("Organization"), queryset=Organization.objects.none(), required=False
+    )
+    action = forms.CharField(label=_("Action"), required=False, help_text=_("e.g. api_key."))
+    object_type = forms.CharField(label=_("Object type"), required=False)
+    since = forms.DateTimeField(
+        label=_("From"),
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+    until = forms.DateTimeField(
+        label=_("Until"),
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+
+    def __init__(self, *args, organizations, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["organization"].queryset = organizations

@@ -1,0 +1,50 @@
+"""Who the actor is in an organization, and the one check every service makes before acting."""
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from apps.core.errors import PermissionDenied
+from apps.tenants.models import ApiKey, Membership, Organization
+from apps.tenants.roles import can, key_can
+
+
+def role_of(user, organization: Organization) -> str | None:
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    return (
+        Membership.objects.filter(user=user, organization=organization)
+        .values_list("role", flat=True)
+        .first()
+    )
+
+
+def is_usable_key(key: ApiKey) -> bool:
+    return key.revoked_at is None and (key.expires_at is None or key.expires_at > timezone.now())
+
+
+def allowed(actor, organization: Organization, action: str) -> bool:
+    if isinstance(actor, ApiKey):
+        return (
+            actor.organization_id == organization.pk
+            and is_usable_key(actor)
+            and key_can(actor.scope, action)
+        )
+    return can(role_of(actor, organization), action)
+
+
+def authorize(actor, organization: Organization, action: str) -> None:
+    """Raise PermissionDenied unless `actor` (a user or an API key) may do `action` here."""
+    if not allowed(actor, organization, action):
+        raise PermissionDenied(_("Your role in this organization does not allow this."))
+
+
+def audit_identity(actor) -> tuple:
+    """(user or None, label) for the audit log: API keys and the system are named, not linked."""
+    if actor is None:
+        return None, "system"
+    if isinstance(actor, get_user_model()):
+        return actor, actor.get_username()
+    if isinstance(actor, ApiKey):
+        return None, f"api-key:{actor.prefix}"
+    return None, str(actor)
