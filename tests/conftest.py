@@ -21,3 +21,89 @@ def _plain_static_storage(settings):
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
+
+
+@pytest.fixture(autouse=True)
+def _celery_eager(monkeypatch):
+    """Tasks run in-process unless a test starts a real worker (tests/e2e)."""
+    from portal.celery import app
+
+    monkeypatch.setitem(app.conf, "task_always_eager", True)
+    monkeypatch.setitem(app.conf, "task_eager_propagates", True)
+
+
+# --- Role fixtures: one park, an organization with a user in each role, an operator of the park,
+# and another organization (in the same park) with its own owner, for isolation tests.
+
+
+@pytest.fixture
+def park(db):
+    from tests.factories import ParkFactory
+
+    return ParkFactory()
+
+
+@pytest.fixture
+def organization(park):
+    from tests.factories import OrganizationFactory
+
+    return OrganizationFactory(park=park)
+
+
+@pytest.fixture
+def member_of():
+    """member_of(organization, role) -> a new user with that role there."""
+    from tests.factories import MembershipFactory, UserFactory
+
+    def make(organization, role):
+        user = UserFactory()
+        MembershipFactory(organization=organization, user=user, role=role)
+        return user
+
+    return make
+
+
+@pytest.fixture
+def owner(organization, member_of):
+    return member_of(organization, "owner")
+
+
+@pytest.fixture
+def admin(organization, member_of):
+    return member_of(organization, "admin")
+
+
+@pytest.fixture
+def member(organization, member_of):
+    return member_of(organization, "member")
+
+
+@pytest.fixture
+def billing(organization, member_of):
+    return member_of(organization, "billing")
+
+
+@pytest.fixture
+def viewer(organization, member_of):
+    return member_of(organization, "viewer")
+
+
+@pytest.fixture
+def operator(park):
+    from tests.factories import ParkOperatorFactory, UserFactory
+
+    user = UserFactory()
+    ParkOperatorFactory(park=park, user=user)
+    return user
+
+
+@pytest.fixture
+def other_organization(park):
+    from tests.factories import OrganizationFactory
+
+    return OrganizationFactory(park=park)
+
+
+@pytest.fixture
+def other_owner(other_organization, member_of):
+    return member_of(other_organization, "owner")

@@ -14,6 +14,7 @@ from hashlib import sha256
 
 import factory
 import pytest
+from allauth.account.models import EmailAddress
 from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
@@ -152,6 +153,13 @@ class UserFactory(Factory):
     email = factory.LazyAttribute(lambda o: f"{o.username}@example.com")
     # Hashed once and shared: hashing per user (PBKDF2) would dominate the suite's run time.
     password = factory.LazyFunction(lambda: _password_hash("pw"))
+
+    @factory.post_generation
+    def verified_email(user, create, extracted, **kwargs):
+        """The user's address is verified (as after allauth's email confirmation) unless
+        `verified_email=False` is passed."""
+        if create and extracted is not False:
+            EmailAddress.objects.create(user=user, email=user.email, verified=True, primary=True)
 
 
 class ParkFactory(Factory):

@@ -24,6 +24,7 @@ class OrganizationView(RetrieveAPIView):
 
 
 class MembershipViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Membership.objects.none()  # for the schema; requests use get_queryset()
     serializer_class = MembershipSerializer
     permission_classes = [OrganizationAction]
     required_actions = {"list": Action.VIEW, "retrieve": Action.VIEW}
@@ -37,6 +38,7 @@ class MembershipViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    queryset = ApiKey.objects.none()  # for the schema; requests use get_queryset()
     serializer_class = ApiKeySerializer
     permission_classes = [OrganizationAction]
     required_actions = {
