@@ -25,5 +25,9 @@ class OrganizationAction(BasePermission):
         organization = current_organization(request)
         if organization is None:
             return False
-        action = view.required_actions[getattr(view, "action", None) or request.method.lower()]
+        action = view.required_actions.get(getattr(view, "action", None) or request.method.lower())
+        if action is None:
+            # A method the view does not take: let DRF answer 405. Any other unmapped case is
+            # a view that forgot its table, and is refused.
+            return request.method not in view.allowed_methods
         return allowed(current_actor(request), organization, action)

@@ -5,4 +5,5 @@ from apps.core import views
 app_name = "core"
 urlpatterns = [
     path("", views.home, name="home"),
+    path("start/", views.start, name="start"),
 ]

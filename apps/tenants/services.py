@@ -447,7 +447,7 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 def authenticate_api_key(secret: str, *, ip_address: str | None) -> ApiKey | None:
     """The key for a presented secret, if it is valid, unexpired and not revoked."""
-    parts = secret.split("_")
+    parts = secret.split("_", 2)  # the random part may itself contain "_"
     if len(parts) != 3 or parts[0] != API_KEY_PREFIX:
         return None
     key = ApiKey.objects.select_related("organization__park").filter(prefix=parts[1]).first()

@@ -99,3 +99,14 @@ def test_admin_renders(client, demo_park, language):
         "/admin/operations/auditevent/",
     ):
         assert client.get(path).status_code == 200, path
+
+
+def test_sign_in_lands_where_the_user_works(client, organization, owner, operator):
+    from tests.factories import UserFactory
+
+    client.force_login(owner)
+    assert client.get("/start/")["Location"] == "/org/"
+    client.force_login(operator)
+    assert client.get("/start/")["Location"] == "/ops/"
+    client.force_login(UserFactory())
+    assert client.get("/start/")["Location"] == "/org/new/"
