@@ -95,3 +95,18 @@ def catalog_summary() -> list[dict]:
         .order_by("domestic", "vendor", "name")
     )
     return [{"model": m, "total": m.total, "free": sum(free.get(m.pk, []))} for m in models]
+
+
+def price_in_force(*, region, kind: str, flavor=None, at=None) -> Price | None:
+    at = at or timezone.now()
+    return (
+        Price.objects.filter(region=region, kind=kind, flavor=flavor, effective_from__lte=at)
+        .order_by("-effective_from")
+        .first()
+    )
+
+
+def compatible_images(flavor):
+    return flavor.family.accelerator_model.images.filter(
+        is_active=True, park=flavor.family.park
+    ).order_by("software_stack", "name")

@@ -8,7 +8,7 @@ from django.utils.translation import gettext_lazy as _
 from apps.catalog.models import AcceleratorModel, Flavor, Image, Region
 from apps.core.money import Currency
 from apps.orchestration.models import Node, Pool
-from apps.tenants.models import Organization
+from apps.tenants.models import Organization, Park
 
 
 class InstanceState(models.TextChoices):
@@ -26,7 +26,8 @@ class InstanceState(models.TextChoices):
 
 _S = InstanceState
 INSTANCE_TRANSITIONS = {
-    _S.PENDING: frozenset({_S.PROVISIONING, _S.RELEASING, _S.ERROR}),
+    # pending -> released: an order rejected or cancelled before anything was provisioned.
+    _S.PENDING: frozenset({_S.PROVISIONING, _S.RELEASED, _S.ERROR}),
     _S.PROVISIONING: frozenset({_S.RUNNING, _S.RELEASING, _S.ERROR}),
     _S.RUNNING: frozenset({_S.STOPPING, _S.RESIZING, _S.RELEASING, _S.ERROR}),
     _S.STOPPING: frozenset({_S.STOPPED, _S.ERROR}),
@@ -37,8 +38,12 @@ INSTANCE_TRANSITIONS = {
     _S.ERROR: frozenset({_S.RELEASING}),
     _S.RELEASED: frozenset(),
 }
-# States that hold quota and accelerators.
-INSTANCE_HOLDING_STATES = frozenset(set(_S.values) - {_S.RELEASED})
+# States that hold quota and accelerators. An instance in error has given both back.
+INSTANCE_HOLDING_STATES = frozenset(set(_S.values) - {_S.RELEASED, _S.ERROR})
+# States in which the page polls for progress.
+INSTANCE_BUSY_STATES = frozenset(
+    {_S.PENDING, _S.PROVISIONING, _S.STOPPING, _S.STARTING, _S.RESIZING, _S.RELEASING}
+)
 
 
 class Instance(models.Model):
@@ -376,3 +381,39 @@ class Task(models.Model):
 
     def __str__(self):
         return self.name
+
+
+class ApprovalPolicy(models.Model):
+    """Which create orders of a park wait for an operator (the rest are approved at once)."""
+
+    park = models.OneToOneField(
+        Park, on_delete=models.CASCADE, related_name="approval_policy", verbose_name=_("park")
+    )
+    unverified_needs_approval = models.BooleanField(
+        _("orders of unverified organizations need approval"), default=True
+    )
+    max_accelerators = models.PositiveIntegerField(
+        _("approval above this many accelerators"),
+        null=True,
+        blank=True,
+        help_text=_("Per order; empty: no limit."),
+    )
+    max_hourly_minor = models.BigIntegerField(
+        _("approval above this hourly price (minor units)"),
+        null=True,
+        blank=True,
+        help_text=_("Per order; empty: no limit."),
+    )
+
+    class Meta:
+        verbose_name = _("approval policy")
+        verbose_name_plural = _("approval policies")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_hourly_minor__isnull=True) | Q(max_hourly_minor__gte=0),
+                name="approval_policy_price_not_negative",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.park}"

@@ -1,21 +1,64 @@
-"""State transitions of instances, orders and tasks. Use cases (submit, approve, resize, ...)
-build on these; nothing else assigns a state field."""
+"""Orders and instances: quoting, submitting, approving, lifecycle operations, and the state
+changes the provisioning tasks report back. Nothing else assigns a state field.
 
-from django.db import transaction
+Every create or operation is an Order. Quota is held by the instance rows themselves
+(apps.quotas.services), accelerators by Allocation rows (apps.orchestration.services); both are
+taken in the submitting transaction under row locks and given back in the transaction that
+ends the instance (release, rejection, failure).
+"""
+
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
+from apps.catalog.models import Flavor, Image, PriceKind, Region
+from apps.catalog.selectors import price_in_force
+from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
+from apps.core.transactions import on_commit_task
 from apps.core.transitions import transition
+from apps.operations.services import record_event
+from apps.orchestration.services import (
+    NoCapacity,
+    place,
+    release_capacity,
+    resize_capacity,
+    schedulable_nodes,
+    shape_of,
+    with_free_capacity,
+)
 from apps.orders.models import (
     INSTANCE_TRANSITIONS,
+    ORDER_TERMINAL_STATES,
     ORDER_TRANSITIONS,
     TASK_TRANSITIONS,
+    ApprovalPolicy,
     Instance,
     InstanceState,
     Order,
+    OrderKind,
     OrderState,
     Task,
     TaskState,
 )
+from apps.orders.validation import validate_hostname, validate_ssh_public_key
+from apps.quotas.services import Usage, demand_for, reserve
+from apps.tenants.access import audit_identity, authorize
+from apps.tenants.models import Organization
+from apps.tenants.roles import Action
+from apps.tenants.selectors import is_operator_of
+
+HOURS_PER_MONTH = 720  # monthly prices are per 30 days
+MAX_COUNT = 10
+MAX_SYSTEM_DISK_GB = 2048
+MAX_DATA_DISK_GB = 32768
+MAX_BANDWIDTH_MBPS = 10000
+
+
+# --- State transitions -----------------------------------------------------------------------
 
 
 @transaction.atomic
@@ -63,3 +106,570 @@ def move_task(*, task: Task, to: str, actor=None) -> Task:
         return {}
 
     return transition(task, to, table=TASK_TRANSITIONS, actor=actor, changes=timestamps)
+
+
+# --- Quotes ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Quote:
+    """What an order would cost, exactly (fractions of a minor unit are kept until billing)."""
+
+    currency: str
+    region: Region
+    count: int
+    flavor_hourly_minor: int
+    disk_hourly_minor: Decimal
+    bandwidth_hourly_minor: Decimal
+
+    @property
+    def hourly_minor(self) -> Decimal:
+        one = self.flavor_hourly_minor + self.disk_hourly_minor + self.bandwidth_hourly_minor
+        return one * self.count
+
+    @property
+    def per_second_minor(self) -> Decimal:
+        return self.hourly_minor / 3600
+
+    @property
+    def monthly_minor(self) -> Decimal:
+        return self.hourly_minor * HOURS_PER_MONTH
+
+    @property
+    def hourly_minor_rounded(self) -> int:
+        return int(self.hourly_minor.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+    def as_json(self) -> dict:
+        return {
+            "currency": self.currency,
+            "region": self.region.code,
+            "count": self.count,
+            "flavor_hourly_minor": self.flavor_hourly_minor,
+            "disk_hourly_minor": str(self.disk_hourly_minor),
+            "bandwidth_hourly_minor": str(self.bandwidth_hourly_minor),
+            "hourly_minor": str(self.hourly_minor),
+        }
+
+
+@dataclass(frozen=True)
+class HostRequest:
+    """The shape of a new host, as the order form or the API gives it."""
+
+    flavor: Flavor
+    image: Image
+    region: Region | None  # None: the scheduler chooses
+    system_disk_gb: int
+    data_disk_gb: int = 0
+    bandwidth_mbps: int = 0
+    ssh_public_key: str = ""
+    name: str = ""
+    count: int = 1
+
+
+def _not_priced(flavor, region) -> DomainError:
+    return DomainError(
+        _("%(flavor)s has no price in %(region)s; it is not sold there.")
+        % {"flavor": flavor.code, "region": region.name},
+        code="not_priced",
+    )
+
+
+def choose_region(*, organization: Organization, flavor: Flavor) -> Region:
+    """For "let the scheduler choose": the cheapest region where one host of the flavor fits
+    now, the lower latency breaking ties."""
+    shape = shape_of(flavor)
+    nodes = with_free_capacity(
+        schedulable_nodes(park=organization.park, accelerator_model_id=shape.accelerator_model_id)
+    )
+    options = []
+    for node in nodes:
+        free_vcpu, free_ram = node.vcpu_total - node.vcpu_used, node.ram_gb_total - node.ram_used
+        if (
+            node.free_accelerators >= shape.accelerators
+            and free_vcpu >= shape.vcpu
+            and free_ram >= shape.ram_gb
+        ):
+            region = node.pool.region
+            price = price_in_force(region=region, kind=PriceKind.FLAVOR_HOUR, flavor=flavor)
+            if price is not None:
+                options.append((price.amount_minor, region.latency_ms, region.pk, region))
+    if not options:
+        raise NoCapacity(
+            _("No region has a free host of %(flavor)s right now. Try a smaller flavor or later.")
+            % {"flavor": flavor.code}
+        )
+    return min(options, key=lambda option: option[:3])[3]
+
+
+def quote(*, organization: Organization, request: HostRequest) -> Quote:
+    region = request.region or choose_region(organization=organization, flavor=request.flavor)
+    flavor_price = price_in_force(region=region, kind=PriceKind.FLAVOR_HOUR, flavor=request.flavor)
+    if flavor_price is None:
+        raise _not_priced(request.flavor, region)
+    disk_price = price_in_force(region=region, kind=PriceKind.DISK_GB_MONTH)
+    bandwidth_price = price_in_force(region=region, kind=PriceKind.BANDWIDTH_MBPS_MONTH)
+    # The flavor's price includes its standard system disk; more system disk is cloud disk.
+    billed_disk = request.data_disk_gb + max(
+        0, request.system_disk_gb - request.flavor.system_disk_gb
+    )
+    return Quote(
+        currency=flavor_price.currency,
+        region=region,
+        count=request.count,
+        flavor_hourly_minor=flavor_price.amount_minor,
+        disk_hourly_minor=Decimal(disk_price.amount_minor if disk_price else 0)
+        * billed_disk
+        / HOURS_PER_MONTH,
+        bandwidth_hourly_minor=Decimal(bandwidth_price.amount_minor if bandwidth_price else 0)
+        * request.bandwidth_mbps
+        / HOURS_PER_MONTH,
+    )
+
+
+def validate_host_request(organization: Organization, request: HostRequest) -> None:
+    """Every refusal names what is wrong; a ValidationError carries the field."""
+    flavor, image = request.flavor, request.image
+    park = organization.park
+    errors = {}
+    if not flavor.is_active or flavor.family.park_id != park.pk:
+        errors["flavor"] = _("This flavor is not on sale in your park.")
+    elif not image.is_active or image.park_id != park.pk:
+        errors["image"] = _("This image is not available in your park.")
+    elif not image.compatible_accelerators.filter(pk=flavor.family.accelerator_model_id).exists():
+        errors["image"] = _(
+            "%(image)s (%(stack)s) does not run on %(model)s; choose an image for its software "
+            "stack."
+        ) % {
+            "image": image.name,
+            "stack": image.get_software_stack_display(),
+            "model": flavor.family.accelerator_model,
+        }
+    if request.region is not None and request.region.park_id != park.pk:
+        errors["region"] = _("This region is not in your park.")
+    if not flavor.system_disk_gb <= request.system_disk_gb <= MAX_SYSTEM_DISK_GB:
+        errors["system_disk_gb"] = _("The system disk must be %(min)d–%(max)d GB.") % {
+            "min": flavor.system_disk_gb,
+            "max": MAX_SYSTEM_DISK_GB,
+        }
+    if not 0 <= request.data_disk_gb <= MAX_DATA_DISK_GB:
+        errors["data_disk_gb"] = _("The cloud disk must be 0–%(max)d GB.") % {
+            "max": MAX_DATA_DISK_GB
+        }
+    if not 0 <= request.bandwidth_mbps <= MAX_BANDWIDTH_MBPS:
+        errors["bandwidth_mbps"] = _("Bandwidth must be 0–%(max)d Mbps.") % {
+            "max": MAX_BANDWIDTH_MBPS
+        }
+    if not 1 <= request.count <= MAX_COUNT:
+        errors["count"] = _("Order 1–%(max)d hosts at a time.") % {"max": MAX_COUNT}
+    for field, check, value in (
+        ("name", validate_hostname, request.name),
+        ("ssh_public_key", validate_ssh_public_key, request.ssh_public_key),
+    ):
+        try:
+            check(value)
+        except ValidationError as exc:
+            errors[field] = exc.messages[0]
+    if errors:
+        raise ValidationError(errors)
+
+
+def needs_approval(organization: Organization, request: HostRequest, quoted: Quote) -> bool:
+    policy = ApprovalPolicy.objects.filter(park=organization.park).first() or ApprovalPolicy()
+    if policy.unverified_needs_approval and not organization.is_verified:
+        return True
+    accelerators = request.flavor.accelerator_count * request.count
+    if policy.max_accelerators is not None and accelerators > policy.max_accelerators:
+        return True
+    return policy.max_hourly_minor is not None and quoted.hourly_minor > policy.max_hourly_minor
+
+
+# --- Creating hosts --------------------------------------------------------------------------
+
+
+@transaction.atomic(durable=True)
+def submit_create(
+    *, organization: Organization, actor, request: HostRequest, idempotency_key: str = ""
+) -> list[Order]:
+    """Order `request.count` hosts. The same idempotency key returns the first call's orders,
+    so a double click or a retried request creates nothing twice."""
+    authorize(actor, organization, Action.ORDER)
+    if idempotency_key:
+        earlier = _orders_for_key(organization, idempotency_key)
+        if earlier:
+            return earlier
+    validate_host_request(organization, request)
+    quoted = quote(organization=organization, request=request)
+    reserve(
+        organization=organization,
+        demand=demand_for(
+            flavor=request.flavor,
+            system_disk_gb=request.system_disk_gb,
+            data_disk_gb=request.data_disk_gb,
+            count=request.count,
+        ),
+    )
+    approval = needs_approval(organization, request, quoted)
+    orders = []
+    for index in range(request.count):
+        name = request.name if request.count == 1 else f"{request.name}-{index + 1}"
+        try:
+            with transaction.atomic():
+                orders.append(
+                    _create_order(
+                        organization,
+                        actor,
+                        request,
+                        quoted,
+                        name,
+                        f"{idempotency_key}:{index}" if idempotency_key else "",
+                    )
+                )
+        except IntegrityError:  # a concurrent request with the same key won the race
+            transaction.set_rollback(True)
+            raise DomainError(
+                _("This order is already being submitted."), code="duplicate_submission"
+            ) from None
+    for order in orders:
+        if approval:
+            move_order(order=order, to=OrderState.AWAITING_APPROVAL, actor=actor)
+        else:
+            move_order(order=order, to=OrderState.APPROVED, actor=None)
+            _start_provisioning(order, region=quoted.region)
+    return [Order.objects.get(pk=order.pk) for order in orders]
+
+
+def _orders_for_key(organization, key):
+    return list(
+        Order.objects.filter(
+            organization=organization, idempotency_key__startswith=f"{key}:"
+        ).order_by("pk")
+    )
+
+
+def _create_order(organization, actor, request, quoted, name, key) -> Order:
+    instance = Instance.objects.create(
+        organization=organization,
+        name=name,
+        flavor=request.flavor,
+        image=request.image,
+        region=quoted.region,
+        system_disk_gb=request.system_disk_gb,
+        data_disk_gb=request.data_disk_gb,
+        bandwidth_mbps=request.bandwidth_mbps,
+        ssh_public_key=request.ssh_public_key.strip(),
+        created_by=audit_identity(actor)[0],
+    )
+    one_host = Quote(**{**quoted.__dict__, "count": 1})
+    order = Order.objects.create(
+        organization=organization,
+        kind=OrderKind.CREATE,
+        instance=instance,
+        parameters={
+            "flavor": request.flavor.code,
+            "image": request.image.code,
+            "region": quoted.region.code,
+            "system_disk_gb": request.system_disk_gb,
+            "data_disk_gb": request.data_disk_gb,
+            "bandwidth_mbps": request.bandwidth_mbps,
+        },
+        quote=one_host.as_json(),
+        hourly_minor=one_host.hourly_minor_rounded,
+        currency=quoted.currency,
+        idempotency_key=key,
+        created_by=instance.created_by,
+    )
+    record_event(
+        action="order.submitted",
+        actor=actor,
+        target=order,
+        data={"kind": order.kind, "instance": instance.name},
+    )
+    return order
+
+
+def _start_provisioning(order: Order, *, region: Region) -> None:
+    """Allocate accelerators and hand the instance to the backend (after commit)."""
+    from apps.orchestration.tasks import provision_instance
+
+    instance = order.instance
+    place(instance=instance, shape=shape_of(instance.flavor), region=region, order=order)
+    allocation = instance.allocations.get(released_at__isnull=True)
+    Instance.objects.filter(pk=instance.pk).update(node=allocation.node, pool=allocation.node.pool)
+    move_order(order=order, to=OrderState.FULFILLING)
+    move_instance(instance=instance, to=InstanceState.PROVISIONING)
+    on_commit_task(provision_instance, instance.pk)
+
+
+def _require_operator(operator, order: Order) -> None:
+    if not is_operator_of(operator, order.organization.park):
+        raise PermissionDenied(_("Only this park's operators may decide on its orders."))
+
+
+@transaction.atomic(durable=True)
+def approve_order(*, order: Order, operator) -> Order:
+    """Approve a waiting order. Capacity is taken now; if none is left, the order fails with the
+    reason and its quota is given back (the approval itself stays recorded)."""
+    _require_operator(operator, order)
+    order = move_order(order=order, to=OrderState.APPROVED, actor=operator)
+    try:
+        with transaction.atomic():
+            _start_provisioning(order, region=order.instance.region)
+    except NoCapacity as exc:
+        _end_unprovisioned(order, to=OrderState.FAILED, reason=exc.message)
+    return Order.objects.get(pk=order.pk)
+
+
+@transaction.atomic(durable=True)
+def reject_order(*, order: Order, operator, reason: str) -> Order:
+    _require_operator(operator, order)
+    if not reason.strip():
+        raise DomainError(_("Say why the order is rejected."), code="reason_required")
+    return _end_unprovisioned(order, to=OrderState.REJECTED, reason=reason.strip(), actor=operator)
+
+
+@transaction.atomic(durable=True)
+def cancel_order(*, order: Order, actor) -> Order:
+    authorize(actor, order.organization, Action.ORDER)
+    return _end_unprovisioned(order, to=OrderState.CANCELLED, actor=actor)
+
+
+def _end_unprovisioned(order: Order, *, to: str, reason: str = "", actor=None) -> Order:
+    """End a create order whose host never ran: its instance is released, its quota back."""
+    if order.kind != OrderKind.CREATE:
+        raise InvalidTransition(_("Only a waiting create order can be ended this way."))
+    order = move_order(order=order, to=to, actor=actor, reason=reason)
+    move_instance(instance=order.instance, to=InstanceState.RELEASED, actor=actor)
+    return order
+
+
+# --- What the provisioning tasks report ------------------------------------------------------
+
+
+@transaction.atomic
+def complete_provisioning(*, instance_id: int, handle: str, access: dict) -> Instance | None:
+    instance = Instance.objects.select_for_update().get(pk=instance_id)
+    if instance.state != InstanceState.PROVISIONING:  # a duplicate delivery of the task
+        return None
+    Instance.objects.filter(pk=instance.pk).update(backend_handle=handle, access=access)
+    instance = move_instance(instance=instance, to=InstanceState.RUNNING)
+    for order in _open_orders(instance):
+        move_order(order=order, to=OrderState.DONE)
+    return instance
+
+
+@transaction.atomic
+def fail_instance(*, instance_id: int, message: str) -> Instance | None:
+    """A permanent backend failure: the instance shows the backend's message, gives back its
+    accelerators (and, by leaving the holding states, its quota) and its open order fails."""
+    instance = Instance.objects.select_for_update().get(pk=instance_id)
+    if instance.state in (InstanceState.ERROR, InstanceState.RELEASED):
+        return None
+    release_capacity(instance)
+    instance = move_instance(instance=instance, to=InstanceState.ERROR, error_message=message)
+    for order in _open_orders(instance):
+        move_order(order=order, to=OrderState.FAILED, reason=message)
+    return instance
+
+
+def _open_orders(instance):
+    return list(
+        instance.orders.exclude(state__in=ORDER_TERMINAL_STATES)
+        .filter(state=OrderState.FULFILLING)
+        .order_by("pk")
+    )
+
+
+# --- Lifecycle operations --------------------------------------------------------------------
+
+# kind -> (states it may start from, transitional state or None, action it needs)
+OPERATIONS = {
+    OrderKind.STOP: ({InstanceState.RUNNING}, InstanceState.STOPPING, Action.ORDER),
+    OrderKind.START: ({InstanceState.STOPPED}, InstanceState.STARTING, Action.ORDER),
+    OrderKind.RESIZE: (
+        {InstanceState.RUNNING, InstanceState.STOPPED},
+        InstanceState.RESIZING,
+        Action.ORDER,
+    ),
+    OrderKind.EXPAND_DISK: ({InstanceState.RUNNING, InstanceState.STOPPED}, None, Action.ORDER),
+    OrderKind.SET_BANDWIDTH: ({InstanceState.RUNNING, InstanceState.STOPPED}, None, Action.ORDER),
+    OrderKind.RELEASE: (
+        {InstanceState.RUNNING, InstanceState.STOPPED, InstanceState.ERROR},
+        InstanceState.RELEASING,
+        Action.RELEASE,
+    ),
+}
+
+
+@transaction.atomic(durable=True)
+def request_operation(
+    *, instance: Instance, actor, kind: str, params: dict | None = None, idempotency_key: str = ""
+) -> Order:
+    """Stop, start, resize, expand the disk, change bandwidth or release: one order each.
+
+    What the operation needs (quota, accelerators for a larger size) is reserved here, in this
+    transaction; the backend call runs after commit and reports back.
+    """
+    from apps.orchestration.tasks import fulfil_order
+
+    params = params or {}
+    allowed_from, busy_state, action = OPERATIONS[kind]
+    authorize(actor, instance.organization, action)
+    if idempotency_key:
+        earlier = Order.objects.filter(
+            organization=instance.organization, idempotency_key=idempotency_key
+        ).first()
+        if earlier:
+            return earlier
+    instance = (
+        Instance.objects.select_for_update().select_related("flavor__family").get(pk=instance.pk)
+    )
+    if instance.orders.filter(state__in=[OrderState.FULFILLING, OrderState.APPROVED]).exists():
+        raise InvalidTransition(
+            _("%(name)s has an operation in progress; wait for it to finish.")
+            % {"name": instance.name}
+        )
+    if instance.state not in allowed_from:
+        raise InvalidTransition(
+            _("%(name)s is %(state)s: it cannot be %(operation)s now.")
+            % {
+                "name": instance.name,
+                "state": instance.get_state_display(),
+                "operation": OrderKind(kind).label.lower(),
+            }
+        )
+    parameters = _reserve_operation(instance, kind, params)
+    order = Order.objects.create(
+        organization=instance.organization,
+        kind=kind,
+        instance=instance,
+        parameters=parameters,
+        currency=instance.organization.park.currency,
+        idempotency_key=idempotency_key,
+        created_by=audit_identity(actor)[0],
+    )
+    record_event(
+        action="order.submitted",
+        actor=actor,
+        target=order,
+        data={"kind": kind, "instance": instance.name, **parameters},
+    )
+    move_order(order=order, to=OrderState.APPROVED)
+    move_order(order=order, to=OrderState.FULFILLING)
+    if busy_state:
+        move_instance(instance=instance, to=busy_state, actor=actor)
+    on_commit_task(fulfil_order, order.pk)
+    return Order.objects.get(pk=order.pk)
+
+
+def _reserve_operation(instance: Instance, kind: str, params: dict) -> dict:
+    """Check an operation's parameters and take what it needs; returns what the order records."""
+    if kind == OrderKind.RESIZE:
+        target = params.get("flavor")
+        if not isinstance(target, Flavor):
+            raise ValidationError({"flavor": _("Choose the size to resize to.")})
+        if target.family_id != instance.flavor.family_id:
+            raise DomainError(
+                _(
+                    "%(target)s is in another spec family than %(current)s: an instance resizes "
+                    "only within its family (%(family)s)."
+                )
+                % {
+                    "target": target.code,
+                    "current": instance.flavor.code,
+                    "family": instance.flavor.family.name,
+                },
+                code="wrong_family",
+            )
+        if target.pk == instance.flavor_id or not target.is_active:
+            raise ValidationError({"flavor": _("Choose another size that is on sale.")})
+        grow = demand_for(flavor=target, system_disk_gb=0, data_disk_gb=0) - demand_for(
+            flavor=instance.flavor, system_disk_gb=0, data_disk_gb=0
+        )
+        reserve(organization=instance.organization, demand=grow.positive())
+        if target.accelerator_count > instance.flavor.accelerator_count:
+            resize_capacity(instance, shape_of(target))
+        # The quota for the larger size is held by this open order (quotas.usage_of).
+        return {"from": instance.flavor.code, "to": target.code, "resume": instance.state}
+    if kind == OrderKind.EXPAND_DISK:
+        size = _int_param(params, "data_disk_gb")
+        if size <= instance.data_disk_gb:
+            raise ValidationError(
+                {
+                    "data_disk_gb": _("A cloud disk only grows: choose more than %(size)d GB.")
+                    % {"size": instance.data_disk_gb}
+                }
+            )
+        if size > MAX_DATA_DISK_GB:
+            raise ValidationError(
+                {
+                    "data_disk_gb": _("The cloud disk can be at most %(max)d GB.")
+                    % {"max": MAX_DATA_DISK_GB}
+                }
+            )
+        reserve(
+            organization=instance.organization, demand=Usage(disk_gb=size - instance.data_disk_gb)
+        )
+        return {"from": instance.data_disk_gb, "to": size}
+    if kind == OrderKind.SET_BANDWIDTH:
+        mbps = _int_param(params, "bandwidth_mbps")
+        if not 0 <= mbps <= MAX_BANDWIDTH_MBPS:
+            raise ValidationError(
+                {
+                    "bandwidth_mbps": _("Bandwidth must be 0–%(max)d Mbps.")
+                    % {"max": MAX_BANDWIDTH_MBPS}
+                }
+            )
+        if mbps == instance.bandwidth_mbps:
+            raise ValidationError({"bandwidth_mbps": _("That is the current bandwidth.")})
+        return {"from": instance.bandwidth_mbps, "to": mbps}
+    return {}
+
+
+def _int_param(params: dict, name: str) -> int:
+    try:
+        return int(params.get(name))
+    except (TypeError, ValueError):
+        raise ValidationError({name: _("Enter a whole number.")}) from None
+
+
+@transaction.atomic
+def complete_operation(*, order_id: int) -> Order | None:
+    """The backend did it: apply the change to the instance and close the order."""
+    order = Order.objects.select_for_update().select_related("instance__flavor").get(pk=order_id)
+    if order.state != OrderState.FULFILLING:
+        return None
+    instance = Instance.objects.select_for_update().get(pk=order.instance_id)
+    kind, to = order.kind, order.parameters.get("to")
+    if kind == OrderKind.STOP:
+        move_instance(instance=instance, to=InstanceState.STOPPED)
+    elif kind == OrderKind.START:
+        move_instance(instance=instance, to=InstanceState.RUNNING)
+    elif kind == OrderKind.RESIZE:
+        target = Flavor.objects.get(family=instance.flavor.family, code=to)
+        resize_capacity(instance, shape_of(target))  # shrinking gives accelerators back now
+        Instance.objects.filter(pk=instance.pk).update(flavor=target)
+        back_to = order.parameters.get("resume", InstanceState.RUNNING)
+        move_instance(instance=Instance.objects.get(pk=instance.pk), to=back_to)
+    elif kind == OrderKind.EXPAND_DISK:
+        instance.data_disk_gb = to
+        instance.save(update_fields=["data_disk_gb", "updated_at"])
+    elif kind == OrderKind.SET_BANDWIDTH:
+        instance.bandwidth_mbps = to
+        instance.save(update_fields=["bandwidth_mbps", "updated_at"])
+    elif kind == OrderKind.RELEASE:
+        release_capacity(instance)
+        move_instance(instance=instance, to=InstanceState.RELEASED)
+    return move_order(order=order, to=OrderState.DONE)
+
+
+@transaction.atomic
+def fail_operation(*, order_id: int, message: str) -> Order | None:
+    """The backend refused an operation for good. Disk and bandwidth changes fail alone (the
+    host is as it was); a failed stop, start, resize or release leaves the host in error."""
+    order = Order.objects.select_for_update().get(pk=order_id)
+    if order.state != OrderState.FULFILLING:
+        return None
+    if order.kind in (OrderKind.EXPAND_DISK, OrderKind.SET_BANDWIDTH):
+        return move_order(order=order, to=OrderState.FAILED, reason=message)
+    fail_instance(instance_id=order.instance_id, message=message)
+    return Order.objects.get(pk=order.pk)

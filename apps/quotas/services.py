@@ -1,8 +1,233 @@
+"""Quota limits and their enforcement.
+
+Usage is counted from the instances that hold resources (apps.orders.models.
+INSTANCE_HOLDING_STATES), so a reservation is simply the instance row in a holding state:
+created on submit, given back when the instance is released or fails. `reserve` checks a demand
+against every limit while holding the organization's (and, where it has limits, the park's) row
+lock, so two concurrent orders are counted one after the other and can never both pass.
+"""
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count, F, Sum
+from django.utils.translation import gettext as _
 
-from apps.quotas.models import QuotaLimit
-from apps.tenants.models import Organization
+from apps.core.errors import DomainError
+from apps.quotas.models import QuotaLimit, QuotaResource
+from apps.tenants.models import Organization, Park
+
+
+class QuotaExceeded(DomainError):
+    code = "quota_exceeded"
+    status = 409
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Resources held (or asked for). `by_model` counts accelerators per accelerator model id."""
+
+    accelerators: int = 0
+    compute_units: Decimal = Decimal(0)
+    vcpu: int = 0
+    ram_gb: int = 0
+    disk_gb: int = 0
+    instances: int = 0
+    by_model: dict = field(default_factory=dict)
+
+    def __add__(self, other: "Usage") -> "Usage":
+        models = {**self.by_model}
+        for model_id, count in other.by_model.items():
+            models[model_id] = models.get(model_id, 0) + count
+        return Usage(
+            accelerators=self.accelerators + other.accelerators,
+            compute_units=self.compute_units + other.compute_units,
+            vcpu=self.vcpu + other.vcpu,
+            ram_gb=self.ram_gb + other.ram_gb,
+            disk_gb=self.disk_gb + other.disk_gb,
+            instances=self.instances + other.instances,
+            by_model=models,
+        )
+
+    def __sub__(self, other: "Usage") -> "Usage":
+        negated = Usage(
+            accelerators=-other.accelerators,
+            compute_units=-other.compute_units,
+            vcpu=-other.vcpu,
+            ram_gb=-other.ram_gb,
+            disk_gb=-other.disk_gb,
+            instances=-other.instances,
+            by_model={k: -v for k, v in other.by_model.items()},
+        )
+        return self + negated
+
+    def positive(self) -> "Usage":
+        """Only the growth: a shrink frees nothing until it is done."""
+        return Usage(
+            accelerators=max(0, self.accelerators),
+            compute_units=max(Decimal(0), self.compute_units),
+            vcpu=max(0, self.vcpu),
+            ram_gb=max(0, self.ram_gb),
+            disk_gb=max(0, self.disk_gb),
+            instances=max(0, self.instances),
+            by_model={k: v for k, v in self.by_model.items() if v > 0},
+        )
+
+    def amount(self, limit: QuotaLimit):
+        if limit.resource == QuotaResource.MODEL_ACCELERATORS:
+            return self.by_model.get(limit.accelerator_model_id, 0)
+        return {
+            QuotaResource.ACCELERATORS: self.accelerators,
+            QuotaResource.COMPUTE_UNITS: self.compute_units,
+            QuotaResource.VCPU: self.vcpu,
+            QuotaResource.RAM_GB: self.ram_gb,
+            QuotaResource.DISK_GB: self.disk_gb,
+            QuotaResource.INSTANCES: self.instances,
+        }.get(limit.resource)
+
+
+def demand_for(*, flavor, system_disk_gb: int, data_disk_gb: int, count: int = 1) -> Usage:
+    model = flavor.family.accelerator_model
+    return Usage(
+        accelerators=flavor.accelerator_count * count,
+        compute_units=model.compute_units * flavor.accelerator_count * count,
+        vcpu=flavor.vcpu * count,
+        ram_gb=flavor.ram_gb * count,
+        disk_gb=(system_disk_gb + data_disk_gb) * count,
+        instances=count,
+        by_model={model.pk: flavor.accelerator_count * count},
+    )
+
+
+def usage_of(instances) -> Usage:
+    """What a queryset of instances holds (only those in a holding state count)."""
+    from apps.orders.models import INSTANCE_HOLDING_STATES
+
+    holding = instances.filter(state__in=INSTANCE_HOLDING_STATES)
+    per_model = (
+        holding.values(
+            "flavor__family__accelerator_model", "flavor__family__accelerator_model__compute_units"
+        )
+        .annotate(
+            accelerators=Sum("flavor__accelerator_count"),
+            vcpu=Sum("flavor__vcpu"),
+            ram=Sum("flavor__ram_gb"),
+            disk=Sum(F("system_disk_gb") + F("data_disk_gb")),
+            count=Count("id"),
+        )
+        .order_by()
+    )
+    total = Usage()
+    for row in per_model:
+        units = row["flavor__family__accelerator_model__compute_units"] * row["accelerators"]
+        total += Usage(
+            accelerators=row["accelerators"],
+            compute_units=units,
+            vcpu=row["vcpu"],
+            ram_gb=row["ram"],
+            disk_gb=row["disk"],
+            instances=row["count"],
+            by_model={row["flavor__family__accelerator_model"]: row["accelerators"]},
+        )
+    return total
+
+
+def pending_growth(instances) -> Usage:
+    """What open resize and disk-expansion orders on these instances add: they hold their
+    growth from the moment they are accepted until the backend is done (or fails)."""
+    from apps.catalog.models import Flavor
+    from apps.orders.models import INSTANCE_HOLDING_STATES, Order, OrderKind, OrderState
+
+    orders = Order.objects.filter(
+        instance__in=instances.filter(state__in=INSTANCE_HOLDING_STATES),
+        state__in=[OrderState.APPROVED, OrderState.FULFILLING],
+        kind__in=[OrderKind.RESIZE, OrderKind.EXPAND_DISK],
+    ).select_related("instance__flavor__family__accelerator_model")
+    total = Usage()
+    for order in orders:
+        if order.kind == OrderKind.EXPAND_DISK:
+            total += Usage(disk_gb=max(0, order.parameters["to"] - order.parameters["from"]))
+            continue
+        current = order.instance.flavor
+        target = Flavor.objects.select_related("family__accelerator_model").get(
+            family=current.family, code=order.parameters["to"]
+        )
+        grow = demand_for(flavor=target, system_disk_gb=0, data_disk_gb=0) - demand_for(
+            flavor=current, system_disk_gb=0, data_disk_gb=0
+        )
+        total += grow.positive()
+    return total
+
+
+def organization_usage(organization: Organization) -> Usage:
+    instances = organization.instances.all()
+    return usage_of(instances) + pending_growth(instances)
+
+
+def park_usage(park: Park) -> Usage:
+    from apps.orders.models import Instance
+
+    instances = Instance.objects.filter(organization__park=park)
+    return usage_of(instances) + pending_growth(instances)
+
+
+def _limits(organization: Organization):
+    return list(
+        QuotaLimit.objects.filter(park=organization.park, organization=organization).select_related(
+            "accelerator_model"
+        )
+    ), list(
+        QuotaLimit.objects.filter(park=organization.park, organization__isnull=True).select_related(
+            "accelerator_model"
+        )
+    )
+
+
+def reserve(*, organization: Organization, demand: Usage) -> None:
+    """Refuse `demand` (on top of what the organization and its park hold) if it passes a limit.
+
+    Must run inside the transaction that creates the rows holding the demand: the locks taken
+    here are held until it commits, so the next reservation counts those rows too.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("reserve() must run inside the transaction that holds the demand")
+    Organization.objects.select_for_update().filter(pk=organization.pk).first()
+    org_limits, park_limits = _limits(organization)
+    if park_limits:
+        Park.objects.select_for_update().filter(pk=organization.park_id).first()
+    checks = [(limit, organization_usage(organization)) for limit in org_limits]
+    if park_limits:
+        held = park_usage(organization.park)
+        checks += [(limit, held) for limit in park_limits]
+    for limit, held in checks:
+        wanted = demand.amount(limit)
+        if not wanted or wanted <= 0:
+            continue
+        used = held.amount(limit)
+        if used + wanted > limit.limit:
+            raise QuotaExceeded(_quota_message(limit, used, wanted))
+
+
+def _quota_message(limit: QuotaLimit, used, wanted) -> str:
+    what = (
+        str(limit.accelerator_model)
+        if limit.resource == QuotaResource.MODEL_ACCELERATORS
+        else str(limit.get_resource_display())
+    )
+    values = {"what": what, "used": used, "wanted": wanted, "limit": limit.limit}
+    if limit.organization_id:
+        text = _(
+            "Over your organization's quota for %(what)s: %(used)s in use + %(wanted)s asked "
+            "exceeds the limit of %(limit)s. Release something or ask the park for more."
+        )
+    else:
+        text = _(
+            "The park's capacity limit for %(what)s is reached (%(used)s in use + %(wanted)s "
+            "asked, limit %(limit)s). Try again later or choose another resource."
+        )
+    return text % values
 
 
 @transaction.atomic

@@ -124,9 +124,7 @@ def test_member_of_the_organization_follows_the_matrix(
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("action", Action.values)
-def test_owner_of_another_organization_may_do_nothing_here(
-    organization, other_owner, action
-):
+def test_owner_of_another_organization_may_do_nothing_here(organization, other_owner, action):
     assert role_of(other_owner, organization) is None
     assert allowed(other_owner, organization, action) is False
     with pytest.raises(PermissionDenied):
