@@ -12,5 +12,7 @@ urlpatterns = [
     path("ops/", include("apps.operations.urls")),
     path("api/", include("apps.api.urls")),
     path("", include("apps.tenants.urls")),
+    path("", include("apps.orders.urls")),
+    path("", include("apps.quotas.urls")),
     path("", include("apps.core.urls")),
 ]

@@ -67,6 +67,14 @@ class Vendor(models.TextChoices):
     CAMBRICON = "cambricon", _("Cambricon")
 
 
+VENDOR_BRANDS = {
+    Vendor.NVIDIA: "NVIDIA",
+    Vendor.HUAWEI: "Huawei",
+    Vendor.HYGON: "Hygon",
+    Vendor.CAMBRICON: "Cambricon",
+}
+
+
 class SoftwareStack(models.TextChoices):
     CUDA = "cuda", "CUDA"
     CANN = "cann", "CANN"
@@ -114,6 +122,11 @@ class AcceleratorModel(models.Model):
 
     def __str__(self):
         return f"{self.get_vendor_display()} {self.name}"
+
+    @property
+    def vendor_name(self) -> str:
+        """The vendor's own (Latin) brand name, whatever the display language."""
+        return VENDOR_BRANDS[self.vendor]
 
     def save(self, *args, **kwargs):
         if self.compute_units is None:

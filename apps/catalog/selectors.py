@@ -1,3 +1,6 @@
+"""Catalog reads shared by the pages and the API: flavors with their prices in force and the
+capacity free for them right now."""
+
 from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
@@ -6,25 +9,50 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from apps.catalog.models import AcceleratorModel, Flavor, Price, PriceKind
-from apps.orchestration.models import Accelerator, NodeHealth
+from apps.orchestration.models import Node, NodeHealth
 
 
-def free_accelerators_by_node() -> dict[int, list[int]]:
-    """Free accelerators of each schedulable node, grouped by accelerator model id."""
-    rows = (
-        Accelerator.objects.filter(
-            allocation__isnull=True,
-            node__health=NodeHealth.HEALTHY,
-            node__is_drained=False,
-            node__pool__is_schedulable=True,
-            node__pool__backend__is_enabled=True,
-        )
-        .values("node", "node__pool__accelerator_model")
-        .annotate(free=Count("id"))
+@dataclass(frozen=True)
+class NodeRoom:
+    """What one schedulable node has free."""
+
+    region_id: int
+    accelerators: int
+    vcpu: int
+    ram_gb: int
+
+
+def free_room_by_model(park=None) -> dict[int, list[NodeRoom]]:
+    """Free room of every schedulable node, grouped by accelerator model id (one query)."""
+    from apps.orchestration.services import with_free_capacity
+
+    nodes = Node.objects.filter(
+        health=NodeHealth.HEALTHY,
+        is_drained=False,
+        pool__is_schedulable=True,
+        pool__backend__is_enabled=True,
+    )
+    if park is not None:
+        nodes = nodes.filter(pool__backend__park=park)
+    rows = with_free_capacity(nodes).values(
+        "pool__accelerator_model",
+        "pool__region",
+        "free_accelerators",
+        "vcpu_total",
+        "vcpu_used",
+        "ram_gb_total",
+        "ram_used",
     )
     by_model = defaultdict(list)
     for row in rows:
-        by_model[row["node__pool__accelerator_model"]].append(row["free"])
+        by_model[row["pool__accelerator_model"]].append(
+            NodeRoom(
+                region_id=row["pool__region"],
+                accelerators=row["free_accelerators"],
+                vcpu=row["vcpu_total"] - row["vcpu_used"],
+                ram_gb=row["ram_gb_total"] - row["ram_used"],
+            )
+        )
     return by_model
 
 
@@ -44,59 +72,6 @@ def current_flavor_prices(at=None) -> dict[int, list[Price]]:
     return by_flavor
 
 
-@dataclass(frozen=True)
-class FlavorCard:
-    flavor: Flavor
-    prices: list[Price]
-    free_per_node: list[int]
-
-    @property
-    def cheapest(self) -> Price | None:
-        return min(self.prices, key=lambda p: p.amount_minor, default=None)
-
-    @property
-    def cheapest_per_second_minor(self) -> Decimal | None:
-        return Decimal(self.cheapest.amount_minor) / 3600 if self.cheapest else None
-
-    @property
-    def available_now(self) -> int:
-        """How many hosts of this flavor still fit; an instance's cards sit on one node."""
-        return sum(free // self.flavor.accelerator_count for free in self.free_per_node)
-
-
-def catalog_flavors(*, vendor: str = "", domestic_only: bool = False) -> list[FlavorCard]:
-    flavors = Flavor.objects.filter(is_active=True).select_related("family__accelerator_model")
-    if vendor:
-        flavors = flavors.filter(family__accelerator_model__vendor=vendor)
-    if domestic_only:
-        flavors = flavors.filter(family__accelerator_model__domestic=True)
-    prices = current_flavor_prices()
-    free = free_accelerators_by_node()
-    return [
-        FlavorCard(
-            flavor=flavor,
-            prices=prices.get(flavor.pk, []),
-            free_per_node=free.get(flavor.family.accelerator_model_id, []),
-        )
-        for flavor in flavors.order_by(
-            "family__accelerator_model__vendor", "family__code", "accelerator_count"
-        )
-    ]
-
-
-def catalog_summary() -> list[dict]:
-    """Accelerator models side by side with their total and free counts, for the home page."""
-    free = free_accelerators_by_node()
-    models = (
-        AcceleratorModel.objects.annotate(
-            total=Count("pools__nodes__accelerators", filter=Q(pools__is_schedulable=True))
-        )
-        .filter(total__gt=0)
-        .order_by("domestic", "vendor", "name")
-    )
-    return [{"model": m, "total": m.total, "free": sum(free.get(m.pk, []))} for m in models]
-
-
 def price_in_force(*, region, kind: str, flavor=None, at=None) -> Price | None:
     at = at or timezone.now()
     return (
@@ -104,6 +79,145 @@ def price_in_force(*, region, kind: str, flavor=None, at=None) -> Price | None:
         .order_by("-effective_from")
         .first()
     )
+
+
+@dataclass(frozen=True)
+class FlavorCard:
+    flavor: Flavor
+    prices: list[Price]  # in force, in the regions the filters allow
+    rooms: list[NodeRoom]  # free room on nodes of those regions
+
+    @property
+    def cheapest(self) -> Price | None:
+        return min(self.prices, key=lambda p: p.amount_minor, default=None)
+
+    @property
+    def tflops(self) -> Decimal:
+        return self.flavor.family.accelerator_model.fp16_tflops * self.flavor.accelerator_count
+
+    @property
+    def price_per_tflops_minor(self) -> Decimal | None:
+        """Hourly price per dense FP16 TFLOPS: how chips of different vendors compare."""
+        return Decimal(self.cheapest.amount_minor) / self.tflops if self.cheapest else None
+
+    @property
+    def available_now(self) -> int:
+        """How many hosts of this flavor still fit; a host's accelerators sit on one node."""
+        flavor = self.flavor
+        return sum(
+            min(
+                room.accelerators // flavor.accelerator_count,
+                room.vcpu // flavor.vcpu,
+                room.ram_gb // flavor.ram_gb,
+            )
+            for room in self.rooms
+        )
+
+
+SORTS = {
+    "price": lambda c: (c.cheapest is None, c.cheapest.amount_minor if c.cheapest else 0),
+    "price_per_tflops": lambda c: (c.cheapest is None, c.price_per_tflops_minor or 0),
+    "performance": lambda c: -c.tflops,
+}
+
+
+@dataclass(frozen=True)
+class CatalogFilters:
+    """What the catalog page and the API filter by; empty values filter nothing."""
+
+    resource_type: str = ""
+    vendor: str = ""
+    accelerator_model: AcceleratorModel | None = None
+    accelerator_count: int | None = None
+    min_accelerator_memory_gb: int | None = None
+    min_vcpu: int | None = None
+    min_ram_gb: int | None = None
+    region: object = None
+    region_level: str = ""
+    min_hourly_minor: int | None = None
+    max_hourly_minor: int | None = None
+    domestic_only: bool = False
+    available_only: bool = False
+    sort: str = ""
+    park: object = None
+
+
+def catalog_flavors(filters: CatalogFilters | None = None) -> list[FlavorCard]:
+    f = filters or CatalogFilters()
+    flavors = Flavor.objects.filter(is_active=True).select_related(
+        "family__accelerator_model", "family__park"
+    )
+    model_filters = {
+        "family__resource_type": f.resource_type,
+        "family__accelerator_model__vendor": f.vendor,
+        "family__accelerator_model": f.accelerator_model,
+        "accelerator_count": f.accelerator_count,
+        "family__accelerator_model__memory_gb__gte": f.min_accelerator_memory_gb,
+        "vcpu__gte": f.min_vcpu,
+        "ram_gb__gte": f.min_ram_gb,
+        "family__park": f.park,
+    }
+    flavors = flavors.filter(**{k: v for k, v in model_filters.items() if v not in ("", None)})
+    if f.domestic_only:
+        flavors = flavors.filter(family__accelerator_model__domestic=True)
+
+    def region_allowed(region) -> bool:
+        if f.region is not None and region.pk != f.region.pk:
+            return False
+        return not f.region_level or region.level == f.region_level
+
+    prices = current_flavor_prices()
+    rooms = free_room_by_model(f.park)
+    cards = []
+    for flavor in flavors:
+        allowed = [p for p in prices.get(flavor.pk, []) if region_allowed(p.region)]
+        allowed_regions = {p.region_id for p in allowed}
+        card = FlavorCard(
+            flavor=flavor,
+            prices=allowed,
+            rooms=[
+                r
+                for r in rooms.get(flavor.family.accelerator_model_id, [])
+                if r.region_id in allowed_regions
+            ],
+        )
+        if (f.region is not None or f.region_level) and not allowed:
+            continue  # not sold in the chosen region(s)
+        price = card.cheapest.amount_minor if card.cheapest else None
+        if f.min_hourly_minor is not None and (price is None or price < f.min_hourly_minor):
+            continue
+        if f.max_hourly_minor is not None and (price is None or price > f.max_hourly_minor):
+            continue
+        if f.available_only and card.available_now == 0:
+            continue
+        cards.append(card)
+    cards.sort(
+        key=lambda c: (
+            c.flavor.family.accelerator_model.vendor,
+            c.flavor.family.code,
+            c.flavor.accelerator_count,
+        )
+    )
+    if f.sort in SORTS:
+        cards.sort(key=SORTS[f.sort])
+    return cards
+
+
+def catalog_summary(park=None) -> list[dict]:
+    """Accelerator models side by side with their total and free counts, for the home page."""
+    rooms = free_room_by_model(park)
+    pools = Q(pools__is_schedulable=True)
+    if park is not None:
+        pools &= Q(pools__backend__park=park)
+    models = (
+        AcceleratorModel.objects.annotate(total=Count("pools__nodes__accelerators", filter=pools))
+        .filter(total__gt=0)
+        .order_by("domestic", "vendor", "name")
+    )
+    return [
+        {"model": m, "total": m.total, "free": sum(r.accelerators for r in rooms.get(m.pk, []))}
+        for m in models
+    ]
 
 
 def compatible_images(flavor):

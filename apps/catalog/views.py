@@ -1,19 +1,33 @@
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, render
 
-from apps.catalog.models import Vendor
-from apps.catalog.selectors import catalog_flavors
+from apps.catalog.forms import CatalogFilterForm
+from apps.catalog.models import Flavor
+from apps.catalog.selectors import catalog_flavors, compatible_images, current_flavor_prices
+
+
+def _park(request):
+    """A tenant sees their park's catalog; a visitor sees every park's."""
+    return request.organization.park if request.organization else None
 
 
 def flavor_list(request):
-    vendor = request.GET.get("vendor", "")
-    if vendor not in Vendor.values:
-        vendor = ""
-    domestic_only = request.GET.get("domestic") == "1"
-    context = {
-        "cards": catalog_flavors(vendor=vendor, domestic_only=domestic_only),
-        "vendors": Vendor.choices,
-        "selected_vendor": vendor,
-        "domestic_only": domestic_only,
-    }
+    form = CatalogFilterForm(request.GET or None, park=_park(request))
+    context = {"form": form, "cards": catalog_flavors(form.filters())}
     template = "catalog/partials/_flavor_list.html" if request.htmx else "catalog/flavor_list.html"
     return render(request, template, context)
+
+
+def flavor_detail(request, code):
+    flavors = Flavor.objects.filter(is_active=True).select_related("family__accelerator_model")
+    park = _park(request)
+    if park is not None:
+        flavors = flavors.filter(family__park=park)
+    flavor = get_object_or_404(flavors, code=code)
+    prices = current_flavor_prices()
+    context = {
+        "flavor": flavor,
+        "family": flavor.family.flavors.filter(is_active=True).order_by("accelerator_count"),
+        "images": compatible_images(flavor),
+        "prices": sorted(prices.get(flavor.pk, []), key=lambda p: p.amount_minor),
+    }
+    return render(request, "catalog/flavor_detail.html", context)

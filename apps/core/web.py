@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied as HttpPermissionDenied
+from django.core.exceptions import ValidationError
 
 from apps.core.errors import DomainError, PermissionDenied
 
@@ -18,6 +19,12 @@ def refusals(request, form=None):
         yield outcome
     except PermissionDenied as exc:
         raise HttpPermissionDenied(exc.message) from exc
+    except ValidationError as exc:
+        outcome.refused = True
+        if form is not None:
+            form.add_error(None, exc)  # a dict of field errors lands on those fields
+        else:
+            messages.error(request, " ".join(exc.messages))
     except DomainError as exc:
         outcome.refused = True
         if form is not None:

@@ -18,4 +18,7 @@ urlpatterns = [
     ),
     path("audit/", views.audit_log, name="audit_log"),
     path("parks/<int:park_id>/security/", views.park_security, name="park_security"),
+    path("parks/<int:park_id>/approval-policy/", views.approval_policy, name="approval_policy"),
+    path("orders/", views.order_approvals, name="order_approvals"),
+    path("orders/<int:order_id>/decision/", views.order_decision, name="order_decision"),
 ]

@@ -1,11 +1,19 @@
+from decimal import Decimal
+
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
 
 from apps.core.web import refusals
 from apps.operations.forms import AuditFilterForm
 from apps.operations.selectors import audit_events, pool_capacity
+from apps.orders import services as order_services
+from apps.orders.forms import ApprovalPolicyForm
+from apps.orders.models import ApprovalPolicy, Order, OrderState
+from apps.orders.selectors import orders_awaiting_approval
 from apps.tenants import services as tenant_services
 from apps.tenants.decorators import operator_view
 from apps.tenants.forms import MfaPolicyForm, RejectForm
@@ -124,3 +132,74 @@ def park_security(request, park_id):
             messages.success(request, _("Security policy saved."))
             return redirect("operations:park_security", park_id=park.pk)
     return render(request, "operations/park_security.html", {"park": park, "form": form})
+
+
+@operator_view
+def order_approvals(request):
+    orders = orders_awaiting_approval(parks_operated_by(request.user))
+    return render(
+        request, "operations/order_approvals.html", {"orders": orders, "form": RejectForm()}
+    )
+
+
+@operator_view
+@require_POST
+def order_decision(request, order_id):
+    order = get_for_operator(
+        Order.objects.select_related("organization__park", "instance"),
+        request.user,
+        park_field="organization__park",
+        pk=order_id,
+    )
+    decision = request.POST.get("decision")
+    with refusals(request) as outcome:
+        if decision == "approve":
+            order = order_services.approve_order(order=order, operator=request.user)
+        elif decision == "reject":
+            order = order_services.reject_order(
+                order=order, operator=request.user, reason=request.POST.get("reason", "")
+            )
+        else:
+            raise Http404
+    if not outcome.refused:
+        if order.state == OrderState.FAILED:
+            messages.warning(request, order.reason)
+        else:
+            messages.success(
+                request,
+                _("Order #%(pk)s: %(state)s.")
+                % {"pk": order.pk, "state": order.get_state_display()},
+            )
+    return redirect("operations:order_approvals")
+
+
+@operator_view
+def approval_policy(request, park_id):
+    park = get_for_operator(Park.objects.all(), request.user, park_field="pk", pk=park_id)
+    policy = ApprovalPolicy.objects.filter(park=park).first() or ApprovalPolicy(park=park)
+    form = ApprovalPolicyForm(
+        request.POST or None,
+        initial={
+            "unverified_needs_approval": policy.unverified_needs_approval,
+            "max_accelerators": policy.max_accelerators,
+            "max_hourly_price": (
+                Decimal(policy.max_hourly_minor) / 100
+                if policy.max_hourly_minor is not None
+                else None
+            ),
+        },
+    )
+    if request.method == "POST" and form.is_valid():
+        price = form.cleaned_data["max_hourly_price"]
+        with refusals(request, form) as outcome:
+            order_services.set_approval_policy(
+                park=park,
+                operator=request.user,
+                unverified_needs_approval=form.cleaned_data["unverified_needs_approval"],
+                max_accelerators=form.cleaned_data["max_accelerators"],
+                max_hourly_minor=int(price * 100) if price is not None else None,
+            )
+        if not outcome.refused:
+            messages.success(request, _("Approval policy saved."))
+            return redirect("operations:approval_policy", park_id=park.pk)
+    return render(request, "operations/approval_policy.html", {"park": park, "form": form})

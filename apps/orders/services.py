@@ -673,3 +673,30 @@ def fail_operation(*, order_id: int, message: str) -> Order | None:
         return move_order(order=order, to=OrderState.FAILED, reason=message)
     fail_instance(instance_id=order.instance_id, message=message)
     return Order.objects.get(pk=order.pk)
+
+
+@transaction.atomic
+def set_approval_policy(
+    *, park, operator, unverified_needs_approval: bool, max_accelerators, max_hourly_minor
+) -> ApprovalPolicy:
+    if not is_operator_of(operator, park):
+        raise PermissionDenied(_("Only this park's operators may change its policy."))
+    policy, _created = ApprovalPolicy.objects.select_for_update().update_or_create(
+        park=park,
+        defaults={
+            "unverified_needs_approval": unverified_needs_approval,
+            "max_accelerators": max_accelerators,
+            "max_hourly_minor": max_hourly_minor,
+        },
+    )
+    record_event(
+        action="park.approval_policy",
+        actor=operator,
+        target=park,
+        data={
+            "unverified_needs_approval": unverified_needs_approval,
+            "max_accelerators": max_accelerators,
+            "max_hourly_minor": max_hourly_minor,
+        },
+    )
+    return policy

@@ -9,6 +9,7 @@ import secrets
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -255,7 +256,7 @@ def change_role(*, membership: Membership, actor, role: str) -> Membership:
 @transaction.atomic
 def remove_member(*, membership: Membership, actor) -> None:
     organization = membership.organization
-    leaving_self = membership.user_id == getattr(actor, "pk", None)
+    leaving_self = isinstance(actor, get_user_model()) and membership.user_id == actor.pk
     if not leaving_self:
         authorize(actor, organization, Action.MANAGE_MEMBERS)
     list(Membership.objects.select_for_update().filter(organization=organization))

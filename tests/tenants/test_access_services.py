@@ -653,14 +653,6 @@ class TestRemoveMember:
             remove_member(membership=membership(organization, member), actor=other_owner)
         assert Membership.objects.filter(user=member).exists()
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason=(
-            "BUG: remove_member decides `leaving_self` by comparing membership.user_id with "
-            "getattr(actor, 'pk'), so an ApiKey actor whose primary key equals a member's user "
-            "id is taken for that member leaving and skips authorize()"
-        ),
-    )
     def test_api_key_is_never_taken_for_the_member_leaving(self, organization, owner, member):
         key = ApiKeyFactory(organization=organization, scope=ApiKeyScope.READ, id=member.pk)
 

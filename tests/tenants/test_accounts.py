@@ -267,9 +267,34 @@ def test_owner_without_totp_is_sent_to_set_it_up(client, park, owner):
     # The account pages, where TOTP is set up, still load.
     assert client.get("/accounts/2fa/").status_code == 200
     assert client.get("/accounts/email/").status_code == 200
+    # allauth asks for the password again before TOTP can be added; that page loads too.
     activate = client.get(reverse("mfa_activate_totp"), follow=True)
     assert activate.status_code == 200
-    assert activate.redirect_chain == [] or activate.redirect_chain[-1][0].startswith("/accounts/")
+    assert [url for url, _status in activate.redirect_chain] == [
+        "/accounts/reauthenticate/?next=%2Faccounts%2F2fa%2Ftotp%2Factivate%2F"
+    ]
+
+
+def test_owner_sets_up_totp_and_then_reaches_the_organization(client, park, owner):
+    from allauth.mfa.models import Authenticator
+
+    require(park, require_mfa_for_owners=True)
+    client.force_login(owner)
+    assert client.get("/org/")["Location"] == reverse("mfa_activate_totp")
+
+    response = client.post(
+        "/accounts/reauthenticate/?next=%2Faccounts%2F2fa%2Ftotp%2Factivate%2F", {"password": "pw"}
+    )
+    assert response.status_code == 302
+    assert response["Location"] == reverse("mfa_activate_totp")
+    assert client.get(reverse("mfa_activate_totp")).status_code == 200
+    secret = client.session["mfa.totp.secret"]
+
+    response = client.post(reverse("mfa_activate_totp"), {"code": totp_code(secret)})
+
+    assert response.status_code == 302
+    assert Authenticator.objects.filter(user=owner, type=Authenticator.Type.TOTP).exists()
+    assert client.get("/org/").status_code == 200
 
 
 def test_owner_with_totp_reaches_the_organization(client, park, owner):

@@ -1,3 +1,5 @@
+from decimal import Decimal
+
 from django import template
 
 from apps.core.money import format_money, format_rate
@@ -19,3 +21,9 @@ def rate(amount_minor, currency):
     if amount_minor is None:
         return "—"
     return format_rate(amount_minor, currency)
+
+
+@register.filter
+def per_second(hourly_minor):
+    """An hourly amount in minor units as a per-second rate (a Decimal)."""
+    return Decimal(hourly_minor) / 3600 if hourly_minor is not None else None

@@ -92,7 +92,8 @@ class Command(BaseCommand):
                 park=park,
                 code=prefix,
                 defaults={
-                    "name": f"{models[model_name]} · {prefix}",
+                    # Brand names, the same in every language.
+                    "name": f"{models[model_name].vendor_name} {model_name} · {prefix}",
                     "accelerator_model": models[model_name],
                     "resource_type": ResourceType.CLOUD_HOST,
                 },

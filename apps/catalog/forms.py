@@ -1,0 +1,100 @@
+from decimal import Decimal
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from apps.catalog.models import AcceleratorModel, Region, RegionLevel, ResourceType, Vendor
+from apps.catalog.selectors import CatalogFilters
+
+SORT_CHOICES = [
+    ("", _("Recommended")),
+    ("price", _("Price, lowest first")),
+    ("price_per_tflops", _("Price per TFLOPS, lowest first")),
+    ("performance", _("Performance, highest first")),
+]
+
+
+class CatalogFilterForm(forms.Form):
+    """The catalog's filters, read from the query string (so a filtered list is a link)."""
+
+    resource_type = forms.ChoiceField(
+        label=_("Resource type"), required=False, choices=[("", _("All"))] + ResourceType.choices
+    )
+    vendor = forms.ChoiceField(
+        label=_("Vendor"), required=False, choices=[("", _("All vendors"))] + Vendor.choices
+    )
+    accelerator_model = forms.ModelChoiceField(
+        label=_("Accelerator"),
+        required=False,
+        queryset=AcceleratorModel.objects.filter(pools__isnull=False).distinct(),
+        empty_label=_("All accelerators"),
+    )
+    accelerator_count = forms.TypedChoiceField(
+        label=_("Accelerators"),
+        required=False,
+        coerce=int,
+        empty_value=None,
+        choices=[("", _("Any"))] + [(n, str(n)) for n in (1, 2, 4, 8)],
+    )
+    min_accelerator_memory_gb = forms.IntegerField(
+        label=_("Accelerator memory ≥ (GB)"), required=False, min_value=0
+    )
+    min_vcpu = forms.IntegerField(label=_("vCPU ≥"), required=False, min_value=0)
+    min_ram_gb = forms.IntegerField(label=_("RAM ≥ (GB)"), required=False, min_value=0)
+    region = forms.ModelChoiceField(
+        label=_("Region"),
+        required=False,
+        queryset=Region.objects.all(),
+        empty_label=_("All regions"),
+    )
+    region_level = forms.ChoiceField(
+        label=_("Region level"),
+        required=False,
+        choices=[("", _("All levels"))] + RegionLevel.choices,
+    )
+    min_price = forms.DecimalField(
+        label=_("Price from (per hour)"), required=False, min_value=0, decimal_places=2
+    )
+    max_price = forms.DecimalField(
+        label=_("Price to (per hour)"), required=False, min_value=0, decimal_places=2
+    )
+    domestic = forms.BooleanField(label=_("Domestic chips only"), required=False)
+    available = forms.BooleanField(label=_("Available now"), required=False)
+    sort = forms.ChoiceField(label=_("Sort by"), required=False, choices=SORT_CHOICES)
+
+    def __init__(self, *args, park=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.park = park
+        if park is not None:
+            self.fields["region"].queryset = Region.objects.filter(park=park)
+
+    def clean(self):
+        data = super().clean()
+        low, high = data.get("min_price"), data.get("max_price")
+        if low is not None and high is not None and low > high:
+            self.add_error("max_price", _("The upper price is below the lower one."))
+        return data
+
+    def filters(self) -> CatalogFilters:
+        data = self.cleaned_data if self.is_valid() else {}
+
+        def minor(value):  # prices are typed in yuan, compared in fen
+            return int(Decimal(value) * 100) if value is not None else None
+
+        return CatalogFilters(
+            resource_type=data.get("resource_type", ""),
+            vendor=data.get("vendor", ""),
+            accelerator_model=data.get("accelerator_model"),
+            accelerator_count=data.get("accelerator_count"),
+            min_accelerator_memory_gb=data.get("min_accelerator_memory_gb"),
+            min_vcpu=data.get("min_vcpu"),
+            min_ram_gb=data.get("min_ram_gb"),
+            region=data.get("region"),
+            region_level=data.get("region_level", ""),
+            min_hourly_minor=minor(data.get("min_price")),
+            max_hourly_minor=minor(data.get("max_price")),
+            domestic_only=bool(data.get("domestic")),
+            available_only=bool(data.get("available")),
+            sort=data.get("sort", ""),
+            park=self.park,
+        )

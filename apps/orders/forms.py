@@ -1,0 +1,124 @@
+import uuid
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from apps.catalog.models import Flavor, Image, Region
+from apps.catalog.selectors import compatible_images
+from apps.orders.services import (
+    MAX_BANDWIDTH_MBPS,
+    MAX_COUNT,
+    MAX_DATA_DISK_GB,
+    MAX_SYSTEM_DISK_GB,
+    HostRequest,
+)
+
+
+class InstanceOrderForm(forms.Form):
+    flavor = forms.ModelChoiceField(
+        label=_("Flavor"), queryset=Flavor.objects.none(), to_field_name="code", empty_label=None
+    )
+    image = forms.ModelChoiceField(
+        label=_("Image"), queryset=Image.objects.none(), to_field_name="code", empty_label=None
+    )
+    region = forms.ModelChoiceField(
+        label=_("Region"),
+        queryset=Region.objects.none(),
+        to_field_name="code",
+        required=False,
+        empty_label=_("Let the scheduler choose"),
+    )
+    name = forms.CharField(
+        label=_("Name"), max_length=60, initial="gpu-host", help_text=_("Becomes the host name.")
+    )
+    system_disk_gb = forms.IntegerField(
+        label=_("System disk (GB)"), min_value=20, max_value=MAX_SYSTEM_DISK_GB
+    )
+    data_disk_gb = forms.IntegerField(
+        label=_("Cloud disk (GB)"), min_value=0, max_value=MAX_DATA_DISK_GB, initial=0
+    )
+    bandwidth_mbps = forms.IntegerField(
+        label=_("Bandwidth (Mbps)"), min_value=0, max_value=MAX_BANDWIDTH_MBPS, initial=10
+    )
+    count = forms.IntegerField(label=_("Count"), min_value=1, max_value=MAX_COUNT, initial=1)
+    ssh_public_key = forms.CharField(
+        label=_("SSH public key"),
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "ssh-ed25519 AAAA… you@laptop"}),
+        help_text=_("The key you will log in with, e.g. the contents of ~/.ssh/id_ed25519.pub."),
+    )
+    idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=64)
+
+    def __init__(self, *args, park, flavor=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        flavors = (
+            Flavor.objects.filter(is_active=True, family__park=park)
+            .select_related("family__accelerator_model")
+            .order_by("family__code", "accelerator_count")
+        )
+        self.fields["flavor"].queryset = flavors
+        self.fields["region"].queryset = Region.objects.filter(park=park)
+        chosen = flavor or self._bound_flavor(flavors) or flavors.first()
+        if chosen is not None:
+            self.fields["flavor"].initial = chosen.code
+            self.fields["image"].queryset = compatible_images(chosen)
+            self.fields["system_disk_gb"].initial = chosen.system_disk_gb
+        self.fields["idempotency_key"].initial = uuid.uuid4().hex
+
+    def _bound_flavor(self, flavors):
+        code = self.data.get("flavor") if self.is_bound else None
+        return flavors.filter(code=code).first() if code else None
+
+    def host_request(self) -> HostRequest:
+        data = self.cleaned_data
+        return HostRequest(
+            flavor=data["flavor"],
+            image=data["image"],
+            region=data["region"],
+            system_disk_gb=data["system_disk_gb"],
+            data_disk_gb=data["data_disk_gb"],
+            bandwidth_mbps=data["bandwidth_mbps"],
+            ssh_public_key=data["ssh_public_key"],
+            name=data["name"],
+            count=data["count"],
+        )
+
+
+class ResizeForm(forms.Form):
+    flavor = forms.ModelChoiceField(
+        label=_("New size"), queryset=Flavor.objects.none(), to_field_name="code", empty_label=None
+    )
+
+    def __init__(self, *args, instance, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Every active size is offered; one of another family is refused with the reason.
+        self.fields["flavor"].queryset = (
+            Flavor.objects.filter(is_active=True, family__park=instance.organization.park)
+            .exclude(pk=instance.flavor_id)
+            .order_by("family__code", "accelerator_count")
+        )
+        same = self.fields["flavor"].queryset.filter(family=instance.flavor.family).first()
+        if same:
+            self.fields["flavor"].initial = same.code
+
+
+class DiskForm(forms.Form):
+    data_disk_gb = forms.IntegerField(label=_("New cloud disk size (GB)"), min_value=1)
+
+
+class BandwidthForm(forms.Form):
+    bandwidth_mbps = forms.IntegerField(label=_("New bandwidth (Mbps)"), min_value=0)
+
+
+class ApprovalPolicyForm(forms.Form):
+    unverified_needs_approval = forms.BooleanField(
+        label=_("Orders of unverified organizations need approval"), required=False
+    )
+    max_accelerators = forms.IntegerField(
+        label=_("Approval above this many accelerators per order"), required=False, min_value=0
+    )
+    max_hourly_price = forms.DecimalField(
+        label=_("Approval above this hourly price per order"),
+        required=False,
+        min_value=0,
+        decimal_places=2,
+    )

@@ -1,0 +1,164 @@
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from apps.catalog.models import Flavor
+from apps.core.errors import DomainError
+from apps.core.web import refusals
+from apps.orders import services
+from apps.orders.forms import BandwidthForm, DiskForm, InstanceOrderForm, ResizeForm
+from apps.orders.models import INSTANCE_BUSY_STATES, Instance, Order, OrderKind, OrderState
+from apps.orders.selectors import instance_orders, instances_for, orders_for
+from apps.tenants.decorators import organization_view
+from apps.tenants.roles import Action
+from apps.tenants.selectors import get_for_organization
+
+
+def _order_form(request, data=None):
+    park = request.organization.park
+    flavor = Flavor.objects.filter(
+        code=request.GET.get("flavor", ""), is_active=True, family__park=park
+    ).first()
+    return InstanceOrderForm(data, park=park, flavor=flavor)
+
+
+@organization_view(Action.ORDER)
+def instance_create(request):
+    form = _order_form(request, request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        with refusals(request, form) as outcome:
+            orders = services.submit_create(
+                organization=request.organization,
+                actor=request.user,
+                request=form.host_request(),
+                idempotency_key=form.cleaned_data["idempotency_key"],
+            )
+        if not outcome.refused:
+            if any(o.state == OrderState.AWAITING_APPROVAL for o in orders):
+                messages.info(request, _("Submitted: the park's operators will approve it."))
+            else:
+                messages.success(request, _("Ordered: your host is being created."))
+            if len(orders) == 1:
+                return redirect("orders:instance_detail", instance_id=orders[0].instance_id)
+            return redirect("orders:instance_list")
+    template = "orders/partials/_order_form.html" if request.htmx else "orders/instance_create.html"
+    return render(request, template, {"form": form}, status=422 if form.errors else 200)
+
+
+@organization_view(Action.ORDER)
+@require_POST
+def instance_quote(request):
+    """The live quote beside the order form (HTMX): price per hour, second, month, and where."""
+    form = _order_form(request, request.POST)
+    context = {"form": form}
+    if form.is_valid():
+        try:
+            services.validate_host_request(request.organization, form.host_request())
+            context["quote"] = services.quote(
+                organization=request.organization, request=form.host_request()
+            )
+        except ValidationError as exc:
+            context["problems"] = exc.messages
+        except DomainError as exc:
+            context["problems"] = [exc.message]
+    else:
+        context["problems"] = [
+            f"{form.fields[name].label}: {errors[0]}" if name in form.fields else errors[0]
+            for name, errors in form.errors.items()
+        ]
+    return render(request, "orders/partials/_quote.html", context)
+
+
+@organization_view()
+def instance_list(request):
+    instances = instances_for(request.organization)
+    context = {
+        "instances": instances,
+        "busy": any(i.state in INSTANCE_BUSY_STATES for i in instances),
+    }
+    template = (
+        "orders/partials/_instance_rows.html" if request.htmx else "orders/instance_list.html"
+    )
+    return render(request, template, context)
+
+
+@organization_view()
+def instance_detail(request, instance_id):
+    instance = get_for_organization(
+        Instance.objects.select_related(
+            "flavor__family__accelerator_model", "image", "region", "node", "pool"
+        ),
+        request.organization,
+        pk=instance_id,
+    )
+    context = {
+        "instance": instance,
+        "busy": instance.state in INSTANCE_BUSY_STATES,
+        "orders": instance_orders(instance),
+        "resize_form": ResizeForm(instance=instance),
+        "disk_form": DiskForm(initial={"data_disk_gb": instance.data_disk_gb + 100}),
+        "bandwidth_form": BandwidthForm(initial={"bandwidth_mbps": instance.bandwidth_mbps}),
+    }
+    if request.htmx:
+        return render(request, "orders/partials/_instance_status.html", context)
+    return render(request, "orders/instance_detail.html", context)
+
+
+OPERATION_FORMS = {
+    OrderKind.RESIZE: ResizeForm,
+    OrderKind.EXPAND_DISK: DiskForm,
+    OrderKind.SET_BANDWIDTH: BandwidthForm,
+}
+
+
+@organization_view()
+@require_POST
+def instance_operation(request, instance_id, kind):
+    if kind not in services.OPERATIONS:
+        raise Http404
+    instance = get_for_organization(Instance, request.organization, pk=instance_id)
+    params = {}
+    form_class = OPERATION_FORMS.get(kind)
+    if form_class is not None:
+        form = (
+            form_class(request.POST, instance=instance)
+            if form_class is ResizeForm
+            else form_class(request.POST)
+        )
+        if not form.is_valid():
+            for errors in form.errors.values():
+                messages.error(request, errors[0])
+            return redirect("orders:instance_detail", instance_id=instance.pk)
+        params = form.cleaned_data
+    with refusals(request) as outcome:
+        services.request_operation(
+            instance=instance,
+            actor=request.user,
+            kind=kind,
+            params=params,
+            idempotency_key=request.POST.get("idempotency_key", ""),
+        )
+    if not outcome.refused:
+        messages.success(
+            request, _("%(operation)s requested.") % {"operation": OrderKind(kind).label}
+        )
+    return redirect("orders:instance_detail", instance_id=instance.pk)
+
+
+@organization_view()
+def order_list(request):
+    return render(request, "orders/order_list.html", {"orders": orders_for(request.organization)})
+
+
+@organization_view(Action.ORDER)
+@require_POST
+def order_cancel(request, order_id):
+    order = get_for_organization(Order, request.organization, pk=order_id)
+    with refusals(request) as outcome:
+        services.cancel_order(order=order, actor=request.user)
+    if not outcome.refused:
+        messages.success(request, _("Order cancelled; its quota is free again."))
+    return redirect("orders:order_list")
