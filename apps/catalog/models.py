@@ -123,15 +123,15 @@ class AcceleratorModel(models.Model):
     def __str__(self):
         return f"{self.get_vendor_display()} {self.name}"
 
-    @property
-    def vendor_name(self) -> str:
-        """The vendor's own (Latin) brand name, whatever the display language."""
-        return VENDOR_BRANDS[self.vendor]
-
     def save(self, *args, **kwargs):
         if self.compute_units is None:
             self.compute_units = Decimal(self.fp16_tflops) / TFLOPS_PER_COMPUTE_UNIT
         super().save(*args, **kwargs)
+
+    @property
+    def vendor_name(self) -> str:
+        """The vendor's own (Latin) brand name, whatever the display language."""
+        return VENDOR_BRANDS[self.vendor]
 
 
 class ResourceType(models.TextChoices):
