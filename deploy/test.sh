@@ -7,6 +7,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash deploy/setup.sh
+# Browser tests use Debian's Chromium (Playwright cannot download its own here).
+if [ ! -x /usr/bin/chromium ]; then
+  apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+fi
 . .venv/bin/activate
 ruff check .
 ruff format --check .

@@ -1,5 +1,4 @@
 from django.shortcuts import redirect
-from django.utils.functional import SimpleLazyObject
 
 from apps.tenants.models import Membership, Role
 
@@ -19,17 +18,15 @@ def current_membership(request) -> Membership | None:
 
 
 class CurrentOrganizationMiddleware:
-    """Sets `request.membership` and `request.organization`, lazily (most requests for static
-    pages never touch them)."""
+    """Sets `request.membership` and `request.organization` (None when there is none: a plain
+    value, so `is None` checks hold; one query, and only for signed-in users)."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
-        request.membership = SimpleLazyObject(lambda: current_membership(request))
-        request.organization = SimpleLazyObject(
-            lambda: request.membership.organization if request.membership else None
-        )
+        request.membership = current_membership(request)
+        request.organization = request.membership.organization if request.membership else None
         return self.get_response(request)
 
 

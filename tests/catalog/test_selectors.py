@@ -3,15 +3,19 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.catalog.models import PriceKind
-from apps.catalog.selectors import catalog_flavors, catalog_summary, current_flavor_prices
+from apps.catalog.selectors import (
+    CatalogFilters,
+    catalog_flavors,
+    catalog_summary,
+    current_flavor_prices,
+)
 from apps.orchestration.models import NodeHealth
 from apps.orchestration.services import register_node
 from tests.factories import (
     AllocationFactory,
+    EdgeRegionFactory,
     FlavorFactory,
     InstanceFactory,
-    NodeFactory,
     PoolFactory,
     PriceFactory,
     RegionFactory,
@@ -37,11 +41,18 @@ def test_current_price_is_the_latest_that_is_in_force():
     assert price.amount_minor == 120
 
 
+def sold(flavor, pool, amount=1000):
+    """Price `flavor` in the pool's region: capacity counts where a flavor is sold."""
+    PriceFactory(flavor=flavor, region=pool.region, amount_minor=amount)
+
+
 def test_available_hosts_count_what_fits_on_one_node():
     """Two nodes with 3 free cards each hold no 4-card host, though 6 cards are free."""
-    four = FlavorFactory(accelerator_count=4)
-    one = FlavorFactory(family=four.family, accelerator_count=1, code="one")
+    four = FlavorFactory(accelerator_count=4, vcpu=8, ram_gb=32)
+    one = FlavorFactory(family=four.family, accelerator_count=1, code="one", vcpu=8, ram_gb=32)
     pool = PoolFactory(accelerator_model=four.family.accelerator_model)
+    sold(four, pool)
+    sold(one, pool)
     for name in ("a", "b"):
         register_node(pool=pool, hostname=name, accelerators=3, vcpu=64, ram_gb=512)
     cards = {card.flavor.pk: card for card in catalog_flavors()}
@@ -50,8 +61,9 @@ def test_available_hosts_count_what_fits_on_one_node():
 
 
 def test_allocated_drained_and_unhealthy_capacity_is_not_free():
-    flavor = FlavorFactory(accelerator_count=1)
+    flavor = FlavorFactory(accelerator_count=1, vcpu=8, ram_gb=32)
     pool = PoolFactory(accelerator_model=flavor.family.accelerator_model)
+    sold(flavor, pool)
     busy = register_node(pool=pool, hostname="busy", accelerators=2, vcpu=64, ram_gb=512)
     drained = register_node(pool=pool, hostname="drained", accelerators=2, vcpu=64, ram_gb=512)
     down = register_node(pool=pool, hostname="down", accelerators=2, vcpu=64, ram_gb=512)
@@ -73,19 +85,58 @@ def test_filters_by_vendor_and_domestic():
     ascend = FlavorFactory(
         family__accelerator_model__vendor="huawei", family__accelerator_model__domestic=True
     )
-    assert [c.flavor for c in catalog_flavors(vendor="huawei")] == [ascend]
-    assert [c.flavor for c in catalog_flavors(domestic_only=True)] == [ascend]
+    assert [c.flavor for c in catalog_flavors(CatalogFilters(vendor="huawei"))] == [ascend]
+    assert [c.flavor for c in catalog_flavors(CatalogFilters(domestic_only=True))] == [ascend]
     assert {c.flavor for c in catalog_flavors()} == {nvidia, ascend}
+
+
+def test_filters_by_shape():
+    small = FlavorFactory(
+        accelerator_count=1, vcpu=8, ram_gb=64, family__accelerator_model__memory_gb=48
+    )
+    big = FlavorFactory(
+        accelerator_count=8, vcpu=96, ram_gb=768, family__accelerator_model__memory_gb=141
+    )
+    assert flavors(CatalogFilters(accelerator_count=8)) == [big]
+    assert flavors(CatalogFilters(min_vcpu=16)) == [big]
+    assert flavors(CatalogFilters(min_ram_gb=100)) == [big]
+    assert flavors(CatalogFilters(min_accelerator_memory_gb=64)) == [big]
+    assert flavors(CatalogFilters(accelerator_model=small.family.accelerator_model)) == [small]
+
+
+def test_filters_by_region_level_price_and_availability():
+    center_pool = PoolFactory()
+    edge = EdgeRegionFactory(park=center_pool.region.park)
+    cheap = FlavorFactory(
+        family__park=center_pool.region.park, accelerator_count=1, vcpu=8, ram_gb=32
+    )
+    dear = FlavorFactory(family__park=center_pool.region.park, vcpu=8, ram_gb=32)
+    PriceFactory(flavor=cheap, region=center_pool.region, amount_minor=500)
+    PriceFactory(flavor=dear, region=edge, amount_minor=5000)
+    pool = PoolFactory(accelerator_model=cheap.family.accelerator_model, region=center_pool.region)
+    register_node(pool=pool, hostname="n", accelerators=2, vcpu=64, ram_gb=512)
+    assert flavors(CatalogFilters(region=edge)) == [dear]
+    assert flavors(CatalogFilters(region_level="edge")) == [dear]
+    assert flavors(CatalogFilters(min_hourly_minor=1000)) == [dear]
+    assert flavors(CatalogFilters(max_hourly_minor=1000)) == [cheap]
+    assert flavors(CatalogFilters(available_only=True)) == [cheap]
+
+
+def test_sorts():
+    slow = FlavorFactory(accelerator_count=1, family__accelerator_model__fp16_tflops=100)
+    fast = FlavorFactory(accelerator_count=1, family__accelerator_model__fp16_tflops=1000)
+    region = RegionFactory(park=slow.family.park)
+    PriceFactory(flavor=slow, region=region, amount_minor=500)  # 5.0 per TFLOPS·h
+    PriceFactory(flavor=fast, region=region, amount_minor=2000)  # 2.0 per TFLOPS·h
+    assert flavors(CatalogFilters(sort="price")) == [slow, fast]
+    assert flavors(CatalogFilters(sort="price_per_tflops")) == [fast, slow]
+    assert flavors(CatalogFilters(sort="performance")) == [fast, slow]
+
+
+def flavors(filters):
+    return [card.flavor for card in catalog_flavors(filters)]
 
 
 def test_inactive_flavors_are_not_listed():
     FlavorFactory(is_active=False)
     assert catalog_flavors() == []
-
-
-def test_per_second_price_is_the_hourly_price_over_3600():
-    flavor = FlavorFactory()
-    PriceFactory(flavor=flavor, kind=PriceKind.FLAVOR_HOUR, amount_minor=3600)
-    NodeFactory(pool__accelerator_model=flavor.family.accelerator_model)
-    [card] = catalog_flavors()
-    assert card.cheapest_per_second_minor == 1

@@ -1,11 +1,12 @@
 """Sign-up, login and two-factor authentication through django-allauth, as the portal configures
 it: mandatory email verification, login rate limits, TOTP, and the parks' MFA requirement."""
 
-import time
+from types import SimpleNamespace
 
 import pytest
 from allauth.account.models import EmailAddress
 from allauth.mfa import app_settings as mfa_settings
+from allauth.mfa.totp.internal import auth as totp_auth
 from allauth.mfa.totp.internal.auth import (
     TOTP,
     format_hotp_value,
@@ -43,8 +44,16 @@ def login(client, email, password="pw"):
     return client.post("/accounts/login/", {"login": email, "password": password})
 
 
+@pytest.fixture(autouse=True)
+def _totp_clock(monkeypatch):
+    """Pin the clock allauth checks TOTP codes against (MFA_TOTP_TOLERANCE is 0), so a code
+    computed here cannot expire at a 30-second boundary before the request is made."""
+    now = totp_auth.time.time()
+    monkeypatch.setattr(totp_auth, "time", SimpleNamespace(time=lambda: now))
+
+
 def totp_code(secret: str) -> str:
-    counter = int(time.time()) // mfa_settings.TOTP_PERIOD
+    counter = int(totp_auth.time.time()) // mfa_settings.TOTP_PERIOD
     return format_hotp_value(hotp_value(secret, counter))
 
 

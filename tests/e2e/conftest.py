@@ -1,0 +1,43 @@
+"""Browser tests: Playwright drives Debian's Chromium against pytest-django's live server."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Playwright's sync API runs an event loop in the test thread; the ORM calls the tests make
+# there (factories, assertions) are still synchronous.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    return {
+        **browser_type_launch_args,
+        "executable_path": "/usr/bin/chromium",
+        "args": [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ],
+    }
+
+
+@pytest.fixture
+def screenshot(page, request):
+    """screenshot("step") saves test-artifacts/screenshots/<test>/<n>-step.png."""
+    folder = ARTIFACTS / request.node.name
+    folder.mkdir(parents=True, exist_ok=True)
+    counter = iter(range(1, 100))
+
+    def take(step: str) -> Path:
+        path = folder / f"{next(counter):02d}-{step}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return take
