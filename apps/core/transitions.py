@@ -43,7 +43,7 @@ def transition(
     """
     from apps.operations.services import record_event
 
-    locked = type(obj)._default_manager.select_for_update().get(pk=obj.pk)
+    locked = type(obj)._default_manager.select_for_update(no_key=True).get(pk=obj.pk)
     current = getattr(locked, field)
     names = dict(locked._meta.get_field(field).flatchoices)
     check_transition(table, current, target, label=str(locked), names=names)

@@ -8,6 +8,7 @@ from django.utils.translation import gettext as _
 
 from apps.catalog.models import AcceleratorModel
 from apps.core.errors import DomainError
+from apps.core.transactions import lock
 from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth, Placement, Pool
 
 
@@ -21,7 +22,7 @@ def register_node(*, pool: Pool, hostname: str, accelerators: int, vcpu: int, ra
     node, _ = Node.objects.update_or_create(
         pool=pool, hostname=hostname, defaults={"vcpu_total": vcpu, "ram_gb_total": ram_gb}
     )
-    node = Node.objects.select_for_update().get(pk=node.pk)
+    node = Node.objects.select_for_update(no_key=True).get(pk=node.pk)
     existing = set(node.accelerators.values_list("index", flat=True))
     Accelerator.objects.bulk_create(
         Accelerator(node=node, index=i, serial=f"{hostname}-{i}")
@@ -169,7 +170,7 @@ def _candidate(node, shape: Shape) -> dict:
 
 def _allocate_on(node, *, instance, shape: Shape) -> Allocation | None:
     """Allocate under the node's row lock, re-counting what is free once the lock is held."""
-    Node.objects.select_for_update().filter(pk=node.pk).first()
+    lock(Node, node.pk)
     node = with_free_capacity(Node.objects.filter(pk=node.pk)).select_related("pool__region").get()
     if not _fits(node, shape):
         return None
@@ -194,7 +195,7 @@ def release_capacity(instance) -> None:
     allocation = live_allocation(instance)
     if allocation is None:
         return
-    Node.objects.select_for_update().filter(pk=allocation.node_id).first()
+    lock(Node, allocation.node_id)
     Accelerator.objects.filter(allocation=allocation).update(allocation=None)
     allocation.released_at = timezone.now()
     allocation.save(update_fields=["released_at"])
@@ -203,7 +204,7 @@ def release_capacity(instance) -> None:
 def resize_capacity(instance, shape: Shape) -> None:
     """Grow or shrink the instance's allocation in place (on its node), under the node lock."""
     allocation = live_allocation(instance)
-    Node.objects.select_for_update().filter(pk=allocation.node_id).first()
+    lock(Node, allocation.node_id)
     node = with_free_capacity(Node.objects.filter(pk=allocation.node_id)).get()
     held = list(Accelerator.objects.filter(allocation=allocation).order_by("index"))
     extra = Shape(

@@ -447,7 +447,7 @@ def _end_unprovisioned(order: Order, *, to: str, reason: str = "", actor=None) -
 
 @transaction.atomic
 def complete_provisioning(*, instance_id: int, handle: str, access: dict) -> Instance | None:
-    instance = Instance.objects.select_for_update().get(pk=instance_id)
+    instance = Instance.objects.select_for_update(no_key=True).get(pk=instance_id)
     if instance.state != InstanceState.PROVISIONING:  # a duplicate delivery of the task
         return None
     Instance.objects.filter(pk=instance.pk).update(backend_handle=handle, access=access)
@@ -461,7 +461,7 @@ def complete_provisioning(*, instance_id: int, handle: str, access: dict) -> Ins
 def fail_instance(*, instance_id: int, message: str) -> Instance | None:
     """A permanent backend failure: the instance shows the backend's message, gives back its
     accelerators (and, by leaving the holding states, its quota) and its open order fails."""
-    instance = Instance.objects.select_for_update().get(pk=instance_id)
+    instance = Instance.objects.select_for_update(no_key=True).get(pk=instance_id)
     if instance.state in (InstanceState.ERROR, InstanceState.RELEASED):
         return None
     release_capacity(instance)
@@ -521,7 +521,9 @@ def request_operation(
         if earlier:
             return earlier
     instance = (
-        Instance.objects.select_for_update().select_related("flavor__family").get(pk=instance.pk)
+        Instance.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("flavor__family")
+        .get(pk=instance.pk)
     )
     if instance.orders.filter(state__in=[OrderState.FULFILLING, OrderState.APPROVED]).exists():
         raise InvalidTransition(
@@ -635,10 +637,14 @@ def _int_param(params: dict, name: str) -> int:
 @transaction.atomic
 def complete_operation(*, order_id: int) -> Order | None:
     """The backend did it: apply the change to the instance and close the order."""
-    order = Order.objects.select_for_update().select_related("instance__flavor").get(pk=order_id)
+    order = (
+        Order.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("instance__flavor")
+        .get(pk=order_id)
+    )
     if order.state != OrderState.FULFILLING:
         return None
-    instance = Instance.objects.select_for_update().get(pk=order.instance_id)
+    instance = Instance.objects.select_for_update(no_key=True).get(pk=order.instance_id)
     kind, to = order.kind, order.parameters.get("to")
     if kind == OrderKind.STOP:
         move_instance(instance=instance, to=InstanceState.STOPPED)
@@ -666,7 +672,7 @@ def complete_operation(*, order_id: int) -> Order | None:
 def fail_operation(*, order_id: int, message: str) -> Order | None:
     """The backend refused an operation for good. Disk and bandwidth changes fail alone (the
     host is as it was); a failed stop, start, resize or release leaves the host in error."""
-    order = Order.objects.select_for_update().get(pk=order_id)
+    order = Order.objects.select_for_update(no_key=True).get(pk=order_id)
     if order.state != OrderState.FULFILLING:
         return None
     if order.kind in (OrderKind.EXPAND_DISK, OrderKind.SET_BANDWIDTH):
@@ -681,7 +687,7 @@ def set_approval_policy(
 ) -> ApprovalPolicy:
     if not is_operator_of(operator, park):
         raise PermissionDenied(_("Only this park's operators may change its policy."))
-    policy, _created = ApprovalPolicy.objects.select_for_update().update_or_create(
+    policy, _created = ApprovalPolicy.objects.select_for_update(no_key=True).update_or_create(
         park=park,
         defaults={
             "unverified_needs_approval": unverified_needs_approval,

@@ -16,6 +16,7 @@ from django.db.models import Count, F, Sum
 from django.utils.translation import gettext as _
 
 from apps.core.errors import DomainError
+from apps.core.transactions import lock
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.tenants.models import Organization, Park
 
@@ -193,10 +194,10 @@ def reserve(*, organization: Organization, demand: Usage) -> None:
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("reserve() must run inside the transaction that holds the demand")
-    Organization.objects.select_for_update().filter(pk=organization.pk).first()
+    lock(Organization, organization.pk)
     org_limits, park_limits = _limits(organization)
     if park_limits:
-        Park.objects.select_for_update().filter(pk=organization.park_id).first()
+        lock(Park, organization.park_id)
     checks = [(limit, organization_usage(organization)) for limit in org_limits]
     if park_limits:
         held = park_usage(organization.park)
@@ -237,7 +238,7 @@ def apply_default_limits(*, organization: Organization, tier: str) -> None:
     Limits only grow here: an operator's higher limit is kept, and a tier never lowers one.
     """
     for resource, default in settings.LOAM_DEFAULT_QUOTAS[tier].items():
-        limit, created = QuotaLimit.objects.select_for_update().get_or_create(
+        limit, created = QuotaLimit.objects.select_for_update(no_key=True).get_or_create(
             park=organization.park,
             organization=organization,
             resource=resource,

@@ -143,7 +143,7 @@ def submit_verification(
             code="credit_code_taken",
         )
     validate_licence(licence)
-    locked = Organization.objects.select_for_update().get(pk=organization.pk)
+    locked = Organization.objects.select_for_update(no_key=True).get(pk=organization.pk)
     if locked.verification_state not in (VerificationState.UNVERIFIED, VerificationState.REJECTED):
         raise DomainError(
             _("The verification is already %(state)s.")
@@ -197,7 +197,7 @@ def reject_verification(*, organization: Organization, operator, reason: str) ->
 def set_mfa_policy(*, park: Park, operator, for_operators: bool, for_owners: bool) -> Park:
     if not is_operator_of(operator, park):
         raise PermissionDenied(_("Only this park's operators may change its policy."))
-    park = Park.objects.select_for_update().get(pk=park.pk)
+    park = Park.objects.select_for_update(no_key=True).get(pk=park.pk)
     park.require_mfa_for_operators, park.require_mfa_for_owners = for_operators, for_owners
     park.save(update_fields=["require_mfa_for_operators", "require_mfa_for_owners"])
     record_event(
@@ -228,7 +228,7 @@ def change_role(*, membership: Membership, actor, role: str) -> Membership:
     organization = membership.organization
     authorize(actor, organization, Action.MANAGE_MEMBERS)
     # Lock the organization's memberships so two demotions cannot both pass the owner count.
-    list(Membership.objects.select_for_update().filter(organization=organization))
+    list(Membership.objects.select_for_update(no_key=True).filter(organization=organization))
     membership = Membership.objects.get(pk=membership.pk)
     if membership.role == role:
         return membership
@@ -259,7 +259,7 @@ def remove_member(*, membership: Membership, actor) -> None:
     leaving_self = isinstance(actor, get_user_model()) and membership.user_id == actor.pk
     if not leaving_self:
         authorize(actor, organization, Action.MANAGE_MEMBERS)
-    list(Membership.objects.select_for_update().filter(organization=organization))
+    list(Membership.objects.select_for_update(no_key=True).filter(organization=organization))
     membership = Membership.objects.get(pk=membership.pk)
     if membership.role == Role.OWNER:
         if not leaving_self:
@@ -321,7 +321,7 @@ def invite_member(*, organization: Organization, actor, email: str, role: str):
 
 
 def _open_invitation(invitation_pk: int) -> Invitation:
-    invitation = Invitation.objects.select_for_update().get(pk=invitation_pk)
+    invitation = Invitation.objects.select_for_update(no_key=True).get(pk=invitation_pk)
     if invitation.accepted_at or invitation.revoked_at:
         raise DomainError(_("This invitation is no longer open."), code="invitation_closed")
     return invitation
@@ -434,7 +434,7 @@ def create_api_key(
 @transaction.atomic
 def revoke_api_key(*, api_key: ApiKey, actor) -> ApiKey:
     authorize(actor, api_key.organization, Action.MANAGE_API_KEYS)
-    key = ApiKey.objects.select_for_update().get(pk=api_key.pk)
+    key = ApiKey.objects.select_for_update(no_key=True).get(pk=api_key.pk)
     if key.revoked_at is None:
         key.revoked_at = timezone.now()
         key.save(update_fields=["revoked_at"])

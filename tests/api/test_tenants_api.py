@@ -205,15 +205,7 @@ def test_session_acts_for_the_current_organization(client, owner, organization, 
     assert client.get("/api/v1/api-keys/").status_code == 403  # a viewer there
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="BUG: current_organization returns request.organization, a SimpleLazyObject that "
-    "wraps None for a user without organizations, so the `organization is None` check "
-    "(apps/api/permissions.py:12,26) misses it and the membership lookup raises TypeError: "
-    "a 500, not a 403",
-)
-@pytest.mark.parametrize("path", ["/api/v1/organization/", "/api/v1/members/"])
+@pytest.mark.parametrize("path", ["/api/v1/organization/", "/api/v1/members/", "/api/v1/api-keys/"])
 def test_session_of_a_user_without_organization_is_403(client, path):
     from tests.factories import UserFactory
 
@@ -300,14 +292,11 @@ def test_a_non_numeric_id_is_404(client, write_key):
 
 
 def test_methods_the_endpoints_do_not_take_are_405(client, write_key):
-    assert (
-        client.delete(f"/api/v1/api-keys/{write_key.pk}/", **bearer(write_key)).status_code == 405
-    )
-    assert (
-        client.get(f"/api/v1/api-keys/{write_key.pk}/revoke/", **bearer(write_key)).status_code
-        == 405
-    )
-    assert client.post("/api/v1/organization/", **bearer(write_key)).status_code == 405
+    auth = bearer(write_key)
+    assert client.delete(f"/api/v1/api-keys/{write_key.pk}/", **auth).status_code == 405
+    assert client.get(f"/api/v1/api-keys/{write_key.pk}/revoke/", **auth).status_code == 405
+    assert client.post("/api/v1/organization/", **auth).status_code == 405
+    assert client.post("/api/v1/members/", **auth).status_code == 405
     write_key.refresh_from_db()
     assert write_key.revoked_at is None
 

@@ -354,7 +354,7 @@ def test_operator_rule_does_not_apply_to_owners(client, park, owner):
 @pytest.mark.xfail(
     strict=True,
     reason="BUG: MfaRequiredMiddleware exempts every /api/ path (MFA_SETUP_ALLOWED, "
-    "apps/tenants/middleware.py:38) and the API accepts session auth, so an owner who must "
+    "apps/tenants/middleware.py) and the API accepts session auth, so an owner who must "
     "set up TOTP first still reads and changes the organization through /api/v1/ with the "
     "browser session",
 )

@@ -131,8 +131,8 @@ def test_switch_without_an_organization_is_404(client, owner):
 @pytest.mark.xfail(
     strict=True,
     raises=ValueError,
-    reason="BUG: organization_switch filters Membership by the raw POST value "
-    "(apps/tenants/views.py:46-48), so organization=nope raises ValueError: a 500, not a 404",
+    reason="BUG: organization_switch (apps/tenants/views.py) filters Membership by the raw "
+    "POST value, so organization=nope raises ValueError: a 500, not a 404",
 )
 def test_switch_with_a_malformed_organization_id_is_404(client, owner):
     client.force_login(owner)
@@ -147,8 +147,8 @@ def test_switch_follows_a_local_next(client, owner, organization):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG: organization_switch redirects to any `next`, including another site "
-    "(apps/tenants/views.py:52, no url_has_allowed_host_and_scheme check): an open redirect",
+    reason="BUG: organization_switch (apps/tenants/views.py) redirects to any `next`, "
+    "including another site (no url_has_allowed_host_and_scheme check): an open redirect",
 )
 def test_switch_does_not_redirect_to_another_site(client, owner, organization):
     client.force_login(owner)
@@ -316,9 +316,9 @@ def test_licence_download_for_the_owner(client, owner, with_licence):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG: licence_response names the file with organization.licence.name[-4:] "
-    "(apps/tenants/views.py:108), so a .jpeg licence becomes 'licence-<slug>jpeg' and is served "
-    "as application/octet-stream (with nosniff the operator's <img> cannot show it)",
+    reason="BUG: licence_response (apps/tenants/views.py) names the file with "
+    "organization.licence.name[-4:], so a .jpeg licence becomes 'licence-<slug>jpeg' and is "
+    "served as application/octet-stream (with nosniff the operator's <img> cannot show it)",
 )
 def test_licence_download_of_a_jpeg_is_an_image(client, owner, organization, media):
     organization.licence.save("scan.jpeg", ContentFile(b"\xff\xd8\xff\xe0 jpeg"), save=True)
@@ -598,7 +598,7 @@ def test_posting_an_unknown_token_creates_nothing(client, invitee):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG: invitation_for_token (apps/tenants/services.py:331) finds revoked invitations "
+    reason="BUG: invitation_for_token (apps/tenants/services.py) finds revoked invitations "
     "too, so a revoked link still shows 'Join …' with an Accept button instead of the page "
     "that says it may have been revoked",
 )
