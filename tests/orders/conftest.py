@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 import pytest
+from django.utils import translation
 
 from apps.orchestration.backends.simulator import SimulatorDriver
 from apps.orchestration.models import Accelerator, Backend, Pool
@@ -213,6 +214,13 @@ def operate(owner, django_capture_on_commit_callbacks):
         return Order.objects.get(pk=order.pk)
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _english():
+    """Messages are checked in English (the portal's default language is zh-hans)."""
+    with translation.override("en"):
+        yield
 
 
 @pytest.fixture(autouse=True)
