@@ -57,6 +57,7 @@ from apps.orchestration.models import (
     Pool,
 )
 from apps.orders.models import (
+    ApprovalPolicy,
     Instance,
     InstanceState,
     Order,
@@ -546,7 +547,17 @@ class PlacementFactory(Factory):
     chosen_node = None
     weights = factory.LazyFunction(lambda: {"price": 1.0})
     candidates = factory.LazyFunction(list)
-    explanation = "The only candidate."
+
+
+class ApprovalPolicyFactory(Factory):
+    class Meta:
+        model = ApprovalPolicy
+        django_get_or_create = ("park",)
+
+    park = factory.SubFactory(ParkFactory)
+    unverified_needs_approval = True
+    max_accelerators = None
+    max_hourly_minor = None
 
 
 # --- quotas ----------------------------------------------------------------------------------

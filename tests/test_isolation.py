@@ -14,6 +14,8 @@ from tests.factories import (
     ApiKeyFactory,
     InvitationFactory,
     MembershipFactory,
+    InstanceFactory,
+    OrderFactory,
     OrganizationFactory,
     ParkFactory,
     ParkOperatorFactory,
@@ -54,10 +56,15 @@ def foreign_objects(foreign_org):
     membership = MembershipFactory(organization=foreign_org)
     invitation = InvitationFactory(organization=foreign_org)
     key = ApiKeyFactory(organization=foreign_org)
+    instance = InstanceFactory(organization=foreign_org)
+    order = OrderFactory(organization=foreign_org, instance=instance)
     by_param = {
         "membership_id": membership.pk,
         "invitation_id": invitation.pk,
         "key_id": key.pk,
+        "instance_id": instance.pk,
+        "order_id": order.pk,
+        "kind": "stop",
     }
     by_route = {
         "api:membership-detail": {"pk": membership.pk},
@@ -140,7 +147,12 @@ def test_another_parks_objects_are_404_for_an_operator(client, route, params, op
     foreign_park = ParkFactory()
     foreign_org = OrganizationFactory(park=foreign_park)
     ParkOperatorFactory(park=foreign_park, user=UserFactory())
-    values = {"organization_id": foreign_org.pk, "park_id": foreign_park.pk}
+    foreign_order = OrderFactory(organization=foreign_org)
+    values = {
+        "organization_id": foreign_org.pk,
+        "park_id": foreign_park.pk,
+        "order_id": foreign_order.pk,
+    }
     assert set(params) <= set(values), f"teach tests/test_isolation.py {route}'s {params}"
     url = reverse(route, kwargs={name: values[name] for name in params})
     client.force_login(operator)

@@ -98,7 +98,8 @@ def audit_log(request):
     form = AuditFilterForm(
         request.GET or None, organizations=organizations_for_operator(request.user)
     )
-    filters = form.cleaned_data if form.is_valid() else {}
+    form.is_valid()  # an invalid filter is shown as an error; the valid ones still apply
+    filters = getattr(form, "cleaned_data", {})
     events = audit_events(parks, **{k: v for k, v in filters.items() if v})
     page = Paginator(events, 50).get_page(request.GET.get("page"))
     query = request.GET.copy()

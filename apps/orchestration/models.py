@@ -1,5 +1,6 @@
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import AcceleratorModel, Region
@@ -232,7 +233,6 @@ class Placement(models.Model):
     )
     weights = models.JSONField(_("weights"), default=dict)
     candidates = models.JSONField(_("candidates"), default=list)
-    explanation = models.TextField(_("explanation"), blank=True)
     created_at = models.DateTimeField(_("decided at"), auto_now_add=True)
 
     class Meta:
@@ -248,3 +248,17 @@ class Placement(models.Model):
 
     def __str__(self):
         return f"{self.order or self.task} → {self.chosen_node or '—'}"
+
+    def describe(self) -> str:
+        """Why here, in the reader's language (so it is built when shown, not when stored)."""
+        if self.chosen_node is None:
+            return gettext("No host fitted.")
+        return gettext(
+            "Placed on %(node)s in %(region)s: of the %(fitting)d hosts with room, it is left "
+            "with the fewest free accelerators (%(left)d), keeping large holes for large hosts."
+        ) % {
+            "node": self.chosen_node.hostname,
+            "region": self.chosen_pool.region.name,
+            "fitting": sum(1 for c in self.candidates if c.get("fits")),
+            "left": self.weights.get("left_free", 0),
+        }

@@ -130,17 +130,11 @@ def place(*, instance, shape: Shape, region=None, order=None) -> Allocation:
                 order=order,
                 chosen_pool=node.pool,
                 chosen_node=node,
-                weights={"policy": "best-fit"},
-                candidates=record,
-                explanation=_(
-                    "Placed on %(node)s in %(region)s: it fits with the fewest "
-                    "accelerators left over (%(left)d free after this host)."
-                )
-                % {
-                    "node": node.hostname,
-                    "region": node.pool.region.name,
-                    "left": node.free_accelerators - shape.accelerators,
+                weights={
+                    "policy": "best-fit",
+                    "left_free": node.accelerators.filter(allocation__isnull=True).count(),
                 },
+                candidates=record,
             )
             return allocation
     raise NoCapacity(

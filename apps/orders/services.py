@@ -532,11 +532,11 @@ def request_operation(
         )
     if instance.state not in allowed_from:
         raise InvalidTransition(
-            _("%(name)s is %(state)s: it cannot be %(operation)s now.")
+            _("%(name)s is %(state)s, so “%(operation)s” is not possible now.")
             % {
                 "name": instance.name,
                 "state": instance.get_state_display(),
-                "operation": OrderKind(kind).label.lower(),
+                "operation": OrderKind(kind).label,
             }
         )
     parameters = _reserve_operation(instance, kind, params)

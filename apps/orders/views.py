@@ -38,7 +38,9 @@ def instance_create(request):
             )
         if not outcome.refused:
             if any(o.state == OrderState.AWAITING_APPROVAL for o in orders):
-                messages.info(request, _("Submitted: the park's operators will approve it."))
+                messages.info(
+                    request, _("Submitted: waiting for the park's operators to review it.")
+                )
             else:
                 messages.success(request, _("Ordered: your host is being created."))
             if len(orders) == 1:

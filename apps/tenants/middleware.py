@@ -1,4 +1,6 @@
+from django.http import JsonResponse
 from django.shortcuts import redirect
+from django.utils.translation import gettext as _
 
 from apps.tenants.models import Membership, Role
 
@@ -31,7 +33,7 @@ class CurrentOrganizationMiddleware:
 
 
 # Paths a user who must set up two-factor authentication can still reach.
-MFA_SETUP_ALLOWED = ("/accounts/", "/i18n/", "/static/", "/healthz", "/api/")
+MFA_SETUP_ALLOWED = ("/accounts/", "/i18n/", "/static/", "/healthz")
 
 
 class MfaRequiredMiddleware:
@@ -48,6 +50,14 @@ class MfaRequiredMiddleware:
             and mfa_required(user)
             and not has_totp(user)
         ):
+            if request.path.startswith("/api/"):  # a browser session calling the API
+                return JsonResponse(
+                    {
+                        "detail": _("Set up two-factor authentication first."),
+                        "code": "mfa_required",
+                    },
+                    status=403,
+                )
             return redirect("mfa_activate_totp")
         return self.get_response(request)
 

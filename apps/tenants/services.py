@@ -216,7 +216,7 @@ def _check_assignable(actor, organization: Organization, role: str) -> None:
     if role not in Role.values:
         raise DomainError(_("Unknown role."), code="role")
     if role not in roles_assignable_by(role_of(actor, organization)):
-        raise PermissionDenied(_("Only an owner can make someone an owner."))
+        raise PermissionDenied(_("Only an owner can grant or take away the owner role."))
 
 
 def _owner_count(organization: Organization) -> int:
@@ -359,6 +359,14 @@ def invitation_for_token(token: str) -> Invitation | None:
         .filter(token_hash=_hash(token))
         .first()
     )
+
+
+def open_invitation_for_token(token: str) -> Invitation | None:
+    """The invitation a link shows: only while it can still be accepted."""
+    invitation = invitation_for_token(token)
+    if invitation is None or invitation.accepted_at or invitation.revoked_at:
+        return None
+    return invitation if invitation.expires_at > timezone.now() else None
 
 
 @transaction.atomic

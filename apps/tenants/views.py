@@ -1,8 +1,11 @@
+from pathlib import PurePosixPath
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
@@ -44,13 +47,21 @@ def organization_create(request):
 @login_required
 @require_POST
 def organization_switch(request):
-    membership = Membership.objects.filter(
-        user=request.user, organization_id=request.POST.get("organization")
-    ).first()
+    chosen = request.POST.get("organization", "")
+    membership = (
+        Membership.objects.filter(user=request.user, organization_id=chosen).first()
+        if chosen.isdigit()
+        else None
+    )
     if membership is None:
         raise Http404
     request.session[SESSION_KEY] = membership.organization_id
-    return redirect(request.POST.get("next") or "tenants:organization")
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        target = "tenants:organization"
+    return redirect(target)
 
 
 @organization_view()
@@ -107,9 +118,10 @@ def licence(request):
 def licence_response(organization):
     if not organization.licence:
         raise Http404
+    suffix = PurePosixPath(organization.licence.name).suffix
     return FileResponse(
         organization.licence.open("rb"),
-        filename=f"licence-{organization.slug}{organization.licence.name[-4:]}",
+        filename=f"licence-{organization.slug}{suffix}",
         as_attachment=False,
     )
 
@@ -212,7 +224,7 @@ def invitation_revoke(request, invitation_id):
 
 @login_required
 def invitation(request, token):
-    found = services.invitation_for_token(token)
+    found = services.open_invitation_for_token(token)
     if request.method == "POST":
         with refusals(request) as outcome:
             membership = services.accept_invitation(token=token, user=request.user)

@@ -1,4 +1,5 @@
 import pytest
+from kombu import Connection
 
 from portal.celery import app as celery_app
 
@@ -20,8 +21,10 @@ def test_healthz_reports_database_and_broker(client):
 
 def test_healthz_is_503_with_the_reason_when_the_broker_is_unreachable(client, monkeypatch):
     # Port 9 (discard) on loopback is closed here: the connection is refused at once.
-    for name in ("broker_url", "broker_write_url"):
-        monkeypatch.setattr(celery_app.conf, name, "amqp://guest:guest@127.0.0.1:9//")
+    # Replacing the connection, not the app's settings, which Celery caches in several places.
+    monkeypatch.setattr(
+        celery_app, "connection_for_write", lambda: Connection("amqp://guest:guest@127.0.0.1:9//")
+    )
     response = client.get("/healthz")
     assert response.status_code == 503
     body = response.json()

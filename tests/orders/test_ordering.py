@@ -109,12 +109,14 @@ def test_submit_create_provisions_a_running_host(world, order_hosts, owner):
     placement = Placement.objects.get(order=order)
     assert placement.chosen_node == instance.node
     assert placement.chosen_pool == world.pool
-    assert placement.weights == {"policy": "best-fit"}
+    assert placement.weights["policy"] == "best-fit"
+    assert placement.weights["left_free"] == 4
     assert sorted(c["node"] for c in placement.candidates) == ["node-a", "node-b"]
     assert all(c["fits"] and c["free_accelerators"] == 8 for c in placement.candidates)
-    assert instance.node.hostname in placement.explanation
-    assert "Center" in placement.explanation
-    assert "4 free after this host" in placement.explanation
+    explanation = placement.describe()
+    assert instance.node.hostname in explanation
+    assert "Center" in explanation
+    assert "(4)" in explanation
 
     assert organization_usage(world.organization) == holding(world, 4)
     assert order.hourly_minor == 4000

@@ -351,13 +351,6 @@ def test_operator_rule_does_not_apply_to_owners(client, park, owner):
     assert client.get("/org/").status_code == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: MfaRequiredMiddleware exempts every /api/ path (MFA_SETUP_ALLOWED, "
-    "apps/tenants/middleware.py) and the API accepts session auth, so an owner who must "
-    "set up TOTP first still reads and changes the organization through /api/v1/ with the "
-    "browser session",
-)
 def test_owner_without_totp_cannot_use_the_api_with_the_session(client, park, owner):
     require(park, require_mfa_for_owners=True)
     client.force_login(owner)
