@@ -2,66 +2,72 @@
 
     python locale/fill.py locale/zh_Hans/LC_MESSAGES/django.po translations.json
 
-The JSON maps each msgid (with "context\u0004" in front for a pgettext entry) to its msgstr.
-Run `bash locale/update.sh` first (it lists what is missing) and again after.
+The JSON maps each msgid (with "context\\u0004" in front for a pgettext entry) to its msgstr;
+plural entries are left to a hand edit. Run `bash locale/update.sh` first (it lists what is
+missing) and again after.
 """
 
 import json
 import sys
-
-po_path, mapping_path = sys.argv[1], sys.argv[2]
-mapping = json.load(open(mapping_path, encoding="utf-8"))
-text = open(po_path, encoding="utf-8").read()
-blocks = text.split("\n\n")
+from pathlib import Path
 
 
-def unquote(lines):
-    return "".join(json.loads(l) for l in lines)
+def entry_key(lines: list[str]) -> str | None:
+    """The msgctxt\\x04msgid key of one .po entry, or None for the header and plurals."""
+    context, msgid, reading_msgid = None, [], False
+    for line in lines:
+        if line.startswith("msgctxt "):
+            context = json.loads(line[len("msgctxt ") :])
+        elif line.startswith("msgid_plural"):
+            return None
+        elif line.startswith("msgid "):
+            msgid, reading_msgid = [json.loads(line[len("msgid ") :])], True
+        elif line.startswith('"') and reading_msgid:
+            msgid.append(json.loads(line))
+        elif line.startswith("msgstr"):
+            reading_msgid = False
+    text = "".join(msgid)
+    if not text:
+        return None
+    return f"{context}\x04{text}" if context else text
 
 
-out = []
-filled = set()
-for block in blocks:
-    lines = block.split("\n")
-    ctx = None
-    msgid_lines = []
-    mode = None
-    for l in lines:
-        if l.startswith("msgctxt "):
-            ctx = json.loads(l[8:])
-            mode = "ctx"
-        elif l.startswith("msgid "):
-            msgid_lines = [l[6:]]
-            mode = "id"
-        elif l.startswith("msgstr") or l.startswith("msgid_plural"):
-            mode = None
-        elif l.startswith('"') and mode == "id":
-            msgid_lines.append(l)
-    if msgid_lines:
-        mid = unquote(msgid_lines)
-        key = f"{ctx}\x04{mid}" if ctx else mid
-        if key in mapping and mid:
-            new = []
-            skip = False
-            for l in lines:
-                if l.startswith("#, fuzzy"):
-                    flags = [f.strip() for f in l[2:].split(",") if f.strip() != "fuzzy"]
-                    if flags:
-                        new.append("#, " + ", ".join(flags))
-                    continue
-                if l.startswith("#| "):
-                    continue
-                if l.startswith("msgstr "):
-                    new.append("msgstr " + json.dumps(mapping[key], ensure_ascii=False))
-                    skip = True
-                    continue
-                if skip and l.startswith('"'):
-                    continue
-                skip = False
-                new.append(l)
-            lines = new
-            filled.add(key)
-    out.append("\n".join(lines))
-open(po_path, "w", encoding="utf-8").write("\n\n".join(out))
-missing = set(mapping) - filled
-print("filled", len(filled), "missing", missing)
+def filled(lines: list[str], translation: str) -> list[str]:
+    """The entry with `translation` as its msgstr, no fuzzy flag and no previous-msgid lines."""
+    result, in_msgstr = [], False
+    for line in lines:
+        if line.startswith("#, "):
+            flags = [flag.strip() for flag in line[3:].split(",") if flag.strip() != "fuzzy"]
+            if flags:
+                result.append("#, " + ", ".join(flags))
+        elif line.startswith("#| "):
+            continue
+        elif line.startswith("msgstr "):
+            result.append("msgstr " + json.dumps(translation, ensure_ascii=False))
+            in_msgstr = True
+        elif in_msgstr and line.startswith('"'):
+            continue
+        else:
+            in_msgstr = False
+            result.append(line)
+    return result
+
+
+def main(po_path: str, mapping_path: str) -> None:
+    mapping = json.loads(Path(mapping_path).read_text(encoding="utf-8"))
+    po = Path(po_path)
+    entries, done = [], set()
+    for block in po.read_text(encoding="utf-8").split("\n\n"):
+        lines = block.split("\n")
+        key = entry_key(lines)
+        if key in mapping:
+            lines = filled(lines, mapping[key])
+            done.add(key)
+        entries.append("\n".join(lines))
+    po.write_text("\n\n".join(entries), encoding="utf-8")
+    missing = sorted(set(mapping) - done)
+    print(f"filled {len(done)}; not found in the catalog: {missing or 'none'}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
