@@ -7,9 +7,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash deploy/setup.sh
-# Browser tests use Debian's Chromium (Playwright cannot download its own here).
-if [ ! -x /usr/bin/chromium ]; then
-  apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+# Browser tests use Debian's Chromium (Playwright cannot download its own here), and a CJK
+# font so that screenshots of the zh-hans pages are readable.
+if [ ! -x /usr/bin/chromium ] || ! fc-list 2>/dev/null | grep -qi "wenquanyi"; then
+  apt-get update -qq && apt-get install -y -qq chromium fonts-wqy-microhei >/dev/null
 fi
 . .venv/bin/activate
 ruff check .

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.catalog.models import Flavor, Image, PriceKind, Region
 from apps.catalog.selectors import price_in_force
 from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
-from apps.core.transactions import on_commit_task
+from apps.core.transactions import lock, on_commit_task
 from apps.core.transitions import transition
 from apps.operations.services import record_event
 from apps.orchestration.services import (
@@ -293,6 +293,9 @@ def submit_create(
     """Order `request.count` hosts. The same idempotency key returns the first call's orders,
     so a double click or a retried request creates nothing twice."""
     authorize(actor, organization, Action.ORDER)
+    # Under the organization's lock (which the quota check takes anyway), so a concurrent
+    # retry with the same key waits for the first and then replays it.
+    lock(Organization, organization.pk)
     if idempotency_key:
         earlier = _orders_for_key(organization, idempotency_key)
         if earlier:
@@ -312,23 +315,8 @@ def submit_create(
     orders = []
     for index in range(request.count):
         name = request.name if request.count == 1 else f"{request.name}-{index + 1}"
-        try:
-            with transaction.atomic():
-                orders.append(
-                    _create_order(
-                        organization,
-                        actor,
-                        request,
-                        quoted,
-                        name,
-                        f"{idempotency_key}:{index}" if idempotency_key else "",
-                    )
-                )
-        except IntegrityError:  # a concurrent request with the same key won the race
-            transaction.set_rollback(True)
-            raise DomainError(
-                _("This order is already being submitted."), code="duplicate_submission"
-            ) from None
+        key = f"{idempotency_key}:{index}" if idempotency_key else ""
+        orders.append(_create_order(organization, actor, request, quoted, name, key))
     for order in orders:
         if approval:
             move_order(order=order, to=OrderState.AWAITING_APPROVAL, actor=actor)
@@ -514,17 +502,17 @@ def request_operation(
     params = params or {}
     allowed_from, busy_state, action = OPERATIONS[kind]
     authorize(actor, instance.organization, action)
-    if idempotency_key:
-        earlier = Order.objects.filter(
-            organization=instance.organization, idempotency_key=idempotency_key
-        ).first()
-        if earlier:
-            return earlier
     instance = (
         Instance.objects.select_for_update(no_key=True, of=("self",))
         .select_related("flavor__family")
         .get(pk=instance.pk)
     )
+    if idempotency_key:  # checked under the instance's lock: a concurrent retry replays
+        earlier = Order.objects.filter(
+            organization=instance.organization, idempotency_key=idempotency_key
+        ).first()
+        if earlier:
+            return earlier
     if instance.orders.filter(state__in=[OrderState.FULFILLING, OrderState.APPROVED]).exists():
         raise InvalidTransition(
             _("%(name)s has an operation in progress; wait for it to finish.")

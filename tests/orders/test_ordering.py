@@ -180,9 +180,7 @@ def test_quote_of_the_flavor_alone(world, organization):
 
 
 def test_quote_adds_disk_and_bandwidth_per_month_over_720_hours(world, organization):
-    request = world.request(
-        1, system_disk_gb=150, data_disk_gb=200, bandwidth_mbps=10, count=2
-    )
+    request = world.request(1, system_disk_gb=150, data_disk_gb=200, bandwidth_mbps=10, count=2)
 
     quoted = quote(organization=organization, request=request)
 
@@ -377,7 +375,9 @@ def _other_park_image(world):
 
 def _inactive_image(world):
     return {
-        "image": ImageFactory(park=world.park, is_active=False, compatible_accelerators=[world.model])
+        "image": ImageFactory(
+            park=world.park, is_active=False, compatible_accelerators=[world.model]
+        )
     }
 
 
@@ -988,4 +988,3 @@ def test_a_host_that_never_ran_holds_nothing_after_rejection_or_cancellation(
     # The limits are free again: the full quota can be ordered (and waits, unverified).
     orders = order_hosts(8, count=2)
     assert [o.state for o in orders] == [OrderState.AWAITING_APPROVAL] * 2
-

@@ -187,7 +187,9 @@ def test_usage_of_counts_only_holding_states(organization, sizes, state):
 @pytest.mark.django_db
 def test_usage_of_sums_per_model(organization, park, sizes):
     other = FlavorFactory(
-        family=FlavorFamilyFactory(park=park, accelerator_model=AcceleratorModelFactory(ascend=True)),
+        family=FlavorFamilyFactory(
+            park=park, accelerator_model=AcceleratorModelFactory(ascend=True)
+        ),
         accelerator_count=4,
         vcpu=48,
         ram_gb=384,
