@@ -261,8 +261,10 @@ def validate_host_request(organization: Organization, request: HostRequest) -> N
         }
     if not 1 <= request.count <= MAX_COUNT:
         errors["count"] = _("Order 1–%(max)d hosts at a time.") % {"max": MAX_COUNT}
+    # With a count, hosts are named name-1 … name-N: the longest must be a host name too.
+    longest = request.name if request.count <= 1 else f"{request.name}-{request.count}"
     for field, check, value in (
-        ("name", validate_hostname, request.name),
+        ("name", validate_hostname, longest),
         ("ssh_public_key", validate_ssh_public_key, request.ssh_public_key),
     ):
         try:
@@ -315,7 +317,7 @@ def submit_create(
     orders = []
     for index in range(request.count):
         name = request.name if request.count == 1 else f"{request.name}-{index + 1}"
-        key = f"{idempotency_key}:{index}" if idempotency_key else ""
+        key = _create_key(idempotency_key, index) if idempotency_key else ""
         orders.append(_create_order(organization, actor, request, quoted, name, key))
     for order in orders:
         if approval:
@@ -326,11 +328,19 @@ def submit_create(
     return [Order.objects.get(pk=order.pk) for order in orders]
 
 
+def _create_key(key: str, index: int) -> str:
+    """The stored key of the index-th host of a create: exact, so "job" never finds "job:7"."""
+    return f"{key}:{index}"
+
+
+def _operation_key(key: str) -> str:
+    return f"{key}:op"
+
+
 def _orders_for_key(organization, key):
+    keys = [_create_key(key, index) for index in range(MAX_COUNT)]
     return list(
-        Order.objects.filter(
-            organization=organization, idempotency_key__startswith=f"{key}:"
-        ).order_by("pk")
+        Order.objects.filter(organization=organization, idempotency_key__in=keys).order_by("pk")
     )
 
 
@@ -509,7 +519,7 @@ def request_operation(
     )
     if idempotency_key:  # checked under the instance's lock: a concurrent retry replays
         earlier = Order.objects.filter(
-            organization=instance.organization, idempotency_key=idempotency_key
+            organization=instance.organization, idempotency_key=_operation_key(idempotency_key)
         ).first()
         if earlier:
             return earlier
@@ -534,7 +544,7 @@ def request_operation(
         instance=instance,
         parameters=parameters,
         currency=instance.organization.park.currency,
-        idempotency_key=idempotency_key,
+        idempotency_key=_operation_key(idempotency_key) if idempotency_key else "",
         created_by=audit_identity(actor)[0],
     )
     record_event(

@@ -8,7 +8,7 @@ import struct
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
 
-HOSTNAME = re.compile(r"^[a-z][a-z0-9-]{0,61}[a-z0-9]$|^[a-z]$")
+HOSTNAME = re.compile(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
 SSH_KEY_TYPES = {
     "ssh-ed25519",
     "ssh-rsa",
@@ -21,7 +21,7 @@ MIN_RSA_BITS = 2048
 
 
 def validate_hostname(value: str) -> None:
-    if not HOSTNAME.match(value):
+    if not HOSTNAME.fullmatch(value):
         raise ValidationError(
             _(
                 "Use 1–63 lowercase letters, digits and hyphens, starting with a letter and not "
@@ -50,18 +50,32 @@ def validate_ssh_public_key(value: str) -> None:
     try:
         blob = base64.b64decode(blob_text, validate=True)
         inner_type, rest = _read_string(blob)
+        if inner_type.decode(errors="replace") != key_type:
+            raise ValidationError(
+                _("The key data says “%(inner)s” but the line says “%(type)s”.")
+                % {"inner": inner_type.decode(errors="replace")[:40], "type": key_type},
+                code="ssh_mismatch",
+            )
+        _check_key_material(key_type, rest)
     except (binascii.Error, ValueError, struct.error):
         raise ValidationError(
             _("The key data is not valid base64 of an SSH key: was it cut off?"),
             code="ssh_data",
         ) from None
-    if inner_type.decode(errors="replace") != key_type:
-        raise ValidationError(
-            _("The key data says “%(inner)s” but the line says “%(type)s”.")
-            % {"inner": inner_type.decode(errors="replace")[:40], "type": key_type},
-            code="ssh_mismatch",
-        )
-    if key_type == "ssh-rsa":
+
+
+def _check_key_material(key_type: str, rest: bytes) -> None:
+    """The blob after the type must hold a key of that type (raises ValueError if cut off)."""
+    if key_type in ("ssh-ed25519", "sk-ssh-ed25519@openssh.com"):
+        point, _rest = _read_string(rest)
+        if len(point) != 32:
+            raise ValueError("an ed25519 key is 32 bytes")
+    elif key_type.startswith("ecdsa-"):
+        _curve, rest = _read_string(rest)
+        point, _rest = _read_string(rest)
+        if not point:
+            raise ValueError("no ecdsa point")
+    elif key_type == "ssh-rsa":
         _exponent, rest = _read_string(rest)
         modulus, _rest = _read_string(rest)
         bits = int.from_bytes(modulus, "big").bit_length()
@@ -74,6 +88,8 @@ def validate_ssh_public_key(value: str) -> None:
 
 
 def _read_string(data: bytes) -> tuple[bytes, bytes]:
+    if len(data) < 4:
+        raise ValueError("truncated")
     (length,) = struct.unpack(">I", data[:4])
     if length > len(data) - 4:
         raise ValueError("truncated")

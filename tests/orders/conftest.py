@@ -216,9 +216,10 @@ def operate(owner, django_capture_on_commit_callbacks):
     return run
 
 
-@pytest.fixture(autouse=True)
-def _english():
-    """Messages are checked in English (the portal's default language is zh-hans)."""
+@pytest.fixture
+def english_messages():
+    """Messages are checked in English (the portal's default language is zh-hans); the test
+    modules of this world use it with `pytest.mark.usefixtures("english_messages")`."""
     with translation.override("en"):
         yield
 

@@ -15,7 +15,7 @@ from apps.quotas.models import QuotaResource
 from apps.quotas.services import QuotaExceeded, Usage, organization_usage
 from tests.factories import ApiKeyFactory
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
 
 
 def reload(instance) -> Instance:

@@ -41,7 +41,7 @@ from tests.factories import (
     UserFactory,
 )
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
 
 CU = Decimal("3.12")  # compute units of one accelerator of the world's model
 
@@ -479,15 +479,6 @@ def test_the_limits_themselves_are_accepted(world, organization):
         validate_host_request(organization, world.request(1, **fields))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: validate_host_request checks request.name but submit_create names the hosts "
-        "f'{name}-{index + 1}', so a valid 62-character name with count=2 gives 64-character "
-        "host names (not valid hostnames; over Instance.name max_length=63: stored on SQLite, "
-        "DataError on PostgreSQL) instead of a ValidationError on 'name'"
-    ),
-)
 def test_names_of_several_hosts_must_be_valid_host_names(world, owner):
     request = world.request(1, name="a" * 62, count=2)
 
@@ -561,14 +552,6 @@ def test_keys_are_per_organization(world, order_hosts, other_organization, other
     assert theirs.organization == other_organization
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: _orders_for_key matches idempotency_key__startswith=f'{key}:', so the key 'job' "
-        "replays the orders stored for another key 'job:7' (apps/orders/services.py:341-346) "
-        "and no host is created"
-    ),
-)
 def test_a_key_is_not_confused_with_a_longer_key(world, order_hosts):
     (other,) = order_hosts(1, idempotency_key="job:7")
 

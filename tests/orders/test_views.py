@@ -121,7 +121,10 @@ def submit(client, django_capture_on_commit_callbacks):
 
     def post(*, follow=False, **fields):
         with django_capture_on_commit_callbacks(execute=True):
-            return client.post("/instances/new/", order_data(**fields), follow=follow)
+            response = client.post("/instances/new/", order_data(**fields))
+        if follow and response.status_code == 302:
+            return client.get(response["Location"])
+        return response
 
     return post
 
@@ -325,7 +328,11 @@ def test_quote_gives_hour_second_month_and_region(tenant):
     )
 
     # Per host: 3800 fen + 200 GB × 35 / 720 + 10 Mbps × 2300 / 720, for two hosts.
-    hourly = 2 * (Decimal(3800) + Decimal(200 * DISK_GB_MONTH) / 720 + Decimal(10 * 2300) / 720)
+    hourly = 2 * (
+        Decimal(3800)
+        + Decimal(200 * DISK_GB_MONTH) / 720
+        + Decimal(10 * BANDWIDTH_MBPS_MONTH) / 720
+    )
     shown = figures(html)
     assert shown["hour"] == format_rate(hourly, "CNY") == "¥76.8333"
     assert shown["second"] == format_rate(hourly / 3600, "CNY") == "¥0.0213"
@@ -568,8 +575,20 @@ def test_instance_page_shows_the_ssh_command_once_running(tenant, running):
     assert 'id="instance-actions"' in html
 
 
+def provisioning_instance(organization) -> Instance:
+    """A demo h200.1x whose backend has not answered yet."""
+    flavor = Flavor.objects.get(family__park=organization.park, code="h200.1x")
+    return InstanceFactory(
+        organization=organization,
+        flavor=flavor,
+        image=flavor.family.accelerator_model.images.get(),
+        region=flavor.prices.get().region,
+        state="provisioning",
+    )
+
+
 def test_busy_instance_page_polls_and_has_no_ssh_command(tenant, demo_org):
-    instance = InstanceFactory(organization=demo_org, state="provisioning")
+    instance = provisioning_instance(demo_org)
 
     html = html_of(tenant.get(f"/instances/{instance.pk}/"))
 
@@ -580,7 +599,7 @@ def test_busy_instance_page_polls_and_has_no_ssh_command(tenant, demo_org):
 
 
 def test_htmx_instance_page_is_the_status_partial(tenant, running, demo_org):
-    busy = InstanceFactory(organization=demo_org, state="provisioning")
+    busy = provisioning_instance(demo_org)
     done = running()
 
     busy_html = html_of(tenant.get(f"/instances/{busy.pk}/", HTTP_HX_REQUEST="true"))

@@ -27,6 +27,9 @@ from apps.orchestration.backends.registry import register
 
 _injected: deque = deque()
 _injected_lock = threading.Lock()
+# One random stream per seed for the whole process: drivers are built per call, and a fresh
+# Random(seed) each time would draw the same first number forever (all calls fail, or none).
+_streams: dict = {}
 
 
 @register
@@ -37,7 +40,8 @@ class SimulatorDriver:
     def __init__(self, config: dict):
         self.config = config or {}
         seed = self.config.get("seed")
-        self._random = random.Random(seed) if seed is not None else random.Random()
+        with _injected_lock:
+            self._random = _streams.setdefault(seed, random.Random(seed))
 
     # --- failure injection (tests) -------------------------------------------------------------
 
