@@ -12,9 +12,9 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from apps.tenants.services import create_api_key
 from tests.factories import (
     ApiKeyFactory,
+    InstanceFactory,
     InvitationFactory,
     MembershipFactory,
-    InstanceFactory,
     OrderFactory,
     OrganizationFactory,
     ParkFactory,

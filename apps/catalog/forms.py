@@ -73,10 +73,12 @@ class CatalogFilterForm(forms.Form):
         low, high = data.get("min_price"), data.get("max_price")
         if low is not None and high is not None and low > high:
             self.add_error("max_price", _("The upper price is below the lower one."))
+            data.pop("min_price", None)  # an inconsistent range filters nothing
         return data
 
     def filters(self) -> CatalogFilters:
-        data = self.cleaned_data if self.is_valid() else {}
+        self.is_valid()  # an invalid filter is reported; the valid ones still apply
+        data = getattr(self, "cleaned_data", {})
 
         def minor(value):  # prices are typed in yuan, compared in fen
             return int(Decimal(value) * 100) if value is not None else None

@@ -1,4 +1,5 @@
-from django.shortcuts import get_object_or_404, render
+from django.http import Http404
+from django.shortcuts import render
 
 from apps.catalog.forms import CatalogFilterForm
 from apps.catalog.models import Flavor
@@ -22,7 +23,10 @@ def flavor_detail(request, code):
     park = _park(request)
     if park is not None:
         flavors = flavors.filter(family__park=park)
-    flavor = get_object_or_404(flavors, code=code)
+    # Codes are unique within a park; a visitor (no park yet) sees the first park's.
+    flavor = flavors.filter(code=code).order_by("family__park__name").first()
+    if flavor is None:
+        raise Http404
     prices = current_flavor_prices()
     context = {
         "flavor": flavor,

@@ -354,12 +354,6 @@ def test_another_parks_region_is_not_a_choice_for_a_tenant(client, demo_park, ow
     assert len(errors_shown(response, "region")) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: apps/catalog/forms.py:79 filters() drops every filter when one is invalid "
-    "(`self.cleaned_data if self.is_valid() else {}`), so vendor=huawei&min_price=abc lists all "
-    "24 flavors; the audit log's filters keep the valid ones (apps/operations/views.py audit_log)",
-)
 def test_one_invalid_filter_keeps_the_valid_ones(client, demo_park):
     response = catalog(client, vendor="huawei", min_price="abc")
 
@@ -367,12 +361,6 @@ def test_one_invalid_filter_keeps_the_valid_ones(client, demo_park):
     assert set(card_codes(response)) == family("ascend910b")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: templates/catalog/partials/_flavor_list.html has no form errors and "
-    "apps/catalog/views.py:16 swaps only that fragment for HTMX, so live filtering with a "
-    "lower price above the upper one silently shows every flavor without saying why",
-)
 def test_htmx_filtering_with_an_invalid_price_says_why(client, demo_park):
     response = client.get(
         "/catalog/", {"min_price": "50", "max_price": "10"}, HTTP_HX_REQUEST="true"
@@ -503,13 +491,6 @@ def test_another_parks_flavor_is_404_for_a_tenant(client, demo_park, owner):
     assert client.get("/catalog/flavors/h200.1x/").status_code == 404
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=Flavor.MultipleObjectsReturned,
-    reason="BUG: flavor codes are unique per family only (flavor_code_unique), but "
-    "apps/catalog/views.py:25 get_object_or_404(flavors, code=code) for a visitor spans every "
-    "park, so two parks selling the same code make /catalog/flavors/<code>/ a 500",
-)
 def test_a_code_sold_in_two_parks_does_not_break_the_visitors_flavor_page(client, demo_park, park):
     FlavorFactory(family__park=park, code="h200.1x")
 
