@@ -6,23 +6,10 @@ import time
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from apps.orchestration.services import register_node
 from apps.orders.models import Instance, InstanceState, OrderState
-from apps.orders.services import HostRequest, submit_create
+from apps.orders.services import submit_create
 from portal.celery import app
-from tests.factories import (
-    BackendFactory,
-    FlavorFactory,
-    ImageFactory,
-    MembershipFactory,
-    OrganizationFactory,
-    PoolFactory,
-    PriceFactory,
-    RegionFactory,
-    UserFactory,
-)
-
-SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGb0bbMkVQzCQ0yt4WzQp2jr0+Ir3ZXD9gDQsG2dLR5N ci@loam"
+from tests.worlds import sellable_world
 
 
 @pytest.fixture
@@ -34,33 +21,9 @@ def worker(monkeypatch):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_takes_an_order_to_running(worker):
-    organization = OrganizationFactory(verification_state="verified")
-    owner = UserFactory()
-    MembershipFactory(organization=organization, user=owner, role="owner")
-    park = organization.park
-    region = RegionFactory(park=park)
-    flavor = FlavorFactory(family__park=park, accelerator_count=2, vcpu=8, ram_gb=32)
-    image = ImageFactory(park=park)
-    image.compatible_accelerators.add(flavor.family.accelerator_model)
-    PriceFactory(flavor=flavor, region=region, amount_minor=1000)
-    pool = PoolFactory(
-        backend=BackendFactory(park=park, config={"latency_seconds": [0.2, 0.5]}),
-        region=region,
-        accelerator_model=flavor.family.accelerator_model,
-    )
-    register_node(pool=pool, hostname="n1", accelerators=8, vcpu=64, ram_gb=512)
-
+    world = sellable_world(accelerators=2, backend_config={"latency_seconds": [0.2, 0.5]})
     [order] = submit_create(
-        organization=organization,
-        actor=owner,
-        request=HostRequest(
-            flavor=flavor,
-            image=image,
-            region=region,
-            system_disk_gb=100,
-            ssh_public_key=SSH_KEY,
-            name="worker-test",
-        ),
+        organization=world.organization, actor=world.owner, request=world.request
     )
     deadline = time.monotonic() + 30
     instance = Instance.objects.get(pk=order.instance_id)

@@ -7,56 +7,18 @@ import pytest
 from django.db import connection
 
 from apps.orchestration.models import Accelerator, Allocation
-from apps.orchestration.services import NoCapacity, register_node
+from apps.orchestration.services import NoCapacity
 from apps.orders.models import INSTANCE_HOLDING_STATES, Instance
-from apps.orders.services import HostRequest, submit_create
-from apps.quotas.models import QuotaLimit
+from apps.orders.services import submit_create
 from apps.quotas.services import QuotaExceeded
-from tests.factories import (
-    BackendFactory,
-    FlavorFactory,
-    ImageFactory,
-    MembershipFactory,
-    OrganizationFactory,
-    PoolFactory,
-    PriceFactory,
-    RegionFactory,
-    UserFactory,
-)
+from tests.worlds import sellable_world
 
-SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGb0bbMkVQzCQ0yt4WzQp2jr0+Ir3ZXD9gDQsG2dLR5N ci@loam"
 SUBMISSIONS = 50
 
 
 def world(*, accelerator_quota: int, nodes: int, per_node: int):
-    organization = OrganizationFactory(verification_state="verified")
-    owner = UserFactory()
-    MembershipFactory(organization=organization, user=owner, role="owner")
-    park = organization.park
-    region = RegionFactory(park=park)
-    flavor = FlavorFactory(family__park=park, accelerator_count=1, vcpu=4, ram_gb=16)
-    image = ImageFactory(park=park)
-    image.compatible_accelerators.add(flavor.family.accelerator_model)
-    PriceFactory(flavor=flavor, region=region, amount_minor=1000)
-    pool = PoolFactory(
-        backend=BackendFactory(park=park),
-        region=region,
-        accelerator_model=flavor.family.accelerator_model,
-    )
-    for n in range(nodes):
-        register_node(pool=pool, hostname=f"n{n}", accelerators=per_node, vcpu=256, ram_gb=4096)
-    QuotaLimit.objects.create(
-        park=park, organization=organization, resource="accelerators", limit=accelerator_quota
-    )
-    request = HostRequest(
-        flavor=flavor,
-        image=image,
-        region=region,
-        system_disk_gb=flavor.system_disk_gb,
-        ssh_public_key=SSH_KEY,
-        name="host",
-    )
-    return organization, owner, request, pool
+    w = sellable_world(accelerator_quota=accelerator_quota, nodes=nodes, per_node=per_node)
+    return w.organization, w.owner, w.request, w.pool
 
 
 def submit_concurrently(organization, owner, request):
