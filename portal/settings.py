@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "apps.billing",
     "apps.operations",
     "apps.api",
+    "apps.webhooks",
 ]
 
 MIDDLEWARE = [
@@ -87,6 +88,9 @@ TEMPLATES = [
         },
     },
 ]
+
+# --- Cache (throttling counters, rate limits): Redis in production, memory locally ---------
+CACHES = {"default": env.cache_url("CACHE_URL", default="locmemcache://")}
 
 # --- Database ---------------------------------------------------------------------------------
 DATABASES = {
@@ -179,6 +183,15 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "apps.api.throttling.ApiKeyThrottle",
+        "apps.api.throttling.UserThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "api_key": env.str("LOAM_API_RATE_PER_KEY", default="1200/min"),
+        "user": env.str("LOAM_API_RATE_PER_USER", default="600/min"),
+    },
+    "DEFAULT_PAGINATION_CLASS": "apps.api.pagination.Pagination",
     "EXCEPTION_HANDLER": "apps.api.exceptions.handle_exception",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
@@ -187,6 +200,16 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Loam API",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "DESCRIPTION": "Loam's partner API: the catalog, quotes, orders, instances, quotas, API keys "
+    "and webhooks of your organization. Authenticate with `Authorization: Bearer <key>`.",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "apps.api.schema.add_problem_responses",
+    ],
+    # Swagger UI and ReDoc are served from our own static files (no CDN in a park).
+    "SWAGGER_UI_DIST": "/static/vendor/swagger-ui",
+    "SWAGGER_UI_FAVICON_HREF": "/static/vendor/swagger-ui/favicon-32x32.png",
+    "REDOC_DIST": "/static/vendor/redoc",
 }
 
 # --- Stripe -----------------------------------------------------------------------------------

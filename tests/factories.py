@@ -80,6 +80,7 @@ from apps.tenants.models import (
     Role,
     VerificationState,
 )
+from apps.webhooks.models import DeliveryState, WebhookDelivery, WebhookEndpoint
 
 # Fixed instants keep sequences of periods and intervals apart and reproducible.
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -688,3 +689,34 @@ class AuditEventFactory(Factory):
     object_id = factory.Sequence(str)
     object_repr = factory.LazyAttribute(lambda o: f"instance-{o.object_id}")
     data = factory.LazyFunction(lambda: {"from": "pending", "to": "provisioning"})
+
+
+# --- webhooks --------------------------------------------------------------------------------
+
+
+class WebhookEndpointFactory(Factory):
+    class Meta:
+        model = WebhookEndpoint
+
+    organization = factory.SubFactory(OrganizationFactory)
+    url = factory.Sequence(lambda n: f"https://hooks.example.com/loam/{n}")
+    secret = factory.Sequence(lambda n: f"whsec_{sha256(f'webhook-{n}'.encode()).hexdigest()}")
+    event_types = factory.LazyFunction(lambda: ["order.done", "instance.running"])
+
+
+class WebhookDeliveryFactory(Factory):
+    class Meta:
+        model = WebhookDelivery
+
+    endpoint = factory.SubFactory(WebhookEndpointFactory)
+    event_id = factory.Faker("uuid4", cast_to=None)
+    event_type = "order.done"
+    payload = factory.LazyAttribute(
+        lambda o: {
+            "id": str(o.event_id),
+            "type": o.event_type,
+            "created_at": "2026-01-01T00:00:00.000Z",
+            "data": {"order": 1},
+        }
+    )
+    state = DeliveryState.PENDING

@@ -12,6 +12,8 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from apps.tenants.services import create_api_key
 from tests.factories import (
     ApiKeyFactory,
+    FlavorFactory,
+    ImageFactory,
     InstanceFactory,
     InvitationFactory,
     MembershipFactory,
@@ -19,6 +21,9 @@ from tests.factories import (
     OrganizationFactory,
     ParkFactory,
     ParkOperatorFactory,
+    PriceFactory,
+    QuotaLimitFactory,
+    RegionFactory,
     UserFactory,
 )
 
@@ -28,7 +33,9 @@ OPERATOR_NAMESPACES = ("operations",)
 # Routes whose parameters are not an organization's object, and why they are exempt.
 EXEMPT = {
     "tenants:invitation": "a capability URL: the token itself is the secret",
+    "api:accelerator-model-detail": "accelerator models are public facts, shared by all parks",
 }
+OPERATOR_API = "api:operator-"
 
 
 def discover(namespaces):
@@ -47,8 +54,27 @@ def discover(namespaces):
     return found
 
 
-TENANT_ROUTES = [r for r in discover(TENANT_NAMESPACES) if r[1] and r[0] not in EXEMPT]
-OPERATOR_ROUTES = [r for r in discover(OPERATOR_NAMESPACES) if r[1]]
+TENANT_ROUTES = [
+    r
+    for r in discover(TENANT_NAMESPACES)
+    if r[1] and r[0] not in EXEMPT and not r[0].startswith(OPERATOR_API)
+]
+OPERATOR_ROUTES = [r for r in discover(OPERATOR_NAMESPACES) if r[1]] + [
+    r for r in discover(TENANT_NAMESPACES) if r[1] and r[0].startswith(OPERATOR_API)
+]
+
+
+def foreign_catalog():
+    """Catalog objects of another park: a tenant sees its own park's catalog only."""
+    park = ParkFactory()
+    flavor = FlavorFactory(family__park=park)
+    region = RegionFactory(park=park)
+    return {
+        "api:region-detail": {"code": region.code},
+        "api:flavor-detail": {"code": flavor.code},
+        "api:image-detail": {"code": ImageFactory(park=park).code},
+        "api:price-detail": {"pk": PriceFactory(flavor=flavor, region=region).pk},
+    }
 
 
 def foreign_objects(foreign_org):
@@ -70,6 +96,21 @@ def foreign_objects(foreign_org):
         "api:membership-detail": {"pk": membership.pk},
         "api:api-key-detail": {"pk": key.pk},
         "api:api-key-revoke": {"pk": key.pk},
+        "api:order-detail": {"pk": order.pk},
+        "api:order-cancel": {"pk": order.pk},
+        **{
+            f"api:instance-{name}": {"pk": instance.pk}
+            for name in (
+                "detail",
+                "stop",
+                "start",
+                "resize",
+                "expand-disk",
+                "set-bandwidth",
+                "release",
+            )
+        },
+        **foreign_catalog(),
     }
     return by_route, by_param
 
@@ -138,7 +179,7 @@ def test_another_tenants_object_is_404_for_an_api_key(
     url = reverse(route, kwargs=kwargs_for(route, params, by_route, by_param))
     response = request_route(client, url, HTTP_AUTHORIZATION=f"Bearer {secret}")
     assert response.status_code == 404, (url, response.status_code)
-    assert response["Content-Type"].startswith("application/json")
+    assert response["Content-Type"].startswith("application/problem+json")
 
 
 @pytest.mark.django_db
@@ -153,7 +194,21 @@ def test_another_parks_objects_are_404_for_an_operator(client, route, params, op
         "park_id": foreign_park.pk,
         "order_id": foreign_order.pk,
     }
-    assert set(params) <= set(values), f"teach tests/test_isolation.py {route}'s {params}"
-    url = reverse(route, kwargs={name: values[name] for name in params})
+    by_route = {
+        **{
+            f"api:operator-organization-{name}": {"pk": foreign_org.pk}
+            for name in ("detail", "approve-verification", "reject-verification")
+        },
+        **{
+            f"api:operator-order-{name}": {"pk": foreign_order.pk}
+            for name in ("detail", "approve", "reject")
+        },
+        "api:operator-quota-detail": {
+            "pk": QuotaLimitFactory(park=foreign_park, organization=foreign_org).pk
+        },
+    }
+    kwargs = by_route.get(route) or {name: values[name] for name in params if name in values}
+    assert set(kwargs) == set(params), f"teach tests/test_isolation.py {route}'s {params}"
+    url = reverse(route, kwargs=kwargs)
     client.force_login(operator)
     assert request_route(client, url).status_code == 404, url

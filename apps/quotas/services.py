@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Count, F, Sum
 from django.utils.translation import gettext as _
 
-from apps.core.errors import DomainError
+from apps.core.errors import DomainError, PermissionDenied
 from apps.core.transactions import lock
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.tenants.models import Organization, Park
@@ -248,3 +248,27 @@ def apply_default_limits(*, organization: Organization, tier: str) -> None:
         if not created and limit.limit < default:
             limit.limit = default
             limit.save(update_fields=["limit", "updated_at"])
+
+
+@transaction.atomic
+def set_limit(*, limit: QuotaLimit, operator, value: int) -> QuotaLimit:
+    """An operator changes one limit of their park (audited with the old and new value)."""
+    from apps.operations.services import record_event
+    from apps.tenants.selectors import is_operator_of
+
+    if not is_operator_of(operator, limit.park):
+        raise PermissionDenied(_("Only this park's operators may change its quotas."))
+    if value < 0:
+        raise DomainError(_("A limit cannot be negative."), code="limit")
+    lock(QuotaLimit, limit.pk)
+    limit.refresh_from_db()
+    previous = limit.limit
+    limit.limit = value
+    limit.save(update_fields=["limit", "updated_at"])
+    record_event(
+        action="quota.changed",
+        actor=operator,
+        target=limit.organization or limit.park,
+        data={"resource": limit.resource, "from": previous, "to": value},
+    )
+    return limit

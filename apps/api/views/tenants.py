@@ -4,29 +4,32 @@ from rest_framework.decorators import action
 from rest_framework.generics import RetrieveAPIView
 from rest_framework.response import Response
 
-from apps.api.permissions import OrganizationAction, current_actor, current_organization
-from apps.api.serializers import ApiKeySerializer, MembershipSerializer, OrganizationSerializer
+from apps.api.base import LoamAPIMixin
+from apps.api.permissions import current_actor, current_organization
+from apps.api.serializers.tenants import (
+    ApiKeySerializer,
+    MembershipSerializer,
+    OrganizationSerializer,
+)
 from apps.tenants import services
 from apps.tenants.models import ApiKey, Membership
 from apps.tenants.roles import Action
 from apps.tenants.selectors import for_organization
 
 
-class OrganizationView(RetrieveAPIView):
+class OrganizationView(LoamAPIMixin, RetrieveAPIView):
     """The organization the key (or the browser session) acts for."""
 
     serializer_class = OrganizationSerializer
-    permission_classes = [OrganizationAction]
     required_actions = {"get": Action.VIEW}
 
     def get_object(self):
         return current_organization(self.request)
 
 
-class MembershipViewSet(viewsets.ReadOnlyModelViewSet):
+class MembershipViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Membership.objects.none()  # for the schema; requests use get_queryset()
     serializer_class = MembershipSerializer
-    permission_classes = [OrganizationAction]
     required_actions = {"list": Action.VIEW, "retrieve": Action.VIEW}
 
     def get_queryset(self):
@@ -37,10 +40,11 @@ class MembershipViewSet(viewsets.ReadOnlyModelViewSet):
         )
 
 
-class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class ApiKeyViewSet(
+    LoamAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     queryset = ApiKey.objects.none()  # for the schema; requests use get_queryset()
     serializer_class = ApiKeySerializer
-    permission_classes = [OrganizationAction]
     required_actions = {
         "list": Action.MANAGE_API_KEYS,
         "retrieve": Action.MANAGE_API_KEYS,

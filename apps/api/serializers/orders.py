@@ -1,0 +1,149 @@
+from rest_framework import serializers
+
+from apps.catalog.models import Flavor, Image, Region
+from apps.orders.models import Instance, Order
+from apps.orders.services import (
+    MAX_BANDWIDTH_MBPS,
+    MAX_COUNT,
+    MAX_DATA_DISK_GB,
+    MAX_SYSTEM_DISK_GB,
+    HostRequest,
+)
+
+
+class HostRequestSerializer(serializers.Serializer):
+    """Input of a quote or a create order. Codes, not ids: what partners see in the catalog."""
+
+    flavor = serializers.SlugRelatedField(slug_field="code", queryset=Flavor.objects.none())
+    image = serializers.SlugRelatedField(slug_field="code", queryset=Image.objects.none())
+    region = serializers.SlugRelatedField(
+        slug_field="code",
+        queryset=Region.objects.none(),
+        required=False,
+        allow_null=True,
+        help_text="Empty or null: the scheduler chooses.",
+    )
+    name = serializers.CharField(max_length=60, required=False, default="gpu-host")
+    system_disk_gb = serializers.IntegerField(
+        min_value=20, max_value=MAX_SYSTEM_DISK_GB, required=False
+    )
+    data_disk_gb = serializers.IntegerField(
+        min_value=0, max_value=MAX_DATA_DISK_GB, required=False, default=0
+    )
+    bandwidth_mbps = serializers.IntegerField(
+        min_value=0, max_value=MAX_BANDWIDTH_MBPS, required=False, default=0
+    )
+    count = serializers.IntegerField(min_value=1, max_value=MAX_COUNT, required=False, default=1)
+    ssh_public_key = serializers.CharField(required=False, allow_blank=True, default="")
+
+    def __init__(self, *args, park=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if park is not None:
+            self.fields["flavor"].queryset = Flavor.objects.filter(
+                is_active=True, family__park=park
+            ).select_related("family__accelerator_model")
+            self.fields["image"].queryset = Image.objects.filter(is_active=True, park=park)
+            self.fields["region"].queryset = Region.objects.filter(park=park)
+
+    def host_request(self) -> HostRequest:
+        data = self.validated_data
+        flavor = data["flavor"]
+        return HostRequest(
+            flavor=flavor,
+            image=data["image"],
+            region=data.get("region"),
+            system_disk_gb=data.get("system_disk_gb") or flavor.system_disk_gb,
+            data_disk_gb=data["data_disk_gb"],
+            bandwidth_mbps=data["bandwidth_mbps"],
+            ssh_public_key=data["ssh_public_key"],
+            name=data["name"],
+            count=data["count"],
+        )
+
+
+class QuoteSerializer(serializers.Serializer):
+    currency = serializers.CharField()
+    region = serializers.CharField(source="region.code")
+    count = serializers.IntegerField()
+    hourly_minor = serializers.DecimalField(max_digits=20, decimal_places=6)
+    per_second_minor = serializers.DecimalField(max_digits=20, decimal_places=6)
+    monthly_minor = serializers.DecimalField(max_digits=20, decimal_places=6)
+    flavor_hourly_minor = serializers.IntegerField()
+    disk_hourly_minor = serializers.DecimalField(max_digits=20, decimal_places=6)
+    bandwidth_hourly_minor = serializers.DecimalField(max_digits=20, decimal_places=6)
+
+
+class OrderSerializer(serializers.ModelSerializer):
+    instance = serializers.PrimaryKeyRelatedField(read_only=True)
+
+    class Meta:
+        model = Order
+        fields = [
+            "id",
+            "kind",
+            "state",
+            "instance",
+            "parameters",
+            "quote",
+            "hourly_minor",
+            "currency",
+            "reason",
+            "created_at",
+            "updated_at",
+            "decided_at",
+        ]
+        read_only_fields = fields
+
+
+class InstanceSerializer(serializers.ModelSerializer):
+    flavor = serializers.CharField(source="flavor.code", read_only=True)
+    image = serializers.CharField(source="image.code", read_only=True)
+    region = serializers.CharField(source="region.code", read_only=True)
+    node = serializers.CharField(source="node.hostname", read_only=True, allow_null=True)
+
+    class Meta:
+        model = Instance
+        fields = [
+            "id",
+            "name",
+            "state",
+            "flavor",
+            "image",
+            "region",
+            "node",
+            "system_disk_gb",
+            "data_disk_gb",
+            "bandwidth_mbps",
+            "access",
+            "error_message",
+            "created_at",
+            "updated_at",
+            "released_at",
+        ]
+        read_only_fields = fields
+
+
+class ResizeSerializer(serializers.Serializer):
+    flavor = serializers.SlugRelatedField(slug_field="code", queryset=Flavor.objects.none())
+
+    def __init__(self, *args, park=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if park is not None:
+            self.fields["flavor"].queryset = Flavor.objects.filter(
+                is_active=True, family__park=park
+            )
+
+
+class DiskSerializer(serializers.Serializer):
+    data_disk_gb = serializers.IntegerField(min_value=1, max_value=MAX_DATA_DISK_GB)
+
+
+class BandwidthSerializer(serializers.Serializer):
+    bandwidth_mbps = serializers.IntegerField(min_value=0, max_value=MAX_BANDWIDTH_MBPS)
+
+
+class QuotaSerializer(serializers.Serializer):
+    resource = serializers.CharField()
+    accelerator_model = serializers.CharField(allow_null=True)
+    used = serializers.DecimalField(max_digits=20, decimal_places=3)
+    limit = serializers.IntegerField()

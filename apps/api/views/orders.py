@@ -1,0 +1,165 @@
+"""Quotes, orders and instances: the same services the pages call."""
+
+from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.api.base import LoamAPIMixin
+from apps.api.permissions import current_actor, current_organization
+from apps.api.serializers.orders import (
+    BandwidthSerializer,
+    DiskSerializer,
+    HostRequestSerializer,
+    InstanceSerializer,
+    OrderSerializer,
+    QuotaSerializer,
+    QuoteSerializer,
+    ResizeSerializer,
+)
+from apps.orders import services
+from apps.orders.models import Instance, Order, OrderKind
+from apps.quotas.models import QuotaLimit
+from apps.quotas.services import organization_usage
+from apps.tenants.roles import Action
+from apps.tenants.selectors import for_organization
+
+
+class QuoteView(LoamAPIMixin, APIView):
+    required_actions = {"post": Action.VIEW}
+
+    @extend_schema(request=HostRequestSerializer, responses=QuoteSerializer)
+    def post(self, request):
+        """What a create order would cost and where it would land; nothing is reserved."""
+        organization = current_organization(request)
+        serializer = HostRequestSerializer(data=request.data, park=organization.park)
+        serializer.is_valid(raise_exception=True)
+        host = serializer.host_request()
+        services.validate_host_request(organization, host)
+        return Response(
+            QuoteSerializer(services.quote(organization=organization, request=host)).data
+        )
+
+
+class OrderViewSet(
+    LoamAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    queryset = Order.objects.none()
+    serializer_class = OrderSerializer
+    required_actions = {
+        "list": Action.VIEW,
+        "retrieve": Action.VIEW,
+        "create": Action.ORDER,
+        "cancel": Action.ORDER,
+    }
+    filterset_fields = ["kind", "state", "instance"]
+    ordering = ["-created_at"]
+
+    def get_queryset(self):
+        return for_organization(Order, current_organization(self.request)).order_by("-created_at")
+
+    @extend_schema(request=HostRequestSerializer, responses={201: OrderSerializer(many=True)})
+    def create(self, request):
+        """Order hosts (one order per host). Send an Idempotency-Key to retry safely."""
+        organization = current_organization(request)
+        serializer = HostRequestSerializer(data=request.data, park=organization.park)
+        serializer.is_valid(raise_exception=True)
+        orders = services.submit_create(
+            organization=organization,
+            actor=current_actor(request),
+            request=serializer.host_request(),
+        )
+        return Response(OrderSerializer(orders, many=True).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=OrderSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel an order that waits for approval; its quota is free again."""
+        order = services.cancel_order(order=self.get_object(), actor=current_actor(request))
+        return Response(OrderSerializer(order).data)
+
+
+def _operation(kind, serializer_class=None):
+    @extend_schema(request=serializer_class, responses={202: OrderSerializer})
+    def run(self, request, pk=None):
+        instance = self.get_object()
+        params = {}
+        if serializer_class is not None:
+            kwargs = (
+                {"park": instance.organization.park} if serializer_class is ResizeSerializer else {}
+            )
+            serializer = serializer_class(data=request.data, **kwargs)
+            serializer.is_valid(raise_exception=True)
+            params = serializer.validated_data
+        order = services.request_operation(
+            instance=instance, actor=current_actor(request), kind=kind, params=params
+        )
+        return Response(OrderSerializer(order).data, status=status.HTTP_202_ACCEPTED)
+
+    run.__name__ = str(kind)  # the router names the route after it
+    run.__doc__ = f"Request the {OrderKind(kind).label.lower()} operation; poll the order."
+    return run
+
+
+class InstanceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
+    queryset = Instance.objects.none()
+    serializer_class = InstanceSerializer
+    required_actions = {
+        "list": Action.VIEW,
+        "retrieve": Action.VIEW,
+        "stop": Action.ORDER,
+        "start": Action.ORDER,
+        "resize": Action.ORDER,
+        "expand_disk": Action.ORDER,
+        "set_bandwidth": Action.ORDER,
+        "release": Action.RELEASE,
+    }
+    filterset_fields = ["state"]
+
+    def get_queryset(self):
+        return (
+            for_organization(Instance, current_organization(self.request))
+            .select_related("flavor", "image", "region", "node")
+            .prefetch_related(Prefetch("orders"))
+            .order_by("-created_at")
+        )
+
+    stop = action(detail=True, methods=["post"])(_operation(OrderKind.STOP))
+    start = action(detail=True, methods=["post"])(_operation(OrderKind.START))
+    release = action(detail=True, methods=["post"])(_operation(OrderKind.RELEASE))
+    resize = action(detail=True, methods=["post"])(_operation(OrderKind.RESIZE, ResizeSerializer))
+    expand_disk = action(detail=True, methods=["post"], url_path="expand-disk")(
+        _operation(OrderKind.EXPAND_DISK, DiskSerializer)
+    )
+    set_bandwidth = action(detail=True, methods=["post"], url_path="set-bandwidth")(
+        _operation(OrderKind.SET_BANDWIDTH, BandwidthSerializer)
+    )
+
+
+class QuotaView(LoamAPIMixin, APIView):
+    required_actions = {"get": Action.VIEW}
+
+    @extend_schema(responses=QuotaSerializer(many=True))
+    def get(self, request):
+        """Each limit of the organization with what is used against it."""
+        organization = current_organization(request)
+        usage = organization_usage(organization)
+        limits = (
+            QuotaLimit.objects.filter(organization=organization)
+            .select_related("accelerator_model")
+            .order_by("resource")
+        )
+        rows = [
+            {
+                "resource": limit.resource,
+                "accelerator_model": limit.accelerator_model.slug
+                if limit.accelerator_model
+                else None,
+                "used": usage.amount(limit) or 0,
+                "limit": limit.limit,
+            }
+            for limit in limits
+        ]
+        return Response(QuotaSerializer(rows, many=True).data)

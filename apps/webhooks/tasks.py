@@ -1,0 +1,68 @@
+"""The POST of one webhook delivery. Retries are scheduled by `services.record_attempt`, which
+re-dispatches this task with a countdown (see the services module for why not `retry()`)."""
+
+import json
+import time
+
+import requests
+from celery import shared_task
+from django.core.serializers.json import DjangoJSONEncoder
+
+from apps.webhooks import conf, services
+from apps.webhooks.models import DeliveryState, WebhookDelivery
+
+RESPONSE_EXCERPT_BYTES = 500
+USER_AGENT = "Loam-Webhooks/1"
+
+
+def body_of(delivery: WebhookDelivery) -> bytes:
+    """The exact bytes that are signed and sent."""
+    return json.dumps(delivery.payload, cls=DjangoJSONEncoder, separators=(",", ":")).encode()
+
+
+@shared_task
+def deliver(delivery_id: int) -> None:
+    """POST one pending delivery and record the outcome. It may run late or twice: a delivery
+    that is no longer pending is left alone, and only the first outcome of an attempt counts."""
+    delivery = (
+        WebhookDelivery.objects.select_related("endpoint")
+        .filter(pk=delivery_id, state=DeliveryState.PENDING)
+        .first()
+    )
+    if delivery is None:
+        return
+    endpoint = delivery.endpoint
+    if not endpoint.is_active:
+        services.fail_delivery(delivery_id=delivery.pk, error="The endpoint was turned off.")
+        return
+    body = body_of(delivery)
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        services.SIGNATURE_HEADER: services.signature_header(
+            endpoint.secret, int(time.time()), body
+        ),
+        services.EVENT_HEADER: delivery.event_type,
+        services.DELIVERY_HEADER: str(delivery.pk),
+    }
+    status_code, error = None, ""
+    try:
+        # No redirects: the signed body goes only to the URL the tenant registered.
+        with requests.post(
+            endpoint.url,
+            data=body,
+            headers=headers,
+            timeout=conf.TIMEOUT_S,
+            allow_redirects=False,
+            stream=True,
+        ) as response:
+            status_code = response.status_code
+            if not 200 <= status_code < 300:
+                excerpt = response.raw.read(RESPONSE_EXCERPT_BYTES, decode_content=True)
+                text = excerpt.decode(response.encoding or "utf-8", errors="replace").strip()
+                error = f"HTTP {status_code}" + (f": {text}" if text else "")
+    except requests.RequestException as exc:
+        error = f"{type(exc).__name__}: {exc}"[:1000]
+    services.record_attempt(
+        delivery_id=delivery.pk, attempt=delivery.attempts, status_code=status_code, error=error
+    )
