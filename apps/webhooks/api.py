@@ -10,28 +10,30 @@ from apps.tenants.roles import Action
 from apps.webhooks import selectors, services
 from apps.webhooks.models import WebhookEndpoint
 from apps.webhooks.serializers import (
-    DeliverySerializer,
-    EndpointCreatedSerializer,
-    EndpointInputSerializer,
-    EndpointSerializer,
-    EndpointUpdateSerializer,
+    WebhookDeliverySerializer,
+    WebhookEndpointCreatedSerializer,
+    WebhookEndpointInputSerializer,
+    WebhookEndpointSerializer,
+    WebhookEndpointUpdateSerializer,
 )
 
 
 @extend_schema_view(
     create=extend_schema(
-        request=EndpointInputSerializer,
-        responses={201: EndpointCreatedSerializer},
+        request=WebhookEndpointInputSerializer,
+        responses={201: WebhookEndpointCreatedSerializer},
         description="Creates an endpoint. The answer holds its signing secret, shown only once.",
     ),
-    partial_update=extend_schema(request=EndpointUpdateSerializer, responses=EndpointSerializer),
+    partial_update=extend_schema(
+        request=WebhookEndpointUpdateSerializer, responses=WebhookEndpointSerializer
+    ),
     destroy=extend_schema(responses={204: None}),
 )
 class WebhookEndpointViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):
     queryset = WebhookEndpoint.objects.none()  # for the schema; requests use get_queryset()
-    serializer_class = EndpointSerializer
+    serializer_class = WebhookEndpointSerializer
     permission_classes = [OrganizationAction]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
     required_actions = {
@@ -48,36 +50,38 @@ class WebhookEndpointViewSet(
         return selectors.endpoints_for(current_organization(self.request))
 
     def create(self, request):
-        data = _valid(EndpointInputSerializer, request.data)
+        data = _valid(WebhookEndpointInputSerializer, request.data)
         endpoint, secret = services.create_endpoint(
             organization=current_organization(request), actor=current_actor(request), **data
         )
         endpoint.secret = secret
-        return Response(EndpointCreatedSerializer(endpoint).data, status=status.HTTP_201_CREATED)
+        return Response(
+            WebhookEndpointCreatedSerializer(endpoint).data, status=status.HTTP_201_CREATED
+        )
 
     def partial_update(self, request, pk=None):
         endpoint = self.get_object()
-        data = _valid(EndpointUpdateSerializer, request.data)
+        data = _valid(WebhookEndpointUpdateSerializer, request.data)
         endpoint = services.update_endpoint(endpoint=endpoint, actor=current_actor(request), **data)
-        return Response(EndpointSerializer(endpoint).data)
+        return Response(WebhookEndpointSerializer(endpoint).data)
 
     def destroy(self, request, pk=None):
         services.delete_endpoint(endpoint=self.get_object(), actor=current_actor(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    @extend_schema(responses=DeliverySerializer(many=True))
+    @extend_schema(responses=WebhookDeliverySerializer(many=True))
     @action(detail=True, methods=["get"])
     def deliveries(self, request, pk=None):
         """The endpoint's delivery log, newest first."""
         deliveries = selectors.deliveries_for(self.get_object())
         page = self.paginate_queryset(deliveries)  # paginated wherever the API paginates lists
         if page is not None:
-            return self.get_paginated_response(DeliverySerializer(page, many=True).data)
-        return Response(DeliverySerializer(deliveries, many=True).data)
+            return self.get_paginated_response(WebhookDeliverySerializer(page, many=True).data)
+        return Response(WebhookDeliverySerializer(deliveries, many=True).data)
 
     @extend_schema(
         request=None,
-        responses=DeliverySerializer,
+        responses=WebhookDeliverySerializer,
         parameters=[OpenApiParameter("delivery_id", int, OpenApiParameter.PATH)],
         description="Starts a new attempt series for a delivered or failed delivery.",
     )
@@ -91,7 +95,7 @@ class WebhookEndpointViewSet(
         endpoint = self.get_object()
         delivery = selectors.get_delivery(endpoint, delivery_id)
         delivery = services.redeliver(delivery=delivery, actor=current_actor(request))
-        return Response(DeliverySerializer(delivery).data)
+        return Response(WebhookDeliverySerializer(delivery).data)
 
 
 def _valid(serializer_class, data) -> dict:

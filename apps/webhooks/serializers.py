@@ -9,7 +9,7 @@ from apps.webhooks.validators import validate_event_types, validate_url
 EVENT_TYPES_HELP = "Event type names, from: " + ", ".join(EVENT_TYPES) + "."
 
 
-class EndpointInputSerializer(serializers.Serializer):
+class WebhookEndpointInputSerializer(serializers.Serializer):
     url = serializers.CharField(
         validators=[validate_url],
         help_text="https:// URL that receives the POSTs (http:// only where the portal allows).",
@@ -20,7 +20,7 @@ class EndpointInputSerializer(serializers.Serializer):
     is_active = serializers.BooleanField(default=True)
 
 
-class EndpointUpdateSerializer(EndpointInputSerializer):
+class WebhookEndpointUpdateSerializer(WebhookEndpointInputSerializer):
     """Every field optional (PATCH); what is left out stays as it is."""
 
     def __init__(self, *args, **kwargs):
@@ -30,25 +30,25 @@ class EndpointUpdateSerializer(EndpointInputSerializer):
             field.default = serializers.empty
 
 
-class EndpointSerializer(serializers.ModelSerializer):
+class WebhookEndpointSerializer(serializers.ModelSerializer):
     class Meta:
         model = WebhookEndpoint
         fields = ["id", "url", "event_types", "is_active", "created_at"]
         read_only_fields = fields
 
 
-class EndpointCreatedSerializer(EndpointSerializer):
+class WebhookEndpointCreatedSerializer(WebhookEndpointSerializer):
     secret = serializers.CharField(
         read_only=True,
         help_text="Signing secret, shown only in this answer: store it now.",
     )
 
-    class Meta(EndpointSerializer.Meta):
-        fields = [*EndpointSerializer.Meta.fields, "secret"]
+    class Meta(WebhookEndpointSerializer.Meta):
+        fields = [*WebhookEndpointSerializer.Meta.fields, "secret"]
         read_only_fields = fields
 
 
-class DeliverySerializer(serializers.ModelSerializer):
+class WebhookDeliverySerializer(serializers.ModelSerializer):
     class Meta:
         model = WebhookDelivery
         fields = [

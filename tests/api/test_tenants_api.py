@@ -44,10 +44,38 @@ def bearer(key_or_secret) -> dict:
     return {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
 
 
+PROBLEM_TYPE = "https://loam.localhost/problems/"
+
+
+def assert_problem(response, status, code=None) -> dict:
+    """An RFC 9457 problem+json refusal with `status` (and, if given, the type ending `code`)."""
+    assert response.status_code == status, response.content
+    assert response["Content-Type"].startswith("application/problem+json")
+    body = response.json()
+    assert {"type", "title", "status", "detail"} <= set(body)
+    assert body["status"] == status
+    assert body["type"].startswith(PROBLEM_TYPE)
+    if code is not None:
+        assert body["type"] == PROBLEM_TYPE + code
+    assert body["title"]
+    assert body["detail"]
+    return body
+
+
+def page(response, count=None) -> list:
+    """The rows of a paginated list (all on one page here)."""
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert set(body) == {"count", "next", "previous", "results"}
+    assert body["count"] == len(body["results"])
+    if count is not None:
+        assert body["count"] == count
+    assert body["next"] is None and body["previous"] is None
+    return body["results"]
+
+
 def assert_401(response):
-    assert response.status_code == 401
-    assert response["Content-Type"].startswith("application/json")
-    assert "detail" in response.json()
+    assert_problem(response, 401)
     assert response["WWW-Authenticate"] == "Bearer"
 
 
@@ -68,8 +96,7 @@ def test_read_key_gets_the_organization(client, read_key, organization):
 def test_read_key_lists_the_members(client, read_key, owner, member, other_owner):
     response = client.get("/api/v1/members/", **bearer(read_key))
 
-    assert response.status_code == 200
-    emails = {row["email"]: row["role"] for row in response.json()}
+    emails = {row["email"]: row["role"] for row in page(response, 2)}
     assert emails == {owner.email: "owner", member.email: "member"}
 
 
@@ -81,11 +108,12 @@ def test_read_key_gets_one_member(client, read_key, owner, organization):
 
 
 def test_read_key_cannot_list_or_revoke_keys(client, read_key, write_key):
-    assert client.get("/api/v1/api-keys/", **bearer(read_key)).status_code == 403
-    assert client.get(f"/api/v1/api-keys/{write_key.pk}/", **bearer(read_key)).status_code == 403
+    assert_problem(client.get("/api/v1/api-keys/", **bearer(read_key)), 403, "permission_denied")
+    assert_problem(
+        client.get(f"/api/v1/api-keys/{write_key.pk}/", **bearer(read_key)), 403, "permission_denied"
+    )
     response = client.post(f"/api/v1/api-keys/{write_key.pk}/revoke/", **bearer(read_key))
-    assert response.status_code == 403
-    assert response.json()["detail"]
+    assert_problem(response, 403, "permission_denied")
     write_key.refresh_from_db()
     assert write_key.revoked_at is None
 
@@ -93,8 +121,7 @@ def test_read_key_cannot_list_or_revoke_keys(client, read_key, write_key):
 def test_write_key_lists_and_gets_keys(client, read_key, write_key):
     response = client.get("/api/v1/api-keys/", **bearer(write_key))
 
-    assert response.status_code == 200
-    rows = response.json()
+    rows = page(response, 2)
     assert {row["id"] for row in rows} == {read_key.pk, write_key.pk}
     assert all("key_hash" not in row and "secret" not in row for row in rows)
     assert [row["id"] for row in rows] == [write_key.pk, read_key.pk]  # newest first
@@ -183,16 +210,15 @@ def test_owner_session_gets_everything(client, owner, organization, read_key):
     assert client.get("/api/v1/organization/").json()["id"] == organization.pk
     assert client.get("/api/v1/members/").status_code == 200
     keys = client.get("/api/v1/api-keys/")
-    assert keys.status_code == 200
-    assert [row["id"] for row in keys.json()] == [read_key.pk]
+    assert [row["id"] for row in page(keys, 1)] == [read_key.pk]
 
 
 def test_viewer_session_reads_but_cannot_see_keys(client, viewer, read_key):
     client.force_login(viewer)
     assert client.get("/api/v1/organization/").status_code == 200
     assert client.get("/api/v1/members/").status_code == 200
-    assert client.get("/api/v1/api-keys/").status_code == 403
-    assert client.get(f"/api/v1/api-keys/{read_key.pk}/").status_code == 403
+    assert_problem(client.get("/api/v1/api-keys/"), 403, "permission_denied")
+    assert_problem(client.get(f"/api/v1/api-keys/{read_key.pk}/"), 403, "permission_denied")
 
 
 def test_session_acts_for_the_current_organization(client, owner, organization, other_organization):
@@ -202,7 +228,7 @@ def test_session_acts_for_the_current_organization(client, owner, organization, 
     client.force_login(owner)
     client.post("/org/switch/", {"organization": other_organization.pk})
     assert client.get("/api/v1/organization/").json()["id"] == other_organization.pk
-    assert client.get("/api/v1/api-keys/").status_code == 403  # a viewer there
+    assert_problem(client.get("/api/v1/api-keys/"), 403)  # a viewer there
 
 
 @pytest.mark.parametrize("path", ["/api/v1/organization/", "/api/v1/members/", "/api/v1/api-keys/"])
@@ -210,7 +236,7 @@ def test_session_of_a_user_without_organization_is_403(client, path):
     from tests.factories import UserFactory
 
     client.force_login(UserFactory())
-    assert client.get(path).status_code == 403
+    assert_problem(client.get(path), 403, "permission_denied")
 
 
 def test_session_revoke_without_csrf_token_is_403(owner, read_key):
@@ -220,8 +246,7 @@ def test_session_revoke_without_csrf_token_is_403(owner, read_key):
 
     response = browser.post(f"/api/v1/api-keys/{read_key.pk}/revoke/")
 
-    assert response.status_code == 403
-    assert "CSRF" in response.json()["detail"]
+    assert "CSRF" in assert_problem(response, 403, "permission_denied")["detail"]
     read_key.refresh_from_db()
     assert read_key.revoked_at is None
 
@@ -254,26 +279,29 @@ def their_key(make_key, other_organization, other_owner):
 
 
 def test_another_organizations_key_is_404_with_a_key(client, write_key, their_key):
-    assert client.get(f"/api/v1/api-keys/{their_key.pk}/", **bearer(write_key)).status_code == 404
+    assert_problem(
+        client.get(f"/api/v1/api-keys/{their_key.pk}/", **bearer(write_key)), 404, "not_found"
+    )
     response = client.post(f"/api/v1/api-keys/{their_key.pk}/revoke/", **bearer(write_key))
-    assert response.status_code == 404
+    assert_problem(response, 404, "not_found")
     their_key.refresh_from_db()
     assert their_key.revoked_at is None
-    listed = client.get("/api/v1/api-keys/", **bearer(write_key)).json()
+    listed = page(client.get("/api/v1/api-keys/", **bearer(write_key)))
     assert their_key.pk not in {row["id"] for row in listed}
 
 
 def test_another_organizations_key_is_404_with_a_session(client, owner, their_key):
     client.force_login(owner)
-    assert client.get(f"/api/v1/api-keys/{their_key.pk}/").status_code == 404
-    assert client.post(f"/api/v1/api-keys/{their_key.pk}/revoke/").status_code == 404
+    assert_problem(client.get(f"/api/v1/api-keys/{their_key.pk}/"), 404, "not_found")
+    assert_problem(client.post(f"/api/v1/api-keys/{their_key.pk}/revoke/"), 404, "not_found")
     their_key.refresh_from_db()
     assert their_key.revoked_at is None
 
 
 def test_another_organizations_member_is_404(client, read_key, other_owner, other_organization):
     membership = other_owner.memberships.get(organization=other_organization)
-    assert client.get(f"/api/v1/members/{membership.pk}/", **bearer(read_key)).status_code == 404
+    response = client.get(f"/api/v1/members/{membership.pk}/", **bearer(read_key))
+    assert_problem(response, 404, "not_found")
 
 
 def test_a_key_acts_for_its_own_organization_not_the_session(
@@ -285,7 +313,7 @@ def test_a_key_acts_for_its_own_organization_not_the_session(
 
 
 def test_a_non_numeric_id_is_404(client, write_key):
-    assert client.get("/api/v1/api-keys/nope/", **bearer(write_key)).status_code == 404
+    assert_problem(client.get("/api/v1/api-keys/nope/", **bearer(write_key)), 404, "not_found")
 
 
 # --- Methods and the schema ------------------------------------------------------------------
@@ -293,10 +321,14 @@ def test_a_non_numeric_id_is_404(client, write_key):
 
 def test_methods_the_endpoints_do_not_take_are_405(client, write_key):
     auth = bearer(write_key)
-    assert client.delete(f"/api/v1/api-keys/{write_key.pk}/", **auth).status_code == 405
-    assert client.get(f"/api/v1/api-keys/{write_key.pk}/revoke/", **auth).status_code == 405
-    assert client.post("/api/v1/organization/", **auth).status_code == 405
-    assert client.post("/api/v1/members/", **auth).status_code == 405
+    for response, allow in (
+        (client.delete(f"/api/v1/api-keys/{write_key.pk}/", **auth), "GET"),
+        (client.get(f"/api/v1/api-keys/{write_key.pk}/revoke/", **auth), "POST"),
+        (client.post("/api/v1/organization/", **auth), "GET"),
+        (client.post("/api/v1/members/", **auth), "GET"),
+    ):
+        assert_problem(response, 405, "method_not_allowed")
+        assert allow in response["Allow"]
     write_key.refresh_from_db()
     assert write_key.revoked_at is None
 
@@ -327,3 +359,23 @@ def test_schema_as_json(client, owner):
     paths = response.json()["paths"]
     assert {"/api/v1/organization/", "/api/v1/members/", "/api/v1/api-keys/"} <= set(paths)
     assert "post" in paths["/api/v1/api-keys/{id}/revoke/"]
+
+
+def test_lists_are_paginated_with_page_size(client, read_key, write_key, make_key):
+    third = make_key(ApiKeyScope.READ)
+    response = client.get("/api/v1/api-keys/", {"page_size": 2}, **bearer(write_key))
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["count"] == 3
+    assert [row["id"] for row in body["results"]] == [third.pk, write_key.pk]
+    assert body["previous"] is None
+    assert "page=2" in body["next"]
+    rest = client.get(body["next"], **bearer(write_key)).json()
+    assert [row["id"] for row in rest["results"]] == [read_key.pk]
+    assert rest["next"] is None and rest["previous"]
+
+
+def test_a_page_past_the_end_is_a_404_problem(client, write_key):
+    response = client.get("/api/v1/api-keys/", {"page": 9}, **bearer(write_key))
+    assert_problem(response, 404, "not_found")

@@ -101,9 +101,10 @@ def test_a_read_key_cannot_write(client, read, organization):
     assert client.delete(path, **read).status_code == 403
     redeliver = f"{path}deliveries/{delivery.pk}/redeliver/"
     assert client.post(redeliver, **read).status_code == 403
-    assert WebhookEndpoint.objects.get().is_active and not WebhookEndpoint.objects.filter(
-        organization=organization, url=URL
-    ).exists()
+    assert (
+        WebhookEndpoint.objects.get().is_active
+        and not WebhookEndpoint.objects.filter(organization=organization, url=URL).exists()
+    )
 
 
 @pytest.mark.parametrize(
@@ -127,7 +128,10 @@ def test_partial_update(client, write, organization):
     endpoint = WebhookEndpointFactory(organization=organization)
 
     response = patch(
-        client, f"{BASE}{endpoint.pk}/", {"event_types": ["order.failed"], "is_active": False}, write
+        client,
+        f"{BASE}{endpoint.pk}/",
+        {"event_types": ["order.failed"], "is_active": False},
+        write,
     )
 
     assert response.status_code == 200, response.content
@@ -289,11 +293,13 @@ def test_schema_documents_the_bodies(client, owner):
     schema = response.json()
     paths = schema["paths"]
     create = paths["/api/v1/webhooks/"]["post"]
-    assert "EndpointInput" in str(create["requestBody"])
-    assert "EndpointCreated" in str(create["responses"]["201"])
-    created = schema["components"]["schemas"]["EndpointCreated"]
+    assert "WebhookEndpointInput" in str(create["requestBody"])
+    assert "WebhookEndpointCreated" in str(create["responses"]["201"])
+    created = schema["components"]["schemas"]["WebhookEndpointCreated"]
     assert "secret" in created["properties"]
-    assert "PatchedEndpointUpdate" in str(paths["/api/v1/webhooks/{id}/"]["patch"]["requestBody"])
-    assert "Delivery" in str(paths["/api/v1/webhooks/{id}/deliveries/"]["get"]["responses"])
+    assert "PatchedWebhookEndpointUpdate" in str(
+        paths["/api/v1/webhooks/{id}/"]["patch"]["requestBody"]
+    )
+    assert "WebhookDelivery" in str(paths["/api/v1/webhooks/{id}/deliveries/"]["get"]["responses"])
     redeliver = paths["/api/v1/webhooks/{id}/deliveries/{delivery_id}/redeliver/"]["post"]
-    assert "Delivery" in str(redeliver["responses"]["200"])
+    assert "WebhookDelivery" in str(redeliver["responses"]["200"])

@@ -99,7 +99,9 @@ def test_each_failure_schedules_the_next_attempt_with_exponential_backoff(
     receiver.statuses = [503]
     endpoint_for(receiver)
     with django_capture_on_commit_callbacks():  # write the delivery, do not send it yet
-        (delivery,) = services.emit_event(organization=organization, event_type="order.done", data={})
+        (delivery,) = services.emit_event(
+            organization=organization, event_type="order.done", data={}
+        )
 
     for attempts, wait in [(1, 30), (2, 60), (3, 120)]:
         with django_capture_on_commit_callbacks() as callbacks:
@@ -167,7 +169,9 @@ def test_redeliver_refuses_pending_deliveries_inactive_endpoints_and_viewers(
 ):
     endpoint = endpoint_for(receiver)
     with django_capture_on_commit_callbacks():
-        (delivery,) = services.emit_event(organization=organization, event_type="order.done", data={})
+        (delivery,) = services.emit_event(
+            organization=organization, event_type="order.done", data={}
+        )
     with pytest.raises(DomainError, match="still being attempted"):
         services.redeliver(delivery=delivery, actor=owner)
 
@@ -186,7 +190,9 @@ def test_a_delivery_whose_endpoint_was_turned_off_fails_without_a_request(
 ):
     endpoint = endpoint_for(receiver)
     with django_capture_on_commit_callbacks():
-        (delivery,) = services.emit_event(organization=organization, event_type="order.done", data={})
+        (delivery,) = services.emit_event(
+            organization=organization, event_type="order.done", data={}
+        )
     services.update_endpoint(endpoint=endpoint, actor=owner, is_active=False)
 
     tasks.deliver(delivery.pk)

@@ -186,7 +186,9 @@ def test_emit_reaches_only_active_subscribed_endpoints_of_the_organization(
 def test_emit_with_no_subscriber_writes_nothing(organization, django_capture_on_commit_callbacks):
     WebhookEndpointFactory(organization=organization, event_types=["order.failed"])
     with django_capture_on_commit_callbacks() as callbacks:
-        assert services.emit_event(organization=organization, event_type="order.done", data={}) == []
+        assert (
+            services.emit_event(organization=organization, event_type="order.done", data={}) == []
+        )
     assert callbacks == [] and not WebhookDelivery.objects.exists()
 
 
@@ -197,10 +199,13 @@ def test_emit_of_an_unknown_type_is_a_programming_error(organization):
 
 def test_a_rolled_back_change_emits_nothing(organization, django_capture_on_commit_callbacks):
     WebhookEndpointFactory(organization=organization, event_types=["order.done"])
-    with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        with pytest.raises(RuntimeError), transaction.atomic():
-            services.emit_event(organization=organization, event_type="order.done", data={})
-            raise RuntimeError("the order change failed")
+    with (
+        django_capture_on_commit_callbacks(execute=True) as callbacks,
+        pytest.raises(RuntimeError),
+        transaction.atomic(),
+    ):
+        services.emit_event(organization=organization, event_type="order.done", data={})
+        raise RuntimeError("the order change failed")
     assert callbacks == [] and not WebhookDelivery.objects.exists()
 
 

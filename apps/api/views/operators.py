@@ -60,10 +60,11 @@ class OperatorOrganizationViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=ReasonSerializer, responses=OrganizationSerializer)
     @action(detail=True, methods=["post"], url_path="reject-verification")
     def reject_verification(self, request, pk=None):
+        organization = self.get_object()  # another park's: 404 before any input check
         serializer = ReasonSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         organization = tenant_services.reject_verification(
-            organization=self.get_object(),
+            organization=organization,
             operator=request.user,
             reason=serializer.validated_data["reason"],
         )
@@ -90,10 +91,11 @@ class OperatorOrderViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=ReasonSerializer, responses=OrderSerializer)
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
+        order = self.get_object()  # another park's: 404 before any input check
         serializer = ReasonSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         order = order_services.reject_order(
-            order=self.get_object(),
+            order=order,
             operator=request.user,
             reason=serializer.validated_data["reason"],
         )
