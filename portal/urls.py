@@ -3,6 +3,9 @@ from django.urls import include, path
 
 from apps.core.views import healthz
 
+handler404 = "apps.core.views.not_found"
+handler500 = "apps.core.views.server_error"
+
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),

@@ -107,3 +107,37 @@ def other_organization(park):
 @pytest.fixture
 def other_owner(other_organization, member_of):
     return member_of(other_organization, "owner")
+
+
+LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "testserver"}
+
+
+@pytest.fixture(autouse=True)
+def _no_traffic_off_this_machine(monkeypatch):
+    """Tests talk to 127.0.0.1 only (webhook receivers, the broker, PostgreSQL): a name or an
+    address elsewhere fails at once, before any DNS query or packet leaves."""
+    import ipaddress
+    import socket
+
+    real_getaddrinfo, real_connect = socket.getaddrinfo, socket.socket.connect
+
+    def local(host) -> bool:
+        if host is None or str(host) in LOOPBACK_NAMES:
+            return True
+        try:
+            return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+        except ValueError:
+            return False
+
+    def getaddrinfo(host, *args, **kwargs):
+        if not local(host):
+            raise OSError(f"tests may not resolve {host!r}: only loopback is reachable")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    def connect(sock, address):
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and not local(address[0]):
+            raise OSError(f"tests may not connect to {address!r}: only loopback is reachable")
+        return real_connect(sock, address)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(socket.socket, "connect", connect)

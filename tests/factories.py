@@ -699,7 +699,8 @@ class WebhookEndpointFactory(Factory):
         model = WebhookEndpoint
 
     organization = factory.SubFactory(OrganizationFactory)
-    url = factory.Sequence(lambda n: f"https://hooks.example.com/loam/{n}")
+    # Loopback, port 9 (closed): a delivery a test forgets to stub never leaves the machine.
+    url = factory.Sequence(lambda n: f"http://127.0.0.1:9/loam/{n}")
     secret = factory.Sequence(lambda n: f"whsec_{sha256(f'webhook-{n}'.encode()).hexdigest()}")
     event_types = factory.LazyFunction(lambda: ["order.done", "instance.running"])
 

@@ -25,6 +25,8 @@ from tests.factories import (
     QuotaLimitFactory,
     RegionFactory,
     UserFactory,
+    WebhookDeliveryFactory,
+    WebhookEndpointFactory,
 )
 
 TENANT_NAMESPACES = ("tenants", "api")
@@ -82,6 +84,8 @@ def foreign_objects(foreign_org):
     membership = MembershipFactory(organization=foreign_org)
     invitation = InvitationFactory(organization=foreign_org)
     key = ApiKeyFactory(organization=foreign_org)
+    endpoint = WebhookEndpointFactory(organization=foreign_org)
+    delivery = WebhookDeliveryFactory(endpoint=endpoint, state="failed")
     instance = InstanceFactory(organization=foreign_org)
     order = OrderFactory(organization=foreign_org, instance=instance)
     by_param = {
@@ -96,6 +100,9 @@ def foreign_objects(foreign_org):
         "api:membership-detail": {"pk": membership.pk},
         "api:api-key-detail": {"pk": key.pk},
         "api:api-key-revoke": {"pk": key.pk},
+        "api:webhook-detail": {"pk": endpoint.pk},
+        "api:webhook-deliveries": {"pk": endpoint.pk},
+        "api:webhook-redeliver": {"pk": endpoint.pk, "delivery_id": delivery.pk},
         "api:order-detail": {"pk": order.pk},
         "api:order-cancel": {"pk": order.pk},
         **{

@@ -4,6 +4,7 @@ from rest_framework.routers import SimpleRouter
 
 from apps.api.views import catalog, operators, orders
 from apps.api.views import tenants as views
+from apps.webhooks.api import WebhookEndpointViewSet
 
 router = SimpleRouter()
 router.register("regions", catalog.RegionViewSet, basename="region")
@@ -15,6 +16,7 @@ router.register("orders", orders.OrderViewSet, basename="order")
 router.register("instances", orders.InstanceViewSet, basename="instance")
 router.register("members", views.MembershipViewSet, basename="membership")
 router.register("api-keys", views.ApiKeyViewSet, basename="api-key")
+router.register("webhooks", WebhookEndpointViewSet, basename="webhook")
 router.register(
     "operator/organizations",
     operators.OperatorOrganizationViewSet,

@@ -1,5 +1,6 @@
 from decimal import Decimal
 
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
@@ -184,7 +185,13 @@ class Flavor(models.Model):
     family = models.ForeignKey(
         FlavorFamily, on_delete=models.PROTECT, related_name="flavors", verbose_name=_("family")
     )
-    code = models.SlugField(_("code"), max_length=60)
+    code = models.CharField(
+        _("code"),
+        max_length=60,
+        validators=[
+            RegexValidator(r"^[a-z0-9][a-z0-9.-]*$", _("Lowercase letters, digits, dots, hyphens."))
+        ],
+    )
     accelerator_count = models.PositiveSmallIntegerField(_("accelerators"))
     vcpu = models.PositiveSmallIntegerField(_("vCPU"))
     ram_gb = models.PositiveIntegerField(_("RAM (GB)"))

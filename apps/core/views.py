@@ -1,12 +1,44 @@
 from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
+from django.views import defaults
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from apps.catalog.selectors import catalog_summary
 from apps.core.health import broker_status, database_status
 from apps.tenants.selectors import is_operator
+
+
+def not_found(request, exception=None):
+    """API paths answer problem+json; pages get the HTML 404."""
+    if request.path.startswith("/api/"):
+        return _api_problem(404, "not_found", "Not Found", "No such resource.")
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request):
+    if request.path.startswith("/api/"):
+        return _api_problem(
+            500,
+            "server_error",
+            "Internal Server Error",
+            "The server failed; the request may be retried.",
+        )
+    return defaults.server_error(request)
+
+
+def _api_problem(status, code, title, detail):
+    return JsonResponse(
+        {
+            "type": f"https://loam.localhost/problems/{code}",
+            "title": title,
+            "status": status,
+            "detail": detail,
+        },
+        status=status,
+        content_type="application/problem+json",
+    )
 
 
 @never_cache

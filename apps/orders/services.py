@@ -68,7 +68,7 @@ def move_instance(*, instance: Instance, to: str, actor=None, error_message: str
         changes["error_message"] = error_message
     if to == InstanceState.RELEASED:
         changes["released_at"] = timezone.now()
-    return transition(
+    instance = transition(
         instance,
         to,
         table=INSTANCE_TRANSITIONS,
@@ -76,6 +76,8 @@ def move_instance(*, instance: Instance, to: str, actor=None, error_message: str
         changes=changes,
         audit_data={"error": error_message} if error_message else None,
     )
+    _notify(instance.organization, f"instance.{to}", instance_event(instance))
+    return instance
 
 
 @transaction.atomic
@@ -83,7 +85,7 @@ def move_order(*, order: Order, to: str, actor=None, reason: str = "") -> Order:
     changes = {"reason": reason} if reason else {}
     if to in (OrderState.APPROVED, OrderState.REJECTED) and actor is not None:
         changes.update(decided_by=actor, decided_at=timezone.now())
-    return transition(
+    order = transition(
         order,
         to,
         table=ORDER_TRANSITIONS,
@@ -91,6 +93,37 @@ def move_order(*, order: Order, to: str, actor=None, reason: str = "") -> Order:
         changes=changes,
         audit_data={"reason": reason} if reason else None,
     )
+    _notify(order.organization, f"order.{to}", order_event(order))
+    return order
+
+
+def order_event(order: Order) -> dict:
+    return {
+        "order": order.pk,
+        "kind": order.kind,
+        "state": order.state,
+        "instance": order.instance_id,
+        "reason": order.reason,
+    }
+
+
+def instance_event(instance: Instance) -> dict:
+    return {
+        "instance": instance.pk,
+        "name": instance.name,
+        "state": instance.state,
+        "error": instance.error_message,
+        "access": instance.access,
+    }
+
+
+def _notify(organization, event_type: str, data: dict) -> None:
+    """Partners' webhooks for the events they can subscribe to (delivered after commit)."""
+    from apps.webhooks.models import EVENT_TYPES
+    from apps.webhooks.services import emit_event
+
+    if event_type in EVENT_TYPES:
+        emit_event(organization=organization, event_type=event_type, data=data)
 
 
 @transaction.atomic
@@ -382,6 +415,7 @@ def _create_order(organization, actor, request, quoted, name, key) -> Order:
         target=order,
         data={"kind": order.kind, "instance": instance.name},
     )
+    _notify(organization, "order.submitted", order_event(order))
     return order
 
 
@@ -553,6 +587,7 @@ def request_operation(
         target=order,
         data={"kind": kind, "instance": instance.name, **parameters},
     )
+    _notify(instance.organization, "order.submitted", order_event(order))
     move_order(order=order, to=OrderState.APPROVED)
     move_order(order=order, to=OrderState.FULFILLING)
     if busy_state:

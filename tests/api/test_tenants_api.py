@@ -110,7 +110,9 @@ def test_read_key_gets_one_member(client, read_key, owner, organization):
 def test_read_key_cannot_list_or_revoke_keys(client, read_key, write_key):
     assert_problem(client.get("/api/v1/api-keys/", **bearer(read_key)), 403, "permission_denied")
     assert_problem(
-        client.get(f"/api/v1/api-keys/{write_key.pk}/", **bearer(read_key)), 403, "permission_denied"
+        client.get(f"/api/v1/api-keys/{write_key.pk}/", **bearer(read_key)),
+        403,
+        "permission_denied",
     )
     response = client.post(f"/api/v1/api-keys/{write_key.pk}/revoke/", **bearer(read_key))
     assert_problem(response, 403, "permission_denied")

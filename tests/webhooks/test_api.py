@@ -8,7 +8,7 @@ from apps.tenants.models import ApiKeyScope
 from apps.webhooks.models import EVENT_TYPES, DeliveryState, WebhookDelivery, WebhookEndpoint
 from tests.factories import WebhookDeliveryFactory, WebhookEndpointFactory
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.webhooks.urls")]
+pytestmark = pytest.mark.django_db
 
 BASE = "/api/v1/webhooks/"
 URL = "https://partner.example.com/loam"
@@ -139,7 +139,7 @@ def test_partial_update(client, write, organization):
     assert response.json()["is_active"] is False
     endpoint.refresh_from_db()
     assert endpoint.event_types == ["order.failed"] and not endpoint.is_active
-    assert endpoint.url.startswith("https://hooks.example.com/")  # left as it was
+    assert endpoint.url.startswith("http://127.0.0.1:9/")  # left as it was
 
 
 def test_put_is_not_offered(client, write, organization):

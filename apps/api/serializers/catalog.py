@@ -6,7 +6,7 @@ from apps.catalog.models import AcceleratorModel, Flavor, Image, Price, Region
 
 
 class RegionSerializer(serializers.ModelSerializer):
-    parent = serializers.SlugRelatedField(slug_field="code", read_only=True)
+    parent = serializers.SlugRelatedField(slug_field="code", read_only=True, allow_null=True)
 
     class Meta:
         model = Region
@@ -90,7 +90,7 @@ class ImageSerializer(serializers.ModelSerializer):
 
 class PriceSerializer(serializers.ModelSerializer):
     region = serializers.SlugRelatedField(slug_field="code", read_only=True)
-    flavor = serializers.SlugRelatedField(slug_field="code", read_only=True)
+    flavor = serializers.SlugRelatedField(slug_field="code", read_only=True, allow_null=True)
 
     class Meta:
         model = Price
