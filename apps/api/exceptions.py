@@ -33,6 +33,23 @@ def _title(status_code: int) -> str:
     return HTTPStatus(status_code).phrase
 
 
+def flatten_errors(errors, prefix: str = "") -> dict[str, list[str]]:
+    """{"event_types": {"0": ["…"]}} -> {"event_types.0": ["…"]}: one flat map of messages."""
+    flat: dict[str, list[str]] = {}
+    items = errors.items() if isinstance(errors, dict) else enumerate(errors)
+    for name, value in items:
+        key = f"{prefix}.{name}" if prefix else str(name)
+        if isinstance(value, dict) or (
+            isinstance(value, list) and any(isinstance(v, dict | list) for v in value)
+        ):
+            flat.update(flatten_errors(value, key))
+        elif isinstance(value, list):
+            flat[key] = [str(v) for v in value]
+        else:
+            flat[key] = [str(value)]
+    return flat
+
+
 def _passed_headers(response) -> dict:
     return {
         name: response[name]
@@ -66,7 +83,7 @@ def handle_exception(exc, context):
         return None
     data = response.data
     if isinstance(exc, exceptions.ValidationError):
-        errors = data if isinstance(data, dict) else {"non_field_errors": data}
+        errors = flatten_errors(data if isinstance(data, dict) else {"non_field_errors": data})
         return problem(
             status_code=response.status_code,
             code="invalid",
