@@ -74,7 +74,8 @@ def test_a_replayed_refusal_is_the_same_problem(client, world, write_key):
 @pytest.mark.xfail(
     strict=True,
     reason="BUG: the replay is built as a plain Response in idempotency.begin "
-    "(apps/api/idempotency.py:61), so a replayed problem is served as application/json, not application/problem+json",
+    "(apps/api/idempotency.py:61), so a replayed "
+    "problem is served as application/json, not application/problem+json",
 )
 def test_a_replayed_refusal_keeps_the_problem_content_type(client, world, write_key):
     big = {**BODY, "flavor": "g1.8x", "count": 3}

@@ -459,7 +459,8 @@ def test_starting_a_running_host_is_409(api, world, create):
     strict=True,
     reason="BUG: a resize to another family raises DomainError(code='wrong_family') "
     "(apps/orders/services.py, _reserve_operation) without a status, so it inherits "
-    "DomainError.status = 400 (apps/core/errors.py:9); the API answers 400, not the 409 conflict expected",
+    "DomainError.status = 400 (apps/core/errors.py:9); the API answers 400, not the 409 "
+    "conflict expected",
 )
 def test_resizing_to_another_family_is_a_409_wrong_family(api, world, create, other_family):
     instance = create()
