@@ -175,6 +175,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "purge-idempotency-records": {
+        "task": "apps.api.tasks.purge_idempotency_records",
+        "schedule": 3600,
+    },
+}
 
 # --- REST API ---------------------------------------------------------------------------------
 REST_FRAMEWORK = {

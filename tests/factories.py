@@ -21,6 +21,7 @@ from django.contrib.auth.hashers import make_password
 from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 
+from apps.api.models import IdempotencyRecord
 from apps.billing.models import (
     BillingMode,
     EntryKind,
@@ -692,6 +693,19 @@ class AuditEventFactory(Factory):
 
 
 # --- webhooks --------------------------------------------------------------------------------
+
+
+class IdempotencyRecordFactory(Factory):
+    class Meta:
+        model = IdempotencyRecord
+
+    caller = factory.Sequence(lambda n: f"user:{n}")
+    key = factory.Sequence(lambda n: f"key-{n}")
+    method = "POST"
+    path = "/api/v1/orders/"
+    body_hash = factory.LazyFunction(lambda: sha256(b"{}").hexdigest())
+    status_code = 201
+    response_body = factory.LazyFunction(dict)
 
 
 class WebhookEndpointFactory(Factory):
