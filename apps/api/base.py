@@ -20,7 +20,11 @@ class LoamAPIMixin:
             return problem(
                 status_code=409, code="idempotency_conflict", title="Conflict", detail=exc.detail
             )
-        return super().handle_exception(exc)
+        try:
+            return super().handle_exception(exc)
+        except Exception:  # unhandled: a 500 follows, and the key must not stay claimed
+            idempotency.abandon(getattr(self, "_idempotency", None))
+            raise
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)

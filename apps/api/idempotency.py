@@ -59,8 +59,16 @@ def begin(request) -> IdempotencyRecord | None:
     if earlier.status_code is None:
         raise Conflict("A request with this Idempotency-Key is still being processed.") from None
     response = Response(earlier.response_body, status=earlier.status_code)
+    if earlier.status_code >= 400:
+        response.content_type = "application/problem+json"
     response["Idempotent-Replayed"] = "true"
     raise Replay(response) from None
+
+
+def abandon(record: IdempotencyRecord | None) -> None:
+    """The view crashed: free the key so that a retry runs again."""
+    if record is not None:
+        record.delete()
 
 
 def finish(record: IdempotencyRecord | None, response) -> None:

@@ -8,11 +8,13 @@ class DomainError(Exception):
     code = "domain_error"
     status = 400
 
-    def __init__(self, message, *, code=None):
+    def __init__(self, message, *, code=None, status=None):
         super().__init__(message)
         self.message = message
         if code:
             self.code = code
+        if status:
+            self.status = status
 
 
 class InvalidTransition(DomainError):

@@ -614,6 +614,7 @@ def _reserve_operation(instance: Instance, kind: str, params: dict) -> dict:
                     "family": instance.flavor.family.name,
                 },
                 code="wrong_family",
+                status=422,
             )
         if target.pk == instance.flavor_id or not target.is_active:
             raise ValidationError({"flavor": _("Choose another size that is on sale.")})

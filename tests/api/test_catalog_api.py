@@ -165,12 +165,6 @@ def test_flavor_detail_by_code(api, catalog):
     assert body["accelerator_model"] == "ascend-x"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: apps/api/views/catalog.py FlavorViewSet has no lookup_value_regex, so the "
-    "router's default [^/.]+ rejects every dotted flavor code (seed_demo makes 'prefix.Nx'): "
-    "GET /api/v1/flavors/g1.4x/ is a 404 from the URL resolver, not the flavor",
-)
 def test_flavor_detail_by_a_dotted_code(api, catalog):
     response = api.get("/api/v1/flavors/g1.4x/")
     assert response.status_code == 200

@@ -71,12 +71,6 @@ def test_a_replayed_refusal_is_the_same_problem(client, world, write_key):
     assert not Order.objects.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the replay is built as a plain Response in idempotency.begin "
-    "(apps/api/idempotency.py:61), so a replayed "
-    "problem is served as application/json, not application/problem+json",
-)
 def test_a_replayed_refusal_keeps_the_problem_content_type(client, world, write_key):
     big = {**BODY, "flavor": "g1.8x", "count": 3}
     post(client, write_key, big, idempotency_key="too-big")
@@ -182,12 +176,6 @@ def test_a_key_longer_than_255_characters_is_refused(client, world, write_key):
     assert not Order.objects.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an exception raised by the view skips finalize_response, so idempotency.finish "
-    "(apps/api/idempotency.py:66) never deletes the claimed record: after a 500 every retry "
-    "with the same key is a 409 'still being processed' for 24 h",
-)
 def test_a_retry_after_a_server_error_is_processed(world, write_key, monkeypatch):
     from apps.api.views import orders as order_views
 

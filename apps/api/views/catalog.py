@@ -85,6 +85,7 @@ class FlavorViewSet(ParkScopedViewSet):
     serializer_class = FlavorSerializer
     park_field = "family__park"
     lookup_field = "code"
+    lookup_value_regex = r"[^/]+"  # flavor codes have dots (h200.8x)
     pagination_class = None
 
     @extend_schema(parameters=FILTER_PARAMETERS, responses=CatalogFlavorSerializer(many=True))
