@@ -18,6 +18,7 @@ ruff format --check .
 python manage.py check --fail-level WARNING
 python manage.py makemigrations --check --dry-run >/dev/null \
   || { echo "models changed without a migration: run manage.py makemigrations" >&2; exit 1; }
+python manage.py spectacular --validate --fail-on-warn --file /dev/null
 python manage.py compilemessages -l zh_Hans --ignore=.venv --ignore=staticfiles --ignore=var -v0
 pytest "$@"
 # The API contract: schemathesis against the live schema (no 5xx, every response conforms).

@@ -16,6 +16,7 @@ from tests.factories import (
     ImageFactory,
     InstanceFactory,
     InvitationFactory,
+    InvoiceFactory,
     MembershipFactory,
     OrderFactory,
     OrganizationFactory,
@@ -103,6 +104,7 @@ def foreign_objects(foreign_org):
         "api:webhook-detail": {"pk": endpoint.pk},
         "api:webhook-deliveries": {"pk": endpoint.pk},
         "api:webhook-redeliver": {"pk": endpoint.pk, "delivery_id": delivery.pk},
+        "api:invoice-detail": {"pk": InvoiceFactory(organization=foreign_org).pk},
         "api:order-detail": {"pk": order.pk},
         "api:order-cancel": {"pk": order.pk},
         **{

@@ -14,11 +14,13 @@ from apps.api.serializers.orders import (
     DiskSerializer,
     HostRequestSerializer,
     InstanceSerializer,
+    InvoiceSerializer,
     OrderSerializer,
     QuotaSerializer,
     QuoteSerializer,
     ResizeSerializer,
 )
+from apps.billing.models import Invoice
 from apps.orders import services
 from apps.orders.models import Instance, Order, OrderKind
 from apps.quotas.models import QuotaLimit
@@ -55,7 +57,7 @@ class OrderViewSet(
         "cancel": Action.ORDER,
     }
     filterset_fields = ["kind", "state", "instance"]
-    ordering = ["-created_at"]
+    ordering_fields = ["created_at", "state", "kind"]
 
     def get_queryset(self):
         return for_organization(Order, current_organization(self.request)).order_by("-created_at")
@@ -117,6 +119,7 @@ class InstanceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
         "release": Action.RELEASE,
     }
     filterset_fields = ["state"]
+    ordering_fields = ["created_at", "name", "state"]
 
     def get_queryset(self):
         return (
@@ -163,3 +166,18 @@ class QuotaView(LoamAPIMixin, APIView):
             for limit in limits
         ]
         return Response(QuotaSerializer(rows, many=True).data)
+
+
+class InvoiceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
+    """The organization's invoices (issued by billing), newest period first."""
+
+    queryset = Invoice.objects.none()
+    serializer_class = InvoiceSerializer
+    required_actions = {"list": Action.VIEW_BILLING, "retrieve": Action.VIEW_BILLING}
+    filterset_fields = ["state"]
+    ordering_fields = ["period_start", "total_minor"]
+
+    def get_queryset(self):
+        return for_organization(Invoice, current_organization(self.request)).order_by(
+            "-period_start"
+        )
