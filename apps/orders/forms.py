@@ -69,18 +69,7 @@ class InstanceOrderForm(forms.Form):
         return flavors.filter(code=code).first() if code else None
 
     def host_request(self) -> HostRequest:
-        data = self.cleaned_data
-        return HostRequest(
-            flavor=data["flavor"],
-            image=data["image"],
-            region=data["region"],
-            system_disk_gb=data["system_disk_gb"],
-            data_disk_gb=data["data_disk_gb"],
-            bandwidth_mbps=data["bandwidth_mbps"],
-            ssh_public_key=data["ssh_public_key"],
-            name=data["name"],
-            count=data["count"],
-        )
+        return HostRequest.from_data(self.cleaned_data)
 
 
 class ResizeForm(forms.Form):

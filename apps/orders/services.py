@@ -198,6 +198,23 @@ class HostRequest:
     name: str = ""
     count: int = 1
 
+    @classmethod
+    def from_data(cls, data) -> "HostRequest":
+        """From a form's or a serializer's cleaned data (the system disk defaults to the
+        flavor's own)."""
+        flavor = data["flavor"]
+        return cls(
+            flavor=flavor,
+            image=data["image"],
+            region=data.get("region"),
+            system_disk_gb=data.get("system_disk_gb") or flavor.system_disk_gb,
+            data_disk_gb=data.get("data_disk_gb") or 0,
+            bandwidth_mbps=data.get("bandwidth_mbps") or 0,
+            ssh_public_key=data.get("ssh_public_key", ""),
+            name=data.get("name", ""),
+            count=data.get("count") or 1,
+        )
+
 
 def _not_priced(flavor, region) -> DomainError:
     return DomainError(

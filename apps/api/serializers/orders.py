@@ -46,19 +46,7 @@ class HostRequestSerializer(serializers.Serializer):
             self.fields["region"].queryset = Region.objects.filter(park=park)
 
     def host_request(self) -> HostRequest:
-        data = self.validated_data
-        flavor = data["flavor"]
-        return HostRequest(
-            flavor=flavor,
-            image=data["image"],
-            region=data.get("region"),
-            system_disk_gb=data.get("system_disk_gb") or flavor.system_disk_gb,
-            data_disk_gb=data["data_disk_gb"],
-            bandwidth_mbps=data["bandwidth_mbps"],
-            ssh_public_key=data["ssh_public_key"],
-            name=data["name"],
-            count=data["count"],
-        )
+        return HostRequest.from_data(self.validated_data)
 
 
 class QuoteSerializer(serializers.Serializer):
