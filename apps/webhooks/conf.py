@@ -10,6 +10,13 @@ def allow_http() -> bool:
     return bool(getattr(settings, "LOAM_WEBHOOKS_ALLOW_HTTP", settings.DEBUG))
 
 
+def allow_private() -> bool:
+    """Deliveries to loopback, private or link-local addresses (the park's own network) are
+    refused unless this is true: by default with DEBUG on; tests that run a receiver on
+    127.0.0.1 turn it on."""
+    return bool(getattr(settings, "LOAM_WEBHOOKS_ALLOW_PRIVATE", settings.DEBUG))
+
+
 def backoff_base_s() -> float:
     return float(getattr(settings, "LOAM_WEBHOOK_BACKOFF_BASE_S", 30))
 

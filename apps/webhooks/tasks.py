@@ -35,6 +35,10 @@ def deliver(delivery_id: int) -> None:
     if not endpoint.is_active:
         services.fail_delivery(delivery_id=delivery.pk, error="The endpoint was turned off.")
         return
+    blocked = services.blocked_destination(endpoint.url)
+    if blocked:
+        services.fail_delivery(delivery_id=delivery.pk, error=blocked)
+        return
     body = body_of(delivery)
     headers = {
         "Content-Type": "application/json",

@@ -13,6 +13,7 @@ from apps.webhooks.services import verify_signature
 @pytest.fixture(autouse=True)
 def _webhook_settings(settings, monkeypatch):
     settings.LOAM_WEBHOOKS_ALLOW_HTTP = True  # the receiver below speaks plain HTTP
+    settings.LOAM_WEBHOOKS_ALLOW_PRIVATE = True  # ... on 127.0.0.1
     settings.LOAM_WEBHOOK_BACKOFF_BASE_S = 0  # eager mode ignores countdowns anyway
     settings.LOAM_WEBHOOK_MAX_ATTEMPTS = 6
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")

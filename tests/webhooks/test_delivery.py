@@ -236,3 +236,39 @@ def test_only_subscribed_endpoints_receive_the_event(
     assert len(receiver.requests) == 1
     assert receiver.requests[0].headers["Loam-Event"] == "instance.running"
     assert json.loads(receiver.requests[0].body)["data"] == {"id": 5}
+
+
+def test_a_delivery_to_an_internal_address_fails_without_a_request(
+    receiver, endpoint_for, organization, settings, django_capture_on_commit_callbacks
+):
+    """Production refuses the park's own network: the worker would otherwise call it."""
+    settings.LOAM_WEBHOOKS_ALLOW_PRIVATE = False
+    endpoint_for(receiver)
+    with django_capture_on_commit_callbacks():
+        (delivery,) = services.emit_event(
+            organization=organization, event_type="order.done", data={}
+        )
+
+    tasks.deliver(delivery.pk)
+
+    delivery.refresh_from_db()
+    assert delivery.state == DeliveryState.FAILED and delivery.attempts == 0
+    assert "127.0.0.1" in delivery.last_error and "public" in delivery.last_error
+    assert receiver.requests == []
+
+
+@pytest.mark.parametrize(
+    ("url", "blocked"),
+    [
+        ("http://127.0.0.1:8000/x", True),
+        ("http://10.1.2.3/x", True),
+        ("http://192.168.0.7/x", True),
+        ("http://169.254.169.254/latest/meta-data", True),
+        ("http://[::1]/x", True),
+        ("http://localhost/x", True),
+        ("https://8.8.8.8/x", False),  # a literal public address: no DNS query, no traffic
+    ],
+)
+def test_blocked_destinations(settings, url, blocked):
+    settings.LOAM_WEBHOOKS_ALLOW_PRIVATE = False
+    assert bool(services.blocked_destination(url)) is blocked
