@@ -2,6 +2,9 @@
 # The API contract check: schemathesis against the live schema, as the demo tenant.
 # Every generated request must get no 5xx and a response that conforms to the schema.
 # Runs on whatever DATABASE_URL / CELERY_BROKER_URL say (deploy/test.sh calls it last).
+# Webhook routes are left out here: endpoints with generated URLs would make this server POST
+# to hosts off this machine (tests/webhooks checks those routes against a local receiver).
+# Operator routes need an operator's session, not the tenant key used here.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -25,5 +28,5 @@ schemathesis run "http://127.0.0.1:$port/api/schema/" \
   --header "Authorization: Bearer $key" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
   --max-examples "${LOAM_CONTRACT_EXAMPLES:-15}" \
-  --exclude-path-regex '^/api/v1/operator/' \
+  --exclude-path-regex '^/api/v1/(operator|webhooks)/' \
   --request-timeout 30
