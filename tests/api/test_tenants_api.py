@@ -9,39 +9,9 @@ from django.utils import timezone
 
 from apps.tenants import services
 from apps.tenants.models import ApiKey, ApiKeyScope
+from tests.api.conftest import bearer
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def make_key(owner, organization):
-    def make(scope=ApiKeyScope.READ, *, org=None, actor=None, **kwargs):
-        key, secret = services.create_api_key(
-            organization=org or organization,
-            actor=actor or owner,
-            name=f"{scope} key",
-            scope=scope,
-            **kwargs,
-        )
-        key.secret = secret
-        return key
-
-    return make
-
-
-@pytest.fixture
-def read_key(make_key):
-    return make_key(ApiKeyScope.READ)
-
-
-@pytest.fixture
-def write_key(make_key):
-    return make_key(ApiKeyScope.WRITE)
-
-
-def bearer(key_or_secret) -> dict:
-    secret = getattr(key_or_secret, "secret", key_or_secret)
-    return {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
 
 
 PROBLEM_TYPE = "https://loam.localhost/problems/"
