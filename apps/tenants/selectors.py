@@ -4,7 +4,7 @@ and `get_for_organization`, so another organization's object is a 404 everywhere
 from django.db.models import Model, QuerySet
 from django.http import Http404
 
-from apps.tenants.models import Membership, Organization, Park, Role
+from apps.tenants.models import Membership, Organization, Park
 
 
 def memberships_for(user):
@@ -59,7 +59,3 @@ def get_for_operator(queryset: QuerySet, user, *, park_field: str = "park", **lo
         return queryset.filter(**{f"{park_field}__in": parks_operated_by(user)}).get(**lookup)
     except (queryset.model.DoesNotExist, ValueError):
         raise Http404 from None
-
-
-def owner_of_any_org_in(user, park: Park) -> bool:
-    return Membership.objects.filter(user=user, role=Role.OWNER, organization__park=park).exists()

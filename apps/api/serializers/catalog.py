@@ -1,5 +1,3 @@
-from decimal import Decimal
-
 from rest_framework import serializers
 
 from apps.catalog.models import AcceleratorModel, Flavor, Image, Price, Region
@@ -96,7 +94,3 @@ class PriceSerializer(serializers.ModelSerializer):
         model = Price
         fields = ["region", "kind", "flavor", "amount_minor", "currency", "effective_from"]
         read_only_fields = fields
-
-
-def decimal_string(value: Decimal) -> str:
-    return str(value.quantize(Decimal("0.000001")))
