@@ -20,17 +20,10 @@ def to_major(amount_minor: int, currency: str) -> Decimal:
     return Decimal(amount_minor) / MINOR_PER_MAJOR[currency]
 
 
-def format_money(amount_minor: int, currency: str, *, places: int = 2) -> str:
+def format_money(amount_minor: int | Decimal, currency: str, *, places: int = 2) -> str:
     """`12345, "CNY"` -> `¥123.45`. More places show sub-fen rates such as a price per second."""
     quantum = Decimal(1).scaleb(-places)
     value = to_major(amount_minor, currency).quantize(quantum, rounding=ROUND_HALF_UP)
     sign = "-" if value < 0 else ""
     return f"{sign}{SYMBOLS[currency]}{abs(value):,}"
 
-
-def format_rate(amount_minor: Decimal, currency: str, *, places: int = 4) -> str:
-    """A rate that may be a fraction of a minor unit (a price per second) in major units."""
-    value = (Decimal(amount_minor) / MINOR_PER_MAJOR[currency]).quantize(
-        Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP
-    )
-    return f"{SYMBOLS[currency]}{value:,}"

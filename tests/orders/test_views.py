@@ -24,7 +24,7 @@ from django.utils import translation
 
 from apps.catalog.models import Flavor
 from apps.core import demo
-from apps.core.money import format_rate
+from apps.core.money import format_money
 from apps.orchestration.models import Accelerator, Backend, Node
 from apps.orders.forms import InstanceOrderForm
 from apps.orders.models import (
@@ -334,9 +334,9 @@ def test_quote_gives_hour_second_month_and_region(tenant):
         + Decimal(10 * BANDWIDTH_MBPS_MONTH) / 720
     )
     shown = figures(html)
-    assert shown["hour"] == format_rate(hourly, "CNY") == "¥76.8333"
-    assert shown["second"] == format_rate(hourly / 3600, "CNY") == "¥0.0213"
-    assert shown["month"] == format_rate(hourly * 720, "CNY")
+    assert shown["hour"] == format_money(hourly, "CNY", places=4) == "¥76.8333"
+    assert shown["second"] == format_money(hourly / 3600, "CNY", places=4) == "¥0.0213"
+    assert shown["month"] == format_money(hourly * 720, "CNY", places=4)
     assert shown["month"] == "¥55,320.0000"
     assert shown["region"] == "上海算力中心 (Center)"
     assert shown["flavor"] == "¥38.00 × 2"

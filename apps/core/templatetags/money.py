@@ -2,7 +2,7 @@ from decimal import Decimal
 
 from django import template
 
-from apps.core.money import format_money, format_rate
+from apps.core.money import format_money
 
 register = template.Library()
 
@@ -20,7 +20,7 @@ def rate(amount_minor, currency):
     """A sub-minor-unit rate such as a price per second: ¥0.0083"""
     if amount_minor is None:
         return "—"
-    return format_rate(amount_minor, currency)
+    return format_money(amount_minor, currency, places=4)
 
 
 @register.filter
