@@ -26,4 +26,3 @@ def format_money(amount_minor: int | Decimal, currency: str, *, places: int = 2)
     value = to_major(amount_minor, currency).quantize(quantum, rounding=ROUND_HALF_UP)
     sign = "-" if value < 0 else ""
     return f"{sign}{SYMBOLS[currency]}{abs(value):,}"
-
