@@ -180,6 +180,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.api.tasks.purge_idempotency_records",
         "schedule": 3600,
     },
+    "meter-usage": {
+        "task": "apps.billing.tasks.meter_usage",
+        "schedule": env.int("LOAM_METERING_INTERVAL_S", default=60),
+    },
+    "issue-due-invoices": {"task": "apps.billing.tasks.issue_due_invoices", "schedule": 3600},
 }
 
 # --- REST API ---------------------------------------------------------------------------------
@@ -260,6 +265,9 @@ LOGGING = {
 # --- Product rules ----------------------------------------------------------------------------
 # Where links in emails point (no request to read the host from in a worker).
 LOAM_BASE_URL = env.str("LOAM_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")
+# Billing: VAT on compute services, and when a wallet counts as running low (hours of spend).
+LOAM_INVOICE_TAX_RATE = env.str("LOAM_INVOICE_TAX_RATE", default="0.06")
+LOAM_LOW_BALANCE_HOURS = env.int("LOAM_LOW_BALANCE_HOURS", default=24)
 LOAM_INVITATION_DAYS = env.int("LOAM_INVITATION_DAYS", default=7)
 LOAM_LICENCE_MAX_BYTES = env.int("LOAM_LICENCE_MAX_BYTES", default=10 * 1024 * 1024)
 # Quotas a new organization starts with, and what verification raises them to; operators

@@ -28,6 +28,8 @@ from apps.billing.models import (
     Invoice,
     InvoiceState,
     LedgerEntry,
+    Meter,
+    MeterKind,
     Payment,
     PaymentState,
     UsageRecord,
@@ -196,6 +198,14 @@ class OrganizationFactory(Factory):
     class Params:
         verified = factory.Trait(verification_state=VerificationState.VERIFIED)
         anonymous = factory.Trait(legal_name="", credit_code="")
+
+    @factory.post_generation
+    def wallet(organization, create, extracted, **kwargs):
+        """A wallet with ¥100,000, so what tests order is paid for; `wallet=False` for none,
+        `wallet=N` for a balance of N minor units."""
+        if create and extracted is not False:
+            balance = FUNDED_BALANCE_MINOR if extracted in (None, True) else extracted
+            WalletFactory(organization=organization, balance_minor=balance)
 
 
 class MembershipFactory(Factory):
@@ -588,9 +598,20 @@ class QuotaLimitFactory(Factory):
 # --- billing ---------------------------------------------------------------------------------
 
 
+FUNDED_BALANCE_MINOR = 10_000_000
+
+
 class WalletFactory(Factory):
+    """Sets the organization's wallet: every organization gets one, so this updates it."""
+
     class Meta:
         model = Wallet
+
+    @classmethod
+    def _create(cls, model_class, *args, **kwargs):
+        organization = kwargs.pop("organization")
+        wallet, _ = model_class.objects.update_or_create(organization=organization, defaults=kwargs)
+        return wallet
 
     organization = factory.SubFactory(OrganizationFactory)
     currency = factory.LazyAttribute(lambda o: o.organization.park.currency)
@@ -642,6 +663,26 @@ class InvoiceFactory(Factory):
     state = InvoiceState.DRAFT
 
 
+class MeterFactory(Factory):
+    """An open meter of a running host: ¥25.00 an hour."""
+
+    class Meta:
+        model = Meter
+
+    organization = factory.SubFactory(OrganizationFactory)
+    instance = factory.SubFactory(
+        InstanceFactory, organization=factory.SelfAttribute("..organization"), running=True
+    )
+    task = None
+    kind = MeterKind.COMPUTE
+    quantity = 1
+    hourly_minor = Decimal(2500)
+    compute_units = Decimal("9.895")
+    currency = factory.LazyAttribute(lambda o: o.organization.park.currency)
+    started_at = EPOCH
+    metered_until = factory.SelfAttribute("started_at")
+
+
 class UsageRecordFactory(Factory):
     """One hour of an instance of the record's organization; `for_task=True` meters a task."""
 
@@ -653,6 +694,14 @@ class UsageRecordFactory(Factory):
         InstanceFactory, organization=factory.SelfAttribute("..organization"), running=True
     )
     task = None
+    meter = factory.SubFactory(
+        MeterFactory,
+        organization=factory.SelfAttribute("..organization"),
+        instance=factory.SelfAttribute("..instance"),
+        task=factory.SelfAttribute("..task"),
+        kind=factory.SelfAttribute("..kind"),
+    )
+    kind = MeterKind.COMPUTE
     invoice = None
     started_at = factory.Sequence(lambda n: EPOCH + timedelta(hours=n))
     ended_at = factory.LazyAttribute(lambda o: o.started_at + timedelta(seconds=o.seconds))

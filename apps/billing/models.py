@@ -13,8 +13,9 @@ class BillingMode(models.TextChoices):
 
 
 class Wallet(models.Model):
-    """An organization's balance. `held_minor` is reserved for running work; what can still be
-    spent is balance - held + credit limit, which the database keeps from going below zero."""
+    """An organization's balance. `held_minor` is reserved for orders' first hour; what can still
+    be spent is balance - held + credit limit. New orders are refused beyond it, but metering
+    charges what already ran even past it (that is owed), and stops the hosts there."""
 
     organization = models.OneToOneField(
         Organization,
@@ -29,6 +30,7 @@ class Wallet(models.Model):
     balance_minor = models.BigIntegerField(_("balance (minor units)"), default=0)
     held_minor = models.BigIntegerField(_("held (minor units)"), default=0)
     credit_limit_minor = models.BigIntegerField(_("credit limit (minor units)"), default=0)
+    low_balance_warned_at = models.DateTimeField(_("low balance warned at"), null=True, blank=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
@@ -46,8 +48,8 @@ class Wallet(models.Model):
                 condition=Q(credit_limit_minor__gte=0), name="wallet_credit_not_negative"
             ),
             models.CheckConstraint(
-                condition=Q(balance_minor__gte=F("held_minor") - F("credit_limit_minor")),
-                name="wallet_within_credit",
+                condition=Q(mode=BillingMode.POSTPAID) | Q(credit_limit_minor=0),
+                name="wallet_credit_only_postpaid",
             ),
         ]
 
@@ -169,6 +171,7 @@ class Invoice(models.Model):
     period_end = models.DateTimeField(_("period end"))
     currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
     subtotal_minor = models.BigIntegerField(_("subtotal (minor units)"), default=0)
+    tax_rate = models.DecimalField(_("tax rate"), max_digits=5, decimal_places=4, default=0)
     tax_minor = models.BigIntegerField(_("tax (minor units)"), default=0)
     total_minor = models.BigIntegerField(_("total (minor units)"), default=0)
     state = models.CharField(
@@ -207,8 +210,101 @@ class Invoice(models.Model):
         return self.number
 
 
+class MeterKind(models.TextChoices):
+    COMPUTE = "compute", _("Host running time")
+    DISK = "disk", _("Cloud disk")
+    BANDWIDTH = "bandwidth", _("Bandwidth")
+    TASK = "task", _("Training task running time")
+
+
+class Meter(models.Model):
+    """One priced quantity of one instance or task over an interval: a host running at a rate,
+    a disk of N GB, a bandwidth of M Mbps. Any change of state, size or rate closes the meter
+    and opens the next one; metering turns meters into UsageRecords up to `metered_until`."""
+
+    organization = models.ForeignKey(
+        Organization,
+        on_delete=models.PROTECT,
+        related_name="meters",
+        verbose_name=_("organization"),
+    )
+    instance = models.ForeignKey(
+        "orders.Instance",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="meters",
+        verbose_name=_("instance"),
+    )
+    task = models.ForeignKey(
+        "orders.Task",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="meters",
+        verbose_name=_("task"),
+    )
+    kind = models.CharField(_("kind"), max_length=16, choices=MeterKind.choices)
+    # GB of disk, Mbps of bandwidth, 1 for a host or task.
+    quantity = models.PositiveIntegerField(_("quantity"))
+    hourly_minor = models.DecimalField(
+        _("rate per hour (minor units)"), max_digits=20, decimal_places=6
+    )
+    compute_units = models.DecimalField(
+        _("normalized compute units"), max_digits=10, decimal_places=3, default=0
+    )
+    currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
+    started_at = models.DateTimeField(_("from"))
+    ended_at = models.DateTimeField(_("to"), null=True, blank=True)
+    metered_until = models.DateTimeField(_("metered until"))
+    metered_seconds = models.PositiveBigIntegerField(_("seconds metered"), default=0)
+    metered_minor = models.BigIntegerField(_("amount metered (minor units)"), default=0)
+
+    class Meta:
+        verbose_name = _("meter")
+        verbose_name_plural = _("meters")
+        ordering = ["started_at", "pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(instance__isnull=False) & Q(task__isnull=True))
+                | (Q(instance__isnull=True) & Q(task__isnull=False)),
+                name="meter_one_subject",
+            ),
+            models.CheckConstraint(condition=Q(kind__in=MeterKind.values), name="meter_kind_known"),
+            models.CheckConstraint(
+                condition=Q(hourly_minor__gte=0)
+                & Q(compute_units__gte=0)
+                & Q(metered_minor__gte=0),
+                name="meter_amounts_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__in=Currency.values), name="meter_currency_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(metered_until__gte=F("started_at"))
+                & (Q(ended_at__isnull=True) | Q(metered_until__lte=F("ended_at"))),
+                name="meter_metered_within_interval",
+            ),
+            # At most one open meter of each kind per subject: a change closes the old one.
+            models.UniqueConstraint(
+                fields=["instance", "kind"],
+                condition=Q(ended_at__isnull=True, instance__isnull=False),
+                name="meter_one_open_per_instance_kind",
+            ),
+            models.UniqueConstraint(
+                fields=["task", "kind"],
+                condition=Q(ended_at__isnull=True, task__isnull=False),
+                name="meter_one_open_per_task_kind",
+            ),
+        ]
+        indexes = [models.Index(fields=["organization", "ended_at"])]
+
+    def __str__(self):
+        return f"{self.get_kind_display()} × {self.quantity} ({self.instance or self.task})"
+
+
 class UsageRecord(models.Model):
-    """What one instance or task ran for one metering interval, priced per second."""
+    """What one meter measured over one metering interval, priced per second."""
 
     organization = models.ForeignKey(
         Organization,
@@ -216,6 +312,10 @@ class UsageRecord(models.Model):
         related_name="usage_records",
         verbose_name=_("organization"),
     )
+    meter = models.ForeignKey(
+        Meter, on_delete=models.PROTECT, related_name="records", verbose_name=_("meter")
+    )
+    kind = models.CharField(_("kind"), max_length=16, choices=MeterKind.choices)
     instance = models.ForeignKey(
         "orders.Instance",
         on_delete=models.PROTECT,
@@ -245,7 +345,9 @@ class UsageRecord(models.Model):
     seconds = models.PositiveIntegerField(_("seconds"))
     # Normalized compute-unit seconds, in thousandths, so reports compare chips.
     compute_unit_milliseconds = models.BigIntegerField(_("compute unit-seconds (×1000)"))
-    hourly_minor = models.BigIntegerField(_("hourly rate (minor units)"))
+    hourly_minor = models.DecimalField(
+        _("rate per hour (minor units)"), max_digits=20, decimal_places=6
+    )
     amount_minor = models.BigIntegerField(_("amount (minor units)"))
     currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
 
@@ -271,19 +373,123 @@ class UsageRecord(models.Model):
             models.CheckConstraint(
                 condition=Q(currency__in=Currency.values), name="usage_currency_known"
             ),
-            # One record per subject and interval start: metering may retry, never double-bill.
+            models.CheckConstraint(condition=Q(kind__in=MeterKind.values), name="usage_kind_known"),
+            # One record per meter and interval start: metering may retry, never double-bill.
             models.UniqueConstraint(
-                fields=["instance", "started_at"],
-                condition=Q(instance__isnull=False),
-                name="usage_instance_interval_unique",
-            ),
-            models.UniqueConstraint(
-                fields=["task", "started_at"],
-                condition=Q(task__isnull=False),
-                name="usage_task_interval_unique",
+                fields=["meter", "started_at"], name="usage_meter_interval_unique"
             ),
         ]
         indexes = [models.Index(fields=["organization", "started_at"])]
 
     def __str__(self):
         return f"{self.instance or self.task}: {self.seconds}s"
+
+
+class Hold(models.Model):
+    """The first hour's cost of an order, held on the wallet until usage has drawn it down or
+    the host is gone."""
+
+    wallet = models.ForeignKey(
+        Wallet, on_delete=models.PROTECT, related_name="holds", verbose_name=_("wallet")
+    )
+    instance = models.OneToOneField(
+        "orders.Instance",
+        on_delete=models.PROTECT,
+        related_name="hold",
+        verbose_name=_("instance"),
+    )
+    amount_minor = models.BigIntegerField(_("held (minor units)"))
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("hold")
+        verbose_name_plural = _("holds")
+        constraints = [
+            models.CheckConstraint(condition=Q(amount_minor__gte=0), name="hold_not_negative"),
+        ]
+
+    def __str__(self):
+        return f"{self.instance}: {self.amount_minor}"
+
+
+class FundsSuspension(models.Model):
+    """A host stopped because its organization ran out of money; resumed after a top-up."""
+
+    instance = models.ForeignKey(
+        "orders.Instance",
+        on_delete=models.PROTECT,
+        related_name="funds_suspensions",
+        verbose_name=_("instance"),
+    )
+    suspended_at = models.DateTimeField(_("suspended at"), auto_now_add=True)
+    resumed_at = models.DateTimeField(_("resumed at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("suspension for funds")
+        verbose_name_plural = _("suspensions for funds")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["instance"],
+                condition=Q(resumed_at__isnull=True),
+                name="suspension_one_open_per_instance",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.instance} ({self.suspended_at:%Y-%m-%d %H:%M})"
+
+
+class StripeEvent(models.Model):
+    """Each Stripe webhook event we processed, so a replay is recognised and ignored."""
+
+    event_id = models.CharField(_("event"), max_length=255, unique=True)
+    type = models.CharField(_("type"), max_length=80)
+    received_at = models.DateTimeField(_("received at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("Stripe event")
+        verbose_name_plural = _("Stripe events")
+
+    def __str__(self):
+        return f"{self.type} {self.event_id}"
+
+
+class InvoiceLine(models.Model):
+    invoice = models.ForeignKey(
+        Invoice, on_delete=models.CASCADE, related_name="lines", verbose_name=_("invoice")
+    )
+    description = models.CharField(_("description"), max_length=200)
+    kind = models.CharField(_("kind"), max_length=16, choices=MeterKind.choices)
+    instance = models.ForeignKey(
+        "orders.Instance",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("instance"),
+    )
+    task = models.ForeignKey(
+        "orders.Task",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("task"),
+    )
+    seconds = models.PositiveBigIntegerField(_("seconds"))
+    quantity = models.PositiveIntegerField(_("quantity"))
+    compute_unit_milliseconds = models.BigIntegerField(_("compute unit-seconds (×1000)"))
+    amount_minor = models.BigIntegerField(_("amount (minor units)"))
+
+    class Meta:
+        verbose_name = _("invoice line")
+        verbose_name_plural = _("invoice lines")
+        ordering = ["pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(amount_minor__gte=0), name="invoice_line_not_negative"
+            ),
+        ]
+
+    def __str__(self):
+        return self.description

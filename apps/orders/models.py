@@ -90,6 +90,9 @@ class Instance(models.Model):
     ssh_public_key = models.TextField(_("SSH public key"), blank=True)
     backend_handle = models.CharField(_("backend handle"), max_length=200, blank=True)
     access = models.JSONField(_("access details"), default=dict, blank=True)
+    # The unit prices fixed when it was ordered (a resize fixes the new size's): metering
+    # charges these, so a later price change never re-prices a running host.
+    rates = models.JSONField(_("rates"), default=dict, blank=True)
     error_message = models.TextField(_("error"), blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -309,6 +312,8 @@ class Task(models.Model):
     max_hourly_minor = models.BigIntegerField(
         _("max price per hour (minor units)"), null=True, blank=True
     )
+    # Fixed when the task is placed; metering charges it per second of running time.
+    hourly_minor = models.BigIntegerField(_("price per hour (minor units)"), default=0)
     deadline = models.DateTimeField(_("deadline"), null=True, blank=True)
     allowed_regions = models.ManyToManyField(
         Region, blank=True, related_name="+", verbose_name=_("allowed regions")

@@ -15,6 +15,8 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from apps.billing import metering
+from apps.billing import services as billing
 from apps.catalog.models import Flavor, Image, PriceKind, Region
 from apps.catalog.selectors import price_in_force
 from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
@@ -51,7 +53,7 @@ from apps.tenants.models import Organization
 from apps.tenants.roles import Action
 from apps.tenants.selectors import is_operator_of
 
-HOURS_PER_MONTH = 720  # monthly prices are per 30 days
+HOURS_PER_MONTH = metering.HOURS_PER_MONTH
 MAX_COUNT = 10
 MAX_SYSTEM_DISK_GB = 2048
 MAX_DATA_DISK_GB = 32768
@@ -76,6 +78,10 @@ def move_instance(*, instance: Instance, to: str, actor=None, error_message: str
         changes=changes,
         audit_data={"error": error_message} if error_message else None,
     )
+    # The wallet before the meters, in the order metering locks them (no deadlock).
+    if to in (InstanceState.RELEASED, InstanceState.ERROR):
+        billing.release_hold(instance)
+    metering.follow_instance(instance)
     _notify(instance.organization, f"instance.{to}", instance_event(instance))
     return instance
 
@@ -138,7 +144,9 @@ def move_task(*, task: Task, to: str, actor=None) -> Task:
             return {"finished_at": now, "started_at": locked.started_at or now}
         return {}
 
-    return transition(task, to, table=TASK_TRANSITIONS, actor=actor, changes=timestamps)
+    task = transition(task, to, table=TASK_TRANSITIONS, actor=actor, changes=timestamps)
+    metering.follow_task(task)
+    return task
 
 
 # --- Quotes ----------------------------------------------------------------------------------
@@ -154,6 +162,9 @@ class Quote:
     flavor_hourly_minor: int
     disk_hourly_minor: Decimal
     bandwidth_hourly_minor: Decimal
+    # The unit prices behind the disk and bandwidth figures, fixed on the instance it orders.
+    disk_gb_month_minor: int = 0
+    bandwidth_mbps_month_minor: int = 0
 
     @property
     def hourly_minor(self) -> Decimal:
@@ -181,6 +192,14 @@ class Quote:
             "disk_hourly_minor": str(self.disk_hourly_minor),
             "bandwidth_hourly_minor": str(self.bandwidth_hourly_minor),
             "hourly_minor": str(self.hourly_minor),
+        }
+
+    def rates(self) -> dict:
+        return {
+            "currency": self.currency,
+            "flavor_hour": self.flavor_hourly_minor,
+            "disk_gb_month": self.disk_gb_month_minor,
+            "bandwidth_mbps_month": self.bandwidth_mbps_month_minor,
         }
 
 
@@ -258,9 +277,10 @@ def quote(*, organization: Organization, request: HostRequest) -> Quote:
         raise _not_priced(request.flavor, region)
     disk_price = price_in_force(region=region, kind=PriceKind.DISK_GB_MONTH)
     bandwidth_price = price_in_force(region=region, kind=PriceKind.BANDWIDTH_MBPS_MONTH)
-    # The flavor's price includes its standard system disk; more system disk is cloud disk.
-    billed_disk = request.data_disk_gb + max(
-        0, request.system_disk_gb - request.flavor.system_disk_gb
+    billed_disk = metering.billed_disk_gb(
+        flavor=request.flavor,
+        system_disk_gb=request.system_disk_gb,
+        data_disk_gb=request.data_disk_gb,
     )
     return Quote(
         currency=flavor_price.currency,
@@ -273,6 +293,8 @@ def quote(*, organization: Organization, request: HostRequest) -> Quote:
         bandwidth_hourly_minor=Decimal(bandwidth_price.amount_minor if bandwidth_price else 0)
         * request.bandwidth_mbps
         / HOURS_PER_MONTH,
+        disk_gb_month_minor=disk_price.amount_minor if disk_price else 0,
+        bandwidth_mbps_month_minor=bandwidth_price.amount_minor if bandwidth_price else 0,
     )
 
 
@@ -363,12 +385,17 @@ def submit_create(
             count=request.count,
         ),
     )
+    one_host = Quote(**{**quoted.__dict__, "count": 1})
+    # The first hour of every host is held now, so an order never starts what cannot be paid.
+    wallet = billing.require_funds(organization, one_host.hourly_minor_rounded * request.count)
     approval = needs_approval(organization, request, quoted)
     orders = []
     for index in range(request.count):
         name = request.name if request.count == 1 else f"{request.name}-{index + 1}"
         key = _create_key(idempotency_key, index) if idempotency_key else ""
-        orders.append(_create_order(organization, actor, request, quoted, name, key))
+        order = _create_order(organization, actor, request, one_host, name, key)
+        billing.hold(wallet, instance=order.instance, amount_minor=order.hourly_minor)
+        orders.append(order)
     for order in orders:
         if approval:
             move_order(order=order, to=OrderState.AWAITING_APPROVAL, actor=actor)
@@ -394,20 +421,20 @@ def _orders_for_key(organization, key):
     )
 
 
-def _create_order(organization, actor, request, quoted, name, key) -> Order:
+def _create_order(organization, actor, request, one_host: Quote, name, key) -> Order:
     instance = Instance.objects.create(
         organization=organization,
         name=name,
         flavor=request.flavor,
         image=request.image,
-        region=quoted.region,
+        region=one_host.region,
         system_disk_gb=request.system_disk_gb,
         data_disk_gb=request.data_disk_gb,
         bandwidth_mbps=request.bandwidth_mbps,
         ssh_public_key=request.ssh_public_key.strip(),
+        rates=one_host.rates(),
         created_by=audit_identity(actor)[0],
     )
-    one_host = Quote(**{**quoted.__dict__, "count": 1})
     order = Order.objects.create(
         organization=organization,
         kind=OrderKind.CREATE,
@@ -415,14 +442,14 @@ def _create_order(organization, actor, request, quoted, name, key) -> Order:
         parameters={
             "flavor": request.flavor.code,
             "image": request.image.code,
-            "region": quoted.region.code,
+            "region": one_host.region.code,
             "system_disk_gb": request.system_disk_gb,
             "data_disk_gb": request.data_disk_gb,
             "bandwidth_mbps": request.bandwidth_mbps,
         },
         quote=one_host.as_json(),
         hourly_minor=one_host.hourly_minor_rounded,
-        currency=quoted.currency,
+        currency=one_host.currency,
         idempotency_key=key,
         created_by=instance.created_by,
     )
@@ -588,6 +615,8 @@ def request_operation(
                 "operation": OrderKind(kind).label,
             }
         )
+    if kind in (OrderKind.START, OrderKind.RESIZE):
+        billing.require_funds(instance.organization, 1)  # a positive balance to run on
     parameters = _reserve_operation(instance, kind, params)
     order = Order.objects.create(
         organization=instance.organization,
@@ -635,6 +664,9 @@ def _reserve_operation(instance: Instance, kind: str, params: dict) -> dict:
             )
         if target.pk == instance.flavor_id or not target.is_active:
             raise ValidationError({"flavor": _("Choose another size that is on sale.")})
+        price = price_in_force(region=instance.region, kind=PriceKind.FLAVOR_HOUR, flavor=target)
+        if price is None:
+            raise _not_priced(target, instance.region)
         grow = demand_for(flavor=target, system_disk_gb=0, data_disk_gb=0) - demand_for(
             flavor=instance.flavor, system_disk_gb=0, data_disk_gb=0
         )
@@ -642,7 +674,13 @@ def _reserve_operation(instance: Instance, kind: str, params: dict) -> dict:
         if target.accelerator_count > instance.flavor.accelerator_count:
             resize_capacity(instance, shape_of(target))
         # The quota for the larger size is held by this open order (quotas.usage_of).
-        return {"from": instance.flavor.code, "to": target.code, "resume": instance.state}
+        return {
+            "from": instance.flavor.code,
+            "to": target.code,
+            "resume": instance.state,
+            # The new size's price in force now is the one it runs at.
+            "flavor_hourly_minor": price.amount_minor,
+        }
     if kind == OrderKind.EXPAND_DISK:
         size = _int_param(params, "data_disk_gb")
         if size <= instance.data_disk_gb:
@@ -704,15 +742,20 @@ def complete_operation(*, order_id: int) -> Order | None:
     elif kind == OrderKind.RESIZE:
         target = Flavor.objects.get(family=instance.flavor.family, code=to)
         resize_capacity(instance, shape_of(target))  # shrinking gives accelerators back now
-        Instance.objects.filter(pk=instance.pk).update(flavor=target)
+        rates = dict(instance.rates)
+        if rates:
+            rates["flavor_hour"] = order.parameters["flavor_hourly_minor"]
+        Instance.objects.filter(pk=instance.pk).update(flavor=target, rates=rates)
         back_to = order.parameters.get("resume", InstanceState.RUNNING)
         move_instance(instance=Instance.objects.get(pk=instance.pk), to=back_to)
     elif kind == OrderKind.EXPAND_DISK:
         instance.data_disk_gb = to
         instance.save(update_fields=["data_disk_gb", "updated_at"])
+        metering.follow_instance(instance)
     elif kind == OrderKind.SET_BANDWIDTH:
         instance.bandwidth_mbps = to
         instance.save(update_fields=["bandwidth_mbps", "updated_at"])
+        metering.follow_instance(instance)
     elif kind == OrderKind.RELEASE:
         release_capacity(instance)
         move_instance(instance=instance, to=InstanceState.RELEASED)

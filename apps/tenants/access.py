@@ -23,7 +23,20 @@ def is_usable_key(key: ApiKey) -> bool:
     return key.revoked_at is None and (key.expires_at is None or key.expires_at > timezone.now())
 
 
+class SystemActor:
+    """The platform acting by its own rules (billing, park policies): allowed every action and
+    named in the audit log, e.g. `SystemActor("billing")`."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __str__(self):
+        return f"system:{self.name}"
+
+
 def allowed(actor, organization: Organization, action: str) -> bool:
+    if isinstance(actor, SystemActor):
+        return True
     if isinstance(actor, ApiKey):
         return (
             actor.organization_id == organization.pk

@@ -5,12 +5,21 @@ from datetime import timedelta
 import pytest
 from django.db.models import F
 
-from apps.billing.models import EntryKind, Invoice, LedgerEntry, Payment, UsageRecord, Wallet
+from apps.billing.models import (
+    BillingMode,
+    EntryKind,
+    Invoice,
+    LedgerEntry,
+    Payment,
+    UsageRecord,
+    Wallet,
+)
 from tests.factories import (
     EPOCH,
     InstanceFactory,
     InvoiceFactory,
     LedgerEntryFactory,
+    MeterFactory,
     PaymentFactory,
     TaskFactory,
     UsageRecordFactory,
@@ -29,7 +38,7 @@ class TestWallet:
     def test_second_wallet_for_organization_refused(self):
         wallet = WalletFactory()
         with refused("billing_wallet.organization_id"):
-            WalletFactory(organization=wallet.organization)
+            Wallet.objects.create(organization=wallet.organization, currency=wallet.currency)
 
     def test_unknown_currency_refused(self):
         with refused("wallet_currency_known"):
@@ -47,36 +56,22 @@ class TestWallet:
         with refused("wallet_credit_not_negative"):
             WalletFactory(credit_limit_minor=-1)
 
-    def test_balance_below_hold_without_credit_refused(self):
-        with refused("wallet_within_credit"):
-            WalletFactory(balance_minor=99, held_minor=100, credit_limit_minor=0)
+    def test_credit_limit_on_prepaid_wallet_refused(self):
+        with refused("wallet_credit_only_postpaid"):
+            WalletFactory(mode=BillingMode.PREPAID, credit_limit_minor=500)
 
-    def test_balance_exactly_at_credit_floor_accepted(self):
-        # balance == held - credit: nothing left to spend, but not overdrawn.
-        wallet = WalletFactory(balance_minor=-400, held_minor=100, credit_limit_minor=500)
+    def test_postpaid_wallet_with_credit_accepted(self):
+        wallet = WalletFactory(
+            mode=BillingMode.POSTPAID, balance_minor=-400, held_minor=100, credit_limit_minor=500
+        )
         assert Wallet.objects.get(pk=wallet.pk).available_minor == 0
 
-    def test_balance_below_credit_floor_refused(self):
-        with refused("wallet_within_credit"):
-            WalletFactory(balance_minor=-401, held_minor=100, credit_limit_minor=500)
-
-    def test_charge_past_credit_by_update_refused(self):
-        wallet = WalletFactory(balance_minor=1000, held_minor=0, credit_limit_minor=500)
-        with refused("wallet_within_credit"):
-            Wallet.objects.filter(pk=wallet.pk).update(balance_minor=F("balance_minor") - 1501)
+    def test_usage_owed_past_the_balance_is_kept(self):
+        # Metering charges what already ran even past zero; the services stop the hosts there.
+        wallet = WalletFactory(balance_minor=100, held_minor=0)
+        Wallet.objects.filter(pk=wallet.pk).update(balance_minor=F("balance_minor") - 150)
         wallet.refresh_from_db()
-        assert wallet.balance_minor == 1000
-
-    def test_hold_past_credit_by_update_refused(self):
-        wallet = WalletFactory(balance_minor=1000, held_minor=0, credit_limit_minor=0)
-        with refused("wallet_within_credit"):
-            Wallet.objects.filter(pk=wallet.pk).update(held_minor=1001)
-
-    def test_charge_into_credit_by_update_accepted(self):
-        wallet = WalletFactory(balance_minor=1000, held_minor=0, credit_limit_minor=500)
-        Wallet.objects.filter(pk=wallet.pk).update(balance_minor=F("balance_minor") - 1500)
-        wallet.refresh_from_db()
-        assert (wallet.balance_minor, wallet.available_minor) == (-500, 0)
+        assert (wallet.balance_minor, wallet.available_minor) == (-50, -50)
 
 
 class TestLedgerEntry:
@@ -222,12 +217,16 @@ class TestUsageRecord:
     def test_both_instance_and_task_refused(self):
         instance = InstanceFactory()
         task = TaskFactory(organization=instance.organization)
+        meter = MeterFactory(organization=instance.organization, instance=instance)
         with refused("usage_one_subject"):
-            UsageRecordFactory(organization=instance.organization, instance=instance, task=task)
+            UsageRecordFactory(
+                organization=instance.organization, meter=meter, instance=instance, task=task
+            )
 
     def test_neither_instance_nor_task_refused(self):
+        meter = MeterFactory()
         with refused("usage_one_subject"):
-            UsageRecordFactory(instance=None, task=None)
+            UsageRecordFactory(organization=meter.organization, meter=meter, instance=None)
 
     @pytest.mark.parametrize("offset", [timedelta(0), timedelta(seconds=-1)])
     def test_interval_not_positive_refused(self, offset):
@@ -243,23 +242,25 @@ class TestUsageRecord:
         with refused("usage_currency_known"):
             UsageRecordFactory(currency="EUR")
 
-    def test_same_instance_interval_twice_refused(self):
+    def test_same_meter_interval_twice_refused(self):
         record = UsageRecordFactory()
-        with refused("usage_instance_interval_unique"):
+        with refused("usage_meter_interval_unique"):
             UsageRecordFactory(
                 organization=record.organization,
                 instance=record.instance,
+                meter=record.meter,
                 started_at=record.started_at,
             )
         assert UsageRecord.objects.filter(instance=record.instance).count() == 1
 
     def test_same_task_interval_twice_refused(self):
         record = UsageRecordFactory(for_task=True)
-        with refused("usage_task_interval_unique"):
+        with refused("usage_meter_interval_unique"):
             UsageRecordFactory(
                 organization=record.organization,
                 instance=None,
                 task=record.task,
+                meter=record.meter,
                 started_at=record.started_at,
             )
 
@@ -268,6 +269,7 @@ class TestUsageRecord:
         UsageRecordFactory(
             organization=record.organization,
             instance=record.instance,
+            meter=record.meter,
             started_at=record.ended_at,
         )
         assert UsageRecord.objects.filter(instance=record.instance).count() == 2

@@ -118,7 +118,12 @@ def test_resize_up_takes_the_accelerators_when_requested(world, running_host, op
     order = operate(instance, "resize", run_tasks=False, flavor=world.flavors[4])
 
     assert order.state == OrderState.FULFILLING
-    assert order.parameters == {"from": "g1.1x", "to": "g1.4x", "resume": "running"}
+    assert order.parameters == {
+        "from": "g1.1x",
+        "to": "g1.4x",
+        "resume": "running",
+        "flavor_hourly_minor": 4000,  # the new size's price, fixed now
+    }
     pending = reload(instance)
     assert pending.state == InstanceState.RESIZING
     assert pending.flavor == world.flavors[1]  # the flavor changes when the backend is done

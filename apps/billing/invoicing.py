@@ -1,0 +1,177 @@
+"""Invoices: a statement of one organization's usage records over a period, with tax."""
+
+from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Max, Q, Sum
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from apps.billing import metering
+from apps.billing.models import (
+    BillingMode,
+    Invoice,
+    InvoiceLine,
+    InvoiceState,
+    Meter,
+    UsageRecord,
+    Wallet,
+)
+from apps.core.errors import DomainError, PermissionDenied
+from apps.core.transactions import lock
+from apps.operations.services import record_event
+from apps.tenants.models import Organization
+from apps.tenants.selectors import is_operator_of
+
+
+class NothingToInvoice(DomainError):
+    code = "nothing_to_invoice"
+    status = 409
+
+
+def tax_for(subtotal_minor: int, rate: Decimal) -> int:
+    return int((subtotal_minor * rate).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def next_period_start(organization: Organization) -> datetime | None:
+    """Invoices tile time: each starts where the last ended; the first at its first usage's
+    month."""
+    last_end = Invoice.objects.filter(organization=organization).aggregate(end=Max("period_end"))
+    if last_end["end"]:
+        return last_end["end"]
+    first = (
+        Meter.objects.filter(organization=organization).order_by("started_at").first()
+        or UsageRecord.objects.filter(organization=organization).order_by("started_at").first()
+    )
+    return metering.month_start(first.started_at) if first else None
+
+
+@transaction.atomic
+def issue_invoice(*, organization: Organization, period_end: datetime, actor=None) -> Invoice:
+    """Meter up to `period_end`, then invoice every record not yet invoiced that ended by it."""
+    lock(Organization, organization.pk)
+    start = next_period_start(organization)
+    if start is None or period_end <= start:
+        raise NothingToInvoice(_("There is no usage to invoice since the last invoice."))
+    metering.meter_organization(organization.pk, until=period_end)
+    records = UsageRecord.objects.filter(
+        organization=organization, invoice__isnull=True, ended_at__lte=period_end
+    )
+    rate = Decimal(settings.LOAM_INVOICE_TAX_RATE)
+    subtotal = records.aggregate(total=Sum("amount_minor"))["total"] or 0
+    tax = tax_for(subtotal, rate)
+    wallet = Wallet.objects.filter(organization=organization).first()
+    paid = wallet is None or wallet.mode == BillingMode.PREPAID or wallet.balance_minor >= 0
+    now = timezone.now()
+    invoice = Invoice.objects.create(
+        organization=organization,
+        number=_number(organization, period_end),
+        period_start=start,
+        period_end=period_end,
+        currency=organization.park.currency,
+        subtotal_minor=subtotal,
+        tax_rate=rate,
+        tax_minor=tax,
+        total_minor=subtotal + tax,
+        state=InvoiceState.PAID if paid else InvoiceState.ISSUED,
+        issued_at=now,
+    )
+    InvoiceLine.objects.bulk_create(_lines(invoice, records))
+    records.update(invoice=invoice)
+    record_event(
+        action="invoice.issued",
+        actor=actor,
+        target=invoice,
+        organization=organization,
+        data={"number": invoice.number, "total_minor": invoice.total_minor},
+    )
+    from apps.webhooks.services import emit_event
+
+    emit_event(
+        organization=organization,
+        event_type="invoice.issued",
+        data={
+            "invoice": invoice.pk,
+            "number": invoice.number,
+            "period_start": invoice.period_start,
+            "period_end": invoice.period_end,
+            "currency": invoice.currency,
+            "subtotal_minor": invoice.subtotal_minor,
+            "tax_minor": invoice.tax_minor,
+            "total_minor": invoice.total_minor,
+            "state": invoice.state,
+        },
+    )
+    return invoice
+
+
+def _number(organization: Organization, period_end: datetime) -> str:
+    sequence = Invoice.objects.filter(organization=organization).count() + 1
+    month = timezone.localtime(period_end).strftime("%Y%m")
+    return f"INV-{month}-{organization.pk:06d}-{sequence:03d}"
+
+
+def _lines(invoice: Invoice, records) -> list[InvoiceLine]:
+    grouped = (
+        records.values(
+            "kind", "instance", "instance__name", "task", "task__name", "meter__quantity"
+        )
+        .annotate(
+            seconds=Sum("seconds"),
+            units=Sum("compute_unit_milliseconds"),
+            amount=Sum("amount_minor"),
+            n=Count("id"),
+        )
+        .order_by("instance", "task", "kind", "meter__quantity")
+    )
+    return [
+        InvoiceLine(
+            invoice=invoice,
+            description=row["instance__name"] or row["task__name"],
+            kind=row["kind"],
+            instance_id=row["instance"],
+            task_id=row["task"],
+            seconds=row["seconds"],
+            quantity=row["meter__quantity"],
+            compute_unit_milliseconds=row["units"],
+            amount_minor=row["amount"],
+        )
+        for row in grouped
+    ]
+
+
+def issue_on_demand(*, organization: Organization, operator) -> Invoice:
+    """An operator closes the organization's account up to now (e.g. before it leaves)."""
+    if not is_operator_of(operator, organization.park):
+        raise PermissionDenied(_("Only this park's operators may issue invoices."))
+    return issue_invoice(organization=organization, period_end=timezone.now(), actor=operator)
+
+
+def issue_due_invoices(*, now: datetime) -> list[Invoice]:
+    """Month end: invoice every organization with usage before this month that has none yet."""
+    boundary = metering.month_start(now)
+    metered_before = Q(meters__started_at__lt=boundary) & (
+        Q(meters__ended_at__isnull=True) | Q(meters__metered_until__lt=boundary)
+    )
+    unbilled = Q(usage_records__invoice__isnull=True, usage_records__started_at__lt=boundary)
+    candidates = Organization.objects.filter(metered_before | unbilled).distinct()
+    issued = []
+    for organization in candidates:
+        start = next_period_start(organization)
+        if start is None or start >= boundary:
+            continue
+        try:
+            issued.append(issue_invoice(organization=organization, period_end=boundary))
+        except NothingToInvoice:
+            continue
+    return issued
+
+
+def settle_invoices(wallet: Wallet) -> None:
+    """A postpaid wallet back out of debt has paid its outstanding invoices."""
+    if wallet.balance_minor >= 0:
+        Invoice.objects.filter(
+            organization_id=wallet.organization_id, state=InvoiceState.ISSUED
+        ).update(state=InvoiceState.PAID)

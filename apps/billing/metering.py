@@ -1,0 +1,232 @@
+"""Meters follow what instances and tasks hold; metering turns them into usage records.
+
+Rounding, stated once: a meter's charge up to a moment is its hourly rate × the whole seconds
+since it opened ÷ 3600, rounded half up to the minor unit. Each usage record carries the increase
+of that running total, so the records of one meter add up to exactly its rounded total however
+often metering runs, and an invoice's subtotal is the sum of its records.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from apps.billing.models import Meter, MeterKind, UsageRecord
+from apps.orders.models import InstanceState, TaskState
+
+HOURS_PER_MONTH = 720  # prices per month are per 30 days, as the catalog states them
+
+# A host's disk exists, and costs, from its first start until it is released.
+DISK_BILLED_STATES = frozenset(
+    {
+        InstanceState.RUNNING,
+        InstanceState.STOPPING,
+        InstanceState.STOPPED,
+        InstanceState.STARTING,
+        InstanceState.RESIZING,
+        InstanceState.RELEASING,
+    }
+)
+
+
+def amount_for(hourly_minor: Decimal, seconds: int) -> int:
+    return int((hourly_minor * seconds / 3600).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def billed_disk_gb(*, flavor, system_disk_gb: int, data_disk_gb: int) -> int:
+    """Cloud disk beyond what the flavor's price includes (its standard system disk)."""
+    return data_disk_gb + max(0, system_disk_gb - flavor.system_disk_gb)
+
+
+@dataclass(frozen=True)
+class MeterSpec:
+    kind: str
+    quantity: int
+    hourly_minor: Decimal
+    compute_units: Decimal = Decimal(0)
+
+    def matches(self, meter: Meter) -> bool:
+        return (meter.quantity, meter.hourly_minor, meter.compute_units) == (
+            self.quantity,
+            self.hourly_minor,
+            self.compute_units,
+        )
+
+
+def instance_meters(instance) -> list[MeterSpec]:
+    """What `instance` should be paying for in its current state, at its fixed rates."""
+    rates = instance.rates
+    if not rates:  # ordered before metering existed, or never priced
+        return []
+    specs = []
+    if instance.state == InstanceState.RUNNING:
+        flavor = instance.flavor
+        units = flavor.family.accelerator_model.compute_units * flavor.accelerator_count
+        specs.append(MeterSpec(MeterKind.COMPUTE, 1, Decimal(rates["flavor_hour"]), Decimal(units)))
+        if instance.bandwidth_mbps:
+            monthly = Decimal(rates["bandwidth_mbps_month"]) * instance.bandwidth_mbps
+            specs.append(
+                MeterSpec(MeterKind.BANDWIDTH, instance.bandwidth_mbps, monthly / HOURS_PER_MONTH)
+            )
+    if instance.state in DISK_BILLED_STATES:
+        disk = billed_disk_gb(
+            flavor=instance.flavor,
+            system_disk_gb=instance.system_disk_gb,
+            data_disk_gb=instance.data_disk_gb,
+        )
+        if disk:
+            monthly = Decimal(rates["disk_gb_month"]) * disk
+            specs.append(MeterSpec(MeterKind.DISK, disk, monthly / HOURS_PER_MONTH))
+    return [spec for spec in specs if spec.hourly_minor > 0]
+
+
+def task_meters(task) -> list[MeterSpec]:
+    if task.state != TaskState.RUNNING or not task.hourly_minor:
+        return []
+    units = Decimal(0)
+    if task.pool_id:
+        units = task.pool.accelerator_model.compute_units * Decimal(task.accelerator_milli) / 1000
+    return [MeterSpec(MeterKind.TASK, 1, Decimal(task.hourly_minor), units)]
+
+
+@transaction.atomic
+def follow_instance(instance, *, at: datetime | None = None) -> None:
+    """Close the meters that no longer match the instance and open the ones it now needs."""
+    instance = (
+        type(instance)
+        .objects.select_related("flavor__family__accelerator_model")
+        .get(pk=instance.pk)
+    )
+    _reconcile(
+        Meter.objects.filter(instance=instance),
+        specs=instance_meters(instance),
+        new=dict(organization_id=instance.organization_id, instance=instance),
+        currency=instance.rates.get("currency", ""),
+        at=at or timezone.now(),
+    )
+
+
+@transaction.atomic
+def follow_task(task, *, at: datetime | None = None) -> None:
+    task = type(task).objects.select_related("pool__accelerator_model").get(pk=task.pk)
+    _reconcile(
+        Meter.objects.filter(task=task),
+        specs=task_meters(task),
+        new=dict(organization_id=task.organization_id, task=task),
+        currency=task.organization.park.currency,
+        at=at or timezone.now(),
+    )
+
+
+def _reconcile(meters, *, specs, new, currency, at) -> None:
+    wanted = {spec.kind: spec for spec in specs}
+    for meter in meters.select_for_update(no_key=True).filter(ended_at__isnull=True):
+        spec = wanted.get(meter.kind)
+        if spec is not None and spec.matches(meter):
+            del wanted[meter.kind]
+        else:
+            meter.ended_at = max(at, meter.metered_until)
+            meter.save(update_fields=["ended_at"])
+    for spec in wanted.values():
+        Meter.objects.create(
+            **new,
+            kind=spec.kind,
+            quantity=spec.quantity,
+            hourly_minor=spec.hourly_minor,
+            compute_units=spec.compute_units,
+            currency=currency,
+            started_at=at,
+            metered_until=at,
+        )
+
+
+# --- Metering: meters into usage records ----------------------------------------------------
+
+
+def month_start(moment: datetime) -> datetime:
+    local = timezone.localtime(moment)
+    return local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def next_month_start(moment: datetime) -> datetime:
+    start = month_start(moment)
+    return month_start(start + timedelta(days=32))
+
+
+def _slices(start: datetime, end: datetime):
+    """[start, end) cut at month boundaries (local time), so each record falls in one invoice."""
+    while start < end:
+        cut = min(end, next_month_start(start))
+        yield start, cut
+        start = cut
+
+
+def _measure(meter: Meter, until: datetime) -> list[UsageRecord]:
+    """Advance `meter` to `until` (or its end), returning the records for what it measured."""
+    end = min(meter.ended_at or until, until)
+    records = []
+    for start, cut in _slices(meter.metered_until, end):
+        seconds_total = int((cut - meter.started_at).total_seconds())
+        seconds = seconds_total - meter.metered_seconds
+        meter.metered_until = cut
+        if seconds <= 0:  # a fraction of a second: it counts in the next slice
+            continue
+        amount_total = amount_for(meter.hourly_minor, seconds_total)
+        records.append(
+            UsageRecord(
+                organization_id=meter.organization_id,
+                meter=meter,
+                kind=meter.kind,
+                instance_id=meter.instance_id,
+                task_id=meter.task_id,
+                started_at=start,
+                ended_at=cut,
+                seconds=seconds,
+                compute_unit_milliseconds=int(meter.compute_units * seconds * 1000),
+                hourly_minor=meter.hourly_minor,
+                amount_minor=amount_total - meter.metered_minor,
+                currency=meter.currency,
+            )
+        )
+        meter.metered_seconds, meter.metered_minor = seconds_total, amount_total
+    return records
+
+
+def _due(meters):
+    return meters.filter(Q(ended_at__isnull=True) | Q(metered_until__lt=F("ended_at")))
+
+
+def organizations_due() -> list[int]:
+    return sorted(set(_due(Meter.objects.all()).values_list("organization_id", flat=True)))
+
+
+@transaction.atomic
+def meter_organization(organization_id: int, *, until: datetime) -> int:
+    """Record and charge everything `organization_id` used up to `until`; returns the amount.
+
+    Runs under the wallet's lock and then each meter's, in one transaction: running it twice,
+    concurrently, or again after a crash never records a second of use twice.
+    """
+    from apps.billing.services import charge, locked_wallet
+
+    wallet = locked_wallet(organization_id)
+    meters = _due(Meter.objects.filter(organization_id=organization_id)).select_for_update(
+        no_key=True
+    )
+    records = []
+    for meter in meters:
+        measured = _measure(meter, until)
+        meter.save(update_fields=["metered_until", "metered_seconds", "metered_minor"])
+        records.extend(measured)
+    UsageRecord.objects.bulk_create(records)
+    by_instance = defaultdict(int)
+    for record in records:
+        if record.instance_id:
+            by_instance[record.instance_id] += record.amount_minor
+    total = sum(record.amount_minor for record in records)
+    charge(wallet, amount_minor=total, by_instance=by_instance)
+    return total

@@ -1,0 +1,320 @@
+"""Wallets: holds, charges, top-ups, credit, and what happens when the money runs out."""
+
+import logging
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from apps.billing.models import (
+    BillingMode,
+    EntryKind,
+    FundsSuspension,
+    Hold,
+    LedgerEntry,
+    Meter,
+    Wallet,
+)
+from apps.core.errors import DomainError, PermissionDenied
+from apps.core.money import format_money
+from apps.operations.services import record_event
+from apps.tenants.access import SystemActor
+from apps.tenants.models import Organization, Role
+from apps.tenants.selectors import is_operator_of
+
+log = logging.getLogger(__name__)
+
+BILLING_ACTOR = SystemActor("billing")
+
+
+class InsufficientFunds(DomainError):
+    code = "insufficient_funds"
+    status = 402
+
+
+def wallet_of(organization: Organization) -> Wallet:
+    wallet, _created = Wallet.objects.get_or_create(
+        organization=organization, defaults={"currency": organization.park.currency}
+    )
+    return wallet
+
+
+def locked_wallet(organization_id: int) -> Wallet:
+    """The organization's wallet under a row lock (created on first use)."""
+    Wallet.objects.get_or_create(
+        organization_id=organization_id,
+        defaults={"currency": Organization.objects.get(pk=organization_id).park.currency},
+    )
+    return Wallet.objects.select_for_update(no_key=True).get(organization_id=organization_id)
+
+
+def require_funds(organization: Organization, amount_minor: int) -> Wallet:
+    """The locked wallet, if it can spend `amount_minor` more; otherwise say what is missing."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("require_funds() must run inside the caller's transaction")
+    wallet = locked_wallet(organization.pk)
+    if wallet.available_minor < max(amount_minor, 1):
+        raise InsufficientFunds(
+            _(
+                "Not enough balance: this needs %(needed)s available and %(available)s is. "
+                "Top up the wallet to continue."
+            )
+            % {
+                "needed": format_money(max(amount_minor, 1), wallet.currency),
+                "available": format_money(wallet.available_minor, wallet.currency),
+            }
+        )
+    return wallet
+
+
+def hold(wallet: Wallet, *, instance, amount_minor: int) -> Hold:
+    """Hold the first hour of `instance` on the (locked) wallet."""
+    Wallet.objects.filter(pk=wallet.pk).update(held_minor=wallet.held_minor + amount_minor)
+    wallet.held_minor += amount_minor
+    return Hold.objects.create(wallet=wallet, instance=instance, amount_minor=amount_minor)
+
+
+@transaction.atomic
+def release_hold(instance) -> None:
+    """Give back what is still held for `instance` (it is gone, or was never provisioned)."""
+    held = Hold.objects.filter(instance=instance, amount_minor__gt=0).first()
+    if held is None:
+        return
+    wallet = locked_wallet(instance.organization_id)
+    held = Hold.objects.select_for_update(no_key=True).get(pk=held.pk)
+    wallet.held_minor -= held.amount_minor
+    wallet.save(update_fields=["held_minor", "updated_at"])
+    held.amount_minor = 0
+    held.save(update_fields=["amount_minor"])
+
+
+def charge(wallet: Wallet, *, amount_minor: int, by_instance: dict[int, int]) -> None:
+    """Take metered usage from the (locked) wallet; an instance's charges use its hold first."""
+    if amount_minor <= 0:
+        return
+    holds = Hold.objects.select_for_update(no_key=True).filter(
+        instance_id__in=list(by_instance), amount_minor__gt=0
+    )
+    for held in holds:
+        used = min(held.amount_minor, by_instance[held.instance_id])
+        held.amount_minor -= used
+        held.save(update_fields=["amount_minor"])
+        wallet.held_minor -= used
+    wallet.balance_minor -= amount_minor
+    wallet.save(update_fields=["balance_minor", "held_minor", "updated_at"])
+    LedgerEntry.objects.create(
+        wallet=wallet,
+        kind=EntryKind.CHARGE,
+        amount_minor=-amount_minor,
+        balance_after_minor=wallet.balance_minor,
+    )
+
+
+def credit(wallet: Wallet, *, amount_minor: int, kind: str, description: str = "") -> LedgerEntry:
+    """Add money to the (locked) wallet; hosts stopped for funds resume after commit."""
+    from apps.billing.invoicing import settle_invoices
+    from apps.billing.tasks import resume_suspended
+    from apps.core.transactions import on_commit_task
+
+    wallet.balance_minor += amount_minor
+    wallet.save(update_fields=["balance_minor", "updated_at"])
+    entry = LedgerEntry.objects.create(
+        wallet=wallet,
+        kind=kind,
+        amount_minor=amount_minor,
+        balance_after_minor=wallet.balance_minor,
+        description=description[:200],
+    )
+    settle_invoices(wallet)
+    on_commit_task(resume_suspended, wallet.organization_id)
+    return entry
+
+
+# --- Operators: credit terms and adjustments ------------------------------------------------
+
+
+def _require_operator(operator, organization: Organization) -> None:
+    if not is_operator_of(operator, organization.park):
+        raise PermissionDenied(_("Only this park's operators may change billing terms."))
+
+
+@transaction.atomic
+def set_billing_terms(
+    *, organization: Organization, operator, mode: str, credit_limit_minor: int
+) -> Wallet:
+    """Prepaid, or postpaid up to a credit limit (verified enterprises only)."""
+    _require_operator(operator, organization)
+    if mode not in BillingMode.values:
+        raise ValidationError({"mode": _("Choose prepaid or postpaid.")})
+    if credit_limit_minor < 0:
+        raise ValidationError({"credit_limit_minor": _("A credit limit cannot be negative.")})
+    if mode == BillingMode.POSTPAID and not organization.is_verified:
+        raise DomainError(
+            _("Only verified enterprises can be postpaid."), code="not_verified", status=422
+        )
+    if mode == BillingMode.PREPAID and credit_limit_minor:
+        raise ValidationError({"credit_limit_minor": _("A prepaid wallet has no credit limit.")})
+    wallet = locked_wallet(organization.pk)
+    before = {"mode": wallet.mode, "credit_limit_minor": wallet.credit_limit_minor}
+    wallet.mode, wallet.credit_limit_minor = mode, credit_limit_minor
+    wallet.save(update_fields=["mode", "credit_limit_minor", "updated_at"])
+    record_event(
+        action="billing.terms_changed",
+        actor=operator,
+        target=wallet,
+        organization=organization,
+        data={"before": before, "after": {"mode": mode, "credit_limit_minor": credit_limit_minor}},
+    )
+    if wallet.available_minor > 0:
+        from apps.billing.tasks import resume_suspended
+        from apps.core.transactions import on_commit_task
+
+        on_commit_task(resume_suspended, organization.pk)
+    return wallet
+
+
+@transaction.atomic
+def adjust_balance(
+    *, organization: Organization, operator, amount_minor: int, reason: str
+) -> LedgerEntry:
+    """A manual credit or debit by an operator (a goodwill credit, a bank transfer received)."""
+    _require_operator(operator, organization)
+    if not amount_minor:
+        raise ValidationError({"amount_minor": _("Enter an amount other than zero.")})
+    if not reason.strip():
+        raise ValidationError({"reason": _("Say why the balance is adjusted.")})
+    wallet = locked_wallet(organization.pk)
+    entry = credit(
+        wallet, amount_minor=amount_minor, kind=EntryKind.ADJUSTMENT, description=reason.strip()
+    )
+    record_event(
+        action="billing.balance_adjusted",
+        actor=operator,
+        target=wallet,
+        organization=organization,
+        data={"amount_minor": amount_minor, "reason": reason.strip()},
+    )
+    return entry
+
+
+# --- Low balance and running out -----------------------------------------------------------
+
+
+def burn_rate_minor(organization_id: int):
+    """What the organization's open meters cost per hour now."""
+    return (
+        Meter.objects.filter(organization_id=organization_id, ended_at__isnull=True).aggregate(
+            rate=Sum("hourly_minor")
+        )["rate"]
+        or 0
+    )
+
+
+def _billing_contacts(organization: Organization) -> list[str]:
+    return list(
+        organization.memberships.filter(role__in=[Role.OWNER, Role.BILLING])
+        .exclude(user__email="")
+        .values_list("user__email", flat=True)
+    )
+
+
+def enforce_balance(organization_id: int) -> None:
+    """After metering: warn once when the balance runs low, stop the hosts when it runs out."""
+    with transaction.atomic():
+        wallet = locked_wallet(organization_id)
+        rate = burn_rate_minor(organization_id)
+        threshold = rate * settings.LOAM_LOW_BALANCE_HOURS
+        low = wallet.available_minor <= 0 or (rate and wallet.available_minor < threshold)
+        if low and wallet.low_balance_warned_at is None:
+            wallet.low_balance_warned_at = timezone.now()
+            wallet.save(update_fields=["low_balance_warned_at", "updated_at"])
+            _warn_low_balance(wallet)
+        elif not low and wallet.low_balance_warned_at is not None:
+            wallet.low_balance_warned_at = None
+            wallet.save(update_fields=["low_balance_warned_at", "updated_at"])
+        exhausted = wallet.available_minor <= 0
+    if exhausted:
+        suspend_for_funds(organization_id)
+
+
+def _warn_low_balance(wallet: Wallet) -> None:
+    organization = wallet.organization
+    balance = format_money(wallet.available_minor, wallet.currency)
+    recipients = _billing_contacts(organization)
+    record_event(
+        action="billing.low_balance",
+        target=wallet,
+        organization=organization,
+        data={"available_minor": wallet.available_minor, "notified": len(recipients)},
+    )
+    if recipients:
+        url = f"{settings.LOAM_BASE_URL}/billing/"
+        transaction.on_commit(
+            lambda: send_mail(
+                _("Loam: %(organization)s's balance is low") % {"organization": organization},
+                _(
+                    "The balance available to %(organization)s is %(balance)s. When it reaches "
+                    "zero, running hosts are stopped (not released) until the wallet is topped "
+                    "up. Top up at %(url)s"
+                )
+                % {"organization": organization, "balance": balance, "url": url},
+                None,
+                recipients,
+            )
+        )
+
+
+def suspend_for_funds(organization_id: int) -> int:
+    """Stop (never release) the organization's running hosts; returns how many were stopped.
+
+    The suspension is recorded first, so a crash before the stop is retried by the next
+    metering run, and resuming finds every host it stopped.
+    """
+    from apps.orders.models import Instance, InstanceState, OrderKind
+    from apps.orders.services import request_operation
+
+    stopped = 0
+    running = Instance.objects.filter(organization_id=organization_id, state=InstanceState.RUNNING)
+    for instance in running:
+        FundsSuspension.objects.get_or_create(instance=instance, resumed_at=None)
+        try:
+            request_operation(instance=instance, actor=BILLING_ACTOR, kind=OrderKind.STOP)
+        except DomainError as refused:  # busy with another operation: the next run tries again
+            log.info("not stopping %s for funds yet: %s", instance, refused)
+            continue
+        stopped += 1
+    return stopped
+
+
+def resume_suspended(organization_id: int) -> int:
+    """Start the hosts stopped for funds once the wallet can pay again; returns how many."""
+    from apps.orders.models import InstanceState, OrderKind
+    from apps.orders.services import request_operation
+
+    if Wallet.objects.get(organization_id=organization_id).available_minor <= 0:
+        return 0
+    started = 0
+    suspensions = FundsSuspension.objects.filter(
+        instance__organization_id=organization_id, resumed_at__isnull=True
+    ).select_related("instance")
+    for suspension in suspensions:
+        instance = suspension.instance
+        if instance.state == InstanceState.STOPPED:
+            try:
+                request_operation(instance=instance, actor=BILLING_ACTOR, kind=OrderKind.START)
+            except DomainError as refused:  # still stopping: the next top-up or run retries
+                log.info("not resuming %s yet: %s", instance, refused)
+                continue
+            started += 1
+        elif instance.state not in (
+            InstanceState.RUNNING,
+            InstanceState.RELEASED,
+            InstanceState.ERROR,
+        ):
+            continue  # still stopping, or busy: the next metering run retries
+        FundsSuspension.objects.filter(pk=suspension.pk).update(resumed_at=timezone.now())
+    return started

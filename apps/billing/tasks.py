@@ -1,0 +1,40 @@
+"""Periodic billing work: metering, balance enforcement, month-end invoices."""
+
+import logging
+
+from celery import shared_task
+from django.utils import timezone
+
+from apps.billing import invoicing, metering, services
+from apps.billing.models import FundsSuspension
+
+log = logging.getLogger(__name__)
+
+
+@shared_task
+def meter_usage() -> int:
+    """Close every open meter up to now, charge the wallets, then warn or stop where the money
+    ran low. Each organization is one transaction, so a failure stops only its own."""
+    until = timezone.now()
+    charged = 0
+    for organization_id in metering.organizations_due():
+        charged += metering.meter_organization(organization_id, until=until)
+        services.enforce_balance(organization_id)
+    # Hosts stopped for funds whose stop had not finished when the top-up came.
+    suspended = FundsSuspension.objects.filter(resumed_at__isnull=True).values_list(
+        "instance__organization_id", flat=True
+    )
+    for organization_id in sorted(set(suspended)):
+        services.resume_suspended(organization_id)
+    return charged
+
+
+@shared_task
+def resume_suspended(organization_id: int) -> int:
+    return services.resume_suspended(organization_id)
+
+
+@shared_task
+def issue_due_invoices() -> int:
+    """Issue last month's invoice for every organization that used something (idempotent)."""
+    return len(invoicing.issue_due_invoices(now=timezone.now()))
