@@ -11,6 +11,7 @@ from django.utils.translation import gettext as _
 
 from apps.billing import metering
 from apps.billing.models import (
+    INVOICE_TRANSITIONS,
     BillingMode,
     Invoice,
     InvoiceLine,
@@ -21,6 +22,7 @@ from apps.billing.models import (
 )
 from apps.core.errors import DomainError, PermissionDenied
 from apps.core.transactions import lock
+from apps.core.transitions import transition
 from apps.operations.services import record_event
 from apps.tenants.models import Organization
 from apps.tenants.selectors import is_operator_of
@@ -171,7 +173,10 @@ def issue_due_invoices(*, now: datetime) -> list[Invoice]:
 
 def settle_invoices(wallet: Wallet) -> None:
     """A postpaid wallet back out of debt has paid its outstanding invoices."""
-    if wallet.balance_minor >= 0:
-        Invoice.objects.filter(
-            organization_id=wallet.organization_id, state=InvoiceState.ISSUED
-        ).update(state=InvoiceState.PAID)
+    if wallet.balance_minor < 0:
+        return
+    outstanding = Invoice.objects.filter(
+        organization_id=wallet.organization_id, state=InvoiceState.ISSUED
+    )
+    for invoice in outstanding:
+        transition(invoice, InvoiceState.PAID, table=INVOICE_TRANSITIONS)

@@ -34,7 +34,8 @@ DISK_BILLED_STATES = frozenset(
 
 
 def amount_for(hourly_minor: Decimal, seconds: int) -> int:
-    return int((hourly_minor * seconds / 3600).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    exact = Decimal(hourly_minor) * seconds / 3600
+    return int(exact.quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 def billed_disk_gb(*, flavor, system_disk_gb: int, data_disk_gb: int) -> int:

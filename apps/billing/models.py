@@ -109,6 +109,16 @@ class PaymentState(models.TextChoices):
     CANCELLED = "cancelled", _("Cancelled")
 
 
+_P = PaymentState
+PAYMENT_TRANSITIONS = {
+    # A session paid after it expired or failed still brought the money: it is credited.
+    _P.PENDING: frozenset({_P.SUCCEEDED, _P.FAILED, _P.CANCELLED}),
+    _P.FAILED: frozenset({_P.SUCCEEDED}),
+    _P.CANCELLED: frozenset({_P.SUCCEEDED}),
+    _P.SUCCEEDED: frozenset(),
+}
+
+
 class Payment(models.Model):
     """A top-up through Stripe Checkout."""
 
@@ -157,6 +167,15 @@ class InvoiceState(models.TextChoices):
     ISSUED = "issued", _("Issued")
     PAID = "paid", _("Paid")
     VOID = "void", _("Void")
+
+
+_I = InvoiceState
+INVOICE_TRANSITIONS = {
+    _I.DRAFT: frozenset({_I.ISSUED, _I.PAID, _I.VOID}),
+    _I.ISSUED: frozenset({_I.PAID, _I.VOID}),
+    _I.PAID: frozenset(),
+    _I.VOID: frozenset(),
+}
 
 
 class Invoice(models.Model):
@@ -208,6 +227,10 @@ class Invoice(models.Model):
 
     def __str__(self):
         return self.number
+
+    @property
+    def tax_percent(self):
+        return (self.tax_rate * 100).normalize()
 
 
 class MeterKind(models.TextChoices):
@@ -493,3 +516,11 @@ class InvoiceLine(models.Model):
 
     def __str__(self):
         return self.description
+
+    @property
+    def hours(self) -> float:
+        return self.seconds / 3600
+
+    @property
+    def compute_unit_hours(self) -> float:
+        return self.compute_unit_milliseconds / 1000 / 3600

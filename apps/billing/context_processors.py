@@ -1,0 +1,12 @@
+from apps.billing.models import Wallet
+
+
+def wallet_banner(request):
+    """The low-balance banner: shown to the organization's members while the wallet is low."""
+    organization = getattr(request, "organization", None)
+    if organization is None:
+        return {}
+    wallet = Wallet.objects.filter(organization=organization).first()
+    if wallet is None or (wallet.low_balance_warned_at is None and wallet.available_minor > 0):
+        return {}
+    return {"low_wallet": wallet}

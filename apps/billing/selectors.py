@@ -1,0 +1,158 @@
+"""Reads for the billing pages: balances, usage over time, the month's estimate, revenue."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import CharField, Count, F, Q, Sum, Value
+from django.db.models.functions import Coalesce, TruncDate, TruncMonth
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from apps.billing.metering import amount_for, month_start, next_month_start
+from apps.billing.models import Invoice, InvoiceState, Meter, UsageRecord, Wallet
+from apps.catalog.models import Vendor
+from apps.tenants.models import Organization
+
+
+def _group_expression(group: str):
+    if group == "flavor":
+        return Coalesce(F("instance__flavor__code"), Value(_("training tasks")))
+    if group == "vendor":
+        return Coalesce(
+            F("instance__flavor__family__accelerator_model__vendor"),
+            F("task__pool__accelerator_model__vendor"),
+            Value("other"),
+            output_field=CharField(),
+        )
+    return F("kind")
+
+
+def usage_series(organization: Organization, *, days: int = 30, group: str = "flavor", now=None):
+    """{"x": [days], "series": [{"name", "data": [minor per day]}]}, one series per group."""
+    now = now or timezone.now()
+    first_day = timezone.localdate(now) - timedelta(days=days - 1)
+    rows = (
+        UsageRecord.objects.filter(
+            organization=organization,
+            started_at__date__gte=first_day,
+        )
+        .annotate(day=TruncDate("started_at"), key=_group_expression(group))
+        .values("day", "key")
+        .annotate(amount=Sum("amount_minor"))
+        .order_by("day", "key")
+    )
+    day_list = [first_day + timedelta(days=n) for n in range(days)]
+    index = {day: n for n, day in enumerate(day_list)}
+    series: dict[str, list[int]] = {}
+    for row in rows:
+        if row["day"] in index:
+            series.setdefault(row["key"], [0] * days)[index[row["day"]]] += row["amount"]
+    names = _group_labels(group)
+    return {
+        "x": [day.isoformat() for day in day_list],
+        "series": [
+            {"name": str(names.get(key, key)), "data": data} for key, data in sorted(series.items())
+        ],
+    }
+
+
+def _group_labels(group: str) -> dict:
+    from apps.billing.models import MeterKind
+
+    if group == "vendor":
+        return {**dict(Vendor.choices), "other": _("Other")}
+    if group == "kind":
+        return dict(MeterKind.choices)
+    return {}
+
+
+@dataclass(frozen=True)
+class MonthEstimate:
+    currency: str
+    metered_minor: int  # recorded this month so far
+    accrued_minor: int  # run since the last metering, not recorded yet
+    projected_minor: int  # the rest of the month at today's rate
+    hourly_minor: int
+
+    @property
+    def so_far_minor(self) -> int:
+        return self.metered_minor + self.accrued_minor
+
+    @property
+    def total_minor(self) -> int:
+        return self.so_far_minor + self.projected_minor
+
+
+def month_estimate(organization: Organization, *, now: datetime | None = None) -> MonthEstimate:
+    now = now or timezone.now()
+    metered = (
+        UsageRecord.objects.filter(
+            organization=organization, started_at__gte=month_start(now)
+        ).aggregate(total=Sum("amount_minor"))["total"]
+        or 0
+    )
+    accrued, hourly = 0, 0
+    for meter in Meter.objects.filter(organization=organization, ended_at__isnull=True):
+        seconds = max(0, int((now - meter.started_at).total_seconds()))
+        accrued += max(0, amount_for(meter.hourly_minor, seconds) - meter.metered_minor)
+        hourly += meter.hourly_minor
+    hours_left = (next_month_start(now) - now).total_seconds() / 3600
+    return MonthEstimate(
+        currency=organization.park.currency,
+        metered_minor=metered,
+        accrued_minor=accrued,
+        projected_minor=amount_for(hourly, int(hours_left * 3600)),
+        hourly_minor=int(hourly),
+    )
+
+
+# --- Operators -----------------------------------------------------------------------------
+
+
+def revenue_by_month(park, *, months: int = 12, now=None) -> list[dict]:
+    """Usage billed per month (what tenants ran, net of tax), newest last."""
+    now = now or timezone.now()
+    since = month_start(now)
+    for _month in range(months - 1):
+        since = month_start(since - timedelta(days=1))
+    rows = (
+        UsageRecord.objects.filter(organization__park=park, started_at__gte=since)
+        .annotate(month=TruncMonth("started_at"))
+        .values("month")
+        .annotate(amount=Sum("amount_minor"), tenants=Count("organization", distinct=True))
+        .order_by("month")
+    )
+    return list(rows)
+
+
+def top_tenants(park, *, since: datetime, limit: int = 10):
+    return (
+        Organization.objects.filter(park=park)
+        .annotate(
+            spent=Coalesce(
+                Sum("usage_records__amount_minor", filter=Q(usage_records__started_at__gte=since)),
+                0,
+            )
+        )
+        .filter(spent__gt=0)
+        .order_by("-spent", "name")[:limit]
+    )
+
+
+def outstanding_wallets(park):
+    """Wallets in debt or out of money, the deepest first, with their unpaid invoices."""
+    unpaid = Sum(
+        "organization__invoices__total_minor",
+        filter=Q(organization__invoices__state=InvoiceState.ISSUED),
+    )
+    return (
+        Wallet.objects.filter(organization__park=park)
+        .filter(Q(balance_minor__lt=0) | Q(balance_minor__lte=F("held_minor")))
+        .select_related("organization")
+        .annotate(unpaid_minor=Coalesce(unpaid, 0))
+        .order_by("balance_minor", "organization__name")
+    )
+
+
+def invoices_for(organization: Organization):
+    return Invoice.objects.filter(organization=organization).order_by("-period_start")
