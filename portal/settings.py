@@ -215,8 +215,9 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Loam API",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
-    "DESCRIPTION": "Loam's partner API: the catalog, quotes, orders, instances, quotas, API keys "
-    "and webhooks of your organization. Authenticate with `Authorization: Bearer <key>`.",
+    "DESCRIPTION": "Loam's partner API: the catalog, quotes, orders, instances, quotas, API keys, "
+    "webhooks, wallet, usage and invoices of your organization. Authenticate with "
+    "`Authorization: Bearer <key>`.",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "apps.api.schema.add_problem_responses",
@@ -225,6 +226,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "/static/vendor/swagger-ui",
     "SWAGGER_UI_FAVICON_HREF": "/static/vendor/swagger-ui/favicon-32x32.png",
     "REDOC_DIST": "/static/vendor/redoc",
+    # Several models have a `kind`; name each choice set after what it classifies.
+    "ENUM_NAME_OVERRIDES": {
+        "OrderKindEnum": "apps.orders.models.OrderKind",
+        "UsageKindEnum": "apps.billing.models.MeterKind",
+    },
 }
 
 # --- Stripe -----------------------------------------------------------------------------------

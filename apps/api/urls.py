@@ -2,7 +2,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from apps.api.views import catalog, operators, orders
+from apps.api.views import billing, catalog, operators, orders
 from apps.api.views import tenants as views
 from apps.webhooks.api import WebhookEndpointViewSet
 
@@ -14,7 +14,8 @@ router.register("images", catalog.ImageViewSet, basename="image")
 router.register("prices", catalog.PriceViewSet, basename="price")
 router.register("orders", orders.OrderViewSet, basename="order")
 router.register("instances", orders.InstanceViewSet, basename="instance")
-router.register("invoices", orders.InvoiceViewSet, basename="invoice")
+router.register("invoices", billing.InvoiceViewSet, basename="invoice")
+router.register("usage", billing.UsageRecordViewSet, basename="usage-record")
 router.register("members", views.MembershipViewSet, basename="membership")
 router.register("api-keys", views.ApiKeyViewSet, basename="api-key")
 router.register("webhooks", WebhookEndpointViewSet, basename="webhook")
@@ -34,5 +35,6 @@ urlpatterns = [
     path("v1/organization/", views.OrganizationView.as_view(), name="organization"),
     path("v1/quotes/", orders.QuoteView.as_view(), name="quote"),
     path("v1/quotas/", orders.QuotaView.as_view(), name="quotas"),
+    path("v1/wallet/", billing.WalletView.as_view(), name="wallet"),
     path("v1/", include(router.urls)),
 ]

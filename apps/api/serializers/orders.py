@@ -135,23 +135,3 @@ class QuotaSerializer(serializers.Serializer):
     accelerator_model = serializers.CharField(allow_null=True)
     used = serializers.DecimalField(max_digits=20, decimal_places=3)
     limit = serializers.IntegerField()
-
-
-class InvoiceSerializer(serializers.ModelSerializer):
-    class Meta:
-        from apps.billing.models import Invoice
-
-        model = Invoice
-        fields = [
-            "id",
-            "number",
-            "period_start",
-            "period_end",
-            "currency",
-            "subtotal_minor",
-            "tax_minor",
-            "total_minor",
-            "state",
-            "issued_at",
-        ]
-        read_only_fields = fields

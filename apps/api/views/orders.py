@@ -14,13 +14,11 @@ from apps.api.serializers.orders import (
     DiskSerializer,
     HostRequestSerializer,
     InstanceSerializer,
-    InvoiceSerializer,
     OrderSerializer,
     QuotaSerializer,
     QuoteSerializer,
     ResizeSerializer,
 )
-from apps.billing.models import Invoice
 from apps.orders import services
 from apps.orders.models import Instance, Order, OrderKind
 from apps.quotas.models import QuotaLimit
@@ -166,18 +164,3 @@ class QuotaView(LoamAPIMixin, APIView):
             for limit in limits
         ]
         return Response(QuotaSerializer(rows, many=True).data)
-
-
-class InvoiceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
-    """The organization's invoices (issued by billing), newest period first."""
-
-    queryset = Invoice.objects.none()
-    serializer_class = InvoiceSerializer
-    required_actions = {"list": Action.VIEW_BILLING, "retrieve": Action.VIEW_BILLING}
-    filterset_fields = ["state"]
-    ordering_fields = ["period_start", "total_minor"]
-
-    def get_queryset(self):
-        return for_organization(Invoice, current_organization(self.request)).order_by(
-            "-period_start"
-        )
