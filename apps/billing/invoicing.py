@@ -61,6 +61,8 @@ def issue_invoice(*, organization: Organization, period_end: datetime, actor=Non
     records = UsageRecord.objects.filter(
         organization=organization, invoice__isnull=True, ended_at__lte=period_end
     )
+    if not records.exists():
+        raise NothingToInvoice(_("Nothing was used since the last invoice."))
     rate = Decimal(settings.LOAM_INVOICE_TAX_RATE)
     subtotal = records.aggregate(total=Sum("amount_minor"))["total"] or 0
     tax = tax_for(subtotal, rate)
@@ -69,7 +71,7 @@ def issue_invoice(*, organization: Organization, period_end: datetime, actor=Non
     now = timezone.now()
     invoice = Invoice.objects.create(
         organization=organization,
-        number=_number(organization, period_end),
+        number=_number(organization, start),
         period_start=start,
         period_end=period_end,
         currency=organization.park.currency,
@@ -109,9 +111,10 @@ def issue_invoice(*, organization: Organization, period_end: datetime, actor=Non
     return invoice
 
 
-def _number(organization: Organization, period_end: datetime) -> str:
+def _number(organization: Organization, period_start: datetime) -> str:
+    """INV-<month it covers>-<organization>-<sequence>."""
     sequence = Invoice.objects.filter(organization=organization).count() + 1
-    month = timezone.localtime(period_end).strftime("%Y%m")
+    month = timezone.localtime(period_start).strftime("%Y%m")
     return f"INV-{month}-{organization.pk:06d}-{sequence:03d}"
 
 

@@ -43,12 +43,19 @@ def billed_disk_gb(*, flavor, system_disk_gb: int, data_disk_gb: int) -> int:
     return data_disk_gb + max(0, system_disk_gb - flavor.system_disk_gb)
 
 
+RATE_PLACES = Decimal("0.000001")  # Meter.hourly_minor's precision
+
+
 @dataclass(frozen=True)
 class MeterSpec:
     kind: str
     quantity: int
     hourly_minor: Decimal
     compute_units: Decimal = Decimal(0)
+
+    def __post_init__(self):
+        # Stored to six places: compare like with like, or every change reopens the meter.
+        object.__setattr__(self, "hourly_minor", self.hourly_minor.quantize(RATE_PLACES))
 
     def matches(self, meter: Meter) -> bool:
         return (meter.quantity, meter.hourly_minor, meter.compute_units) == (

@@ -126,14 +126,15 @@ def handle_webhook(payload: bytes, signature: str) -> str:
             return "duplicate"
         if handler is None:
             return "ignored"
-        handler(event.data.object)
+        # StripeObject is not a dict (stripe >= 15): handlers read a plain copy.
+        handler(event.data.object.to_dict())
     return "processed"
 
 
 def _payment_for(session) -> Payment | None:
     payment = (
         Payment.objects.select_for_update(no_key=True)
-        .filter(stripe_checkout_session_id=session.id)
+        .filter(stripe_checkout_session_id=session["id"])
         .first()
     )
     if payment is None:
@@ -142,7 +143,7 @@ def _payment_for(session) -> Payment | None:
         if reference.isdigit():
             payment = Payment.objects.select_for_update(no_key=True).filter(pk=reference).first()
     if payment is None:
-        log.warning("Stripe session %s matches no payment", session.id)
+        log.warning("Stripe session %s matches no payment", session["id"])
     return payment
 
 
@@ -155,7 +156,7 @@ def _paid(session) -> None:
     amount = session.get("amount_total") or payment.amount_minor
     currency = (session.get("currency") or payment.currency).upper()
     if currency != payment.currency:
-        log.error("Stripe session %s paid in %s, not %s", session.id, currency, payment.currency)
+        log.error("Stripe session %s paid in %s, not %s", session["id"], currency, payment.currency)
         return
     wallet = locked_wallet(payment.wallet.organization_id)
     transition(
@@ -164,12 +165,14 @@ def _paid(session) -> None:
         table=PAYMENT_TRANSITIONS,
         changes={
             "amount_minor": amount,
-            "stripe_checkout_session_id": session.id,
+            "stripe_checkout_session_id": session["id"],
             "stripe_payment_intent_id": session.get("payment_intent") or "",
             "completed_at": timezone.now(),
         },
     )
-    credit(wallet, amount_minor=amount, kind=EntryKind.TOP_UP, description=f"Stripe {session.id}")
+    credit(
+        wallet, amount_minor=amount, kind=EntryKind.TOP_UP, description=f"Stripe {session['id']}"
+    )
 
 
 def _ended(state):

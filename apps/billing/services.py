@@ -282,7 +282,12 @@ def suspend_for_funds(organization_id: int) -> int:
     for instance in running:
         FundsSuspension.objects.get_or_create(instance=instance, resumed_at=None)
         try:
-            request_operation(instance=instance, actor=BILLING_ACTOR, kind=OrderKind.STOP)
+            request_operation(
+                instance=instance,
+                actor=BILLING_ACTOR,
+                kind=OrderKind.STOP,
+                reason=_("The wallet ran out; stopped until it is topped up."),
+            )
         except DomainError as refused:  # busy with another operation: the next run tries again
             log.info("not stopping %s for funds yet: %s", instance, refused)
             continue

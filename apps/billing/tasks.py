@@ -18,8 +18,11 @@ def meter_usage() -> int:
     until = timezone.now()
     charged = 0
     for organization_id in metering.organizations_due():
-        charged += metering.meter_organization(organization_id, until=until)
-        services.enforce_balance(organization_id)
+        try:
+            charged += metering.meter_organization(organization_id, until=until)
+            services.enforce_balance(organization_id)
+        except Exception:  # one organization's failure must not stop the others' metering
+            log.exception("metering organization %s failed", organization_id)
     # Hosts stopped for funds whose stop had not finished when the top-up came.
     suspended = FundsSuspension.objects.filter(resumed_at__isnull=True).values_list(
         "instance__organization_id", flat=True

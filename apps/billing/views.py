@@ -167,7 +167,7 @@ def organization_billing(request, organization_id):
             raise Http404
         if done:
             messages.success(request, done)
-            return redirect("billing:organization_billing", organization_id=organization.pk)
+            return redirect("billing:ops_organization", organization_id=organization.pk)
     context = {
         "organization": organization,
         "wallet": services.wallet_of(organization),

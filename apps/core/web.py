@@ -22,7 +22,7 @@ def refusals(request, form=None):
     except ValidationError as exc:
         outcome.refused = True
         if form is not None:
-            form.add_error(None, exc)  # a dict of field errors lands on those fields
+            _add_errors(form, exc)
         else:
             messages.error(request, " ".join(exc.messages))
     except DomainError as exc:
@@ -31,6 +31,16 @@ def refusals(request, form=None):
             form.add_error(None, exc.message)
         else:
             messages.error(request, exc.message)
+
+
+def _add_errors(form, exc: ValidationError) -> None:
+    """Field errors land on the form's fields; those naming a service parameter the form
+    does not have (e.g. `amount_minor` behind an `amount` field) are shown above the form."""
+    if not hasattr(exc, "error_dict"):
+        form.add_error(None, exc)
+        return
+    for field, errors in exc.error_dict.items():
+        form.add_error(field if field in form.fields else None, errors)
 
 
 def client_ip(request) -> str | None:
