@@ -186,6 +186,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.int("LOAM_METERING_INTERVAL_S", default=60),
     },
     "issue-due-invoices": {"task": "apps.billing.tasks.issue_due_invoices", "schedule": 3600},
+    "schedule-task-queues": {"task": "apps.orchestration.tasks.schedule_queues", "schedule": 30},
+    "probe-backends": {"task": "apps.operations.tasks.probe_backends", "schedule": 60},
+    "sample-capacity": {"task": "apps.operations.tasks.sample_capacity", "schedule": 300},
+    "enforce-idle-policies": {
+        "task": "apps.operations.tasks.enforce_idle_policies",
+        "schedule": 300,
+    },
 }
 
 # --- REST API ---------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ urlpatterns = [
     path("i18n/", include("django.conf.urls.i18n")),
     path("catalog/", include("apps.catalog.urls")),
     path("ops/", include("apps.operations.urls")),
+    path("tasks/", include("apps.orchestration.urls")),
     path("billing/", include("apps.billing.urls")),
     path("api/", include("apps.api.urls")),
     path("", include("apps.tenants.urls")),

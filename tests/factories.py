@@ -25,13 +25,17 @@ from apps.api.models import IdempotencyRecord
 from apps.billing.models import (
     BillingMode,
     EntryKind,
+    FundsSuspension,
+    Hold,
     Invoice,
+    InvoiceLine,
     InvoiceState,
     LedgerEntry,
     Meter,
     MeterKind,
     Payment,
     PaymentState,
+    StripeEvent,
     UsageRecord,
     Wallet,
 )
@@ -49,7 +53,7 @@ from apps.catalog.models import (
     Vendor,
 )
 from apps.core.money import Currency
-from apps.operations.models import AuditEvent
+from apps.operations.models import AuditEvent, CapacitySample, IdlePolicy
 from apps.orchestration.models import (
     Accelerator,
     Allocation,
@@ -58,6 +62,7 @@ from apps.orchestration.models import (
     NodeHealth,
     Placement,
     Pool,
+    SchedulingPolicy,
 )
 from apps.orders.models import (
     ApprovalPolicy,
@@ -663,6 +668,47 @@ class InvoiceFactory(Factory):
     state = InvoiceState.DRAFT
 
 
+class InvoiceLineFactory(Factory):
+    class Meta:
+        model = InvoiceLine
+
+    invoice = factory.SubFactory(InvoiceFactory)
+    description = "gpu-1"
+    kind = MeterKind.COMPUTE
+    seconds = 3600
+    quantity = 1
+    compute_unit_milliseconds = 3600 * 9895
+    amount_minor = 2500
+
+
+class HoldFactory(Factory):
+    """A first hour held for a pending host of the wallet's organization."""
+
+    class Meta:
+        model = Hold
+
+    wallet = factory.SubFactory(WalletFactory)
+    instance = factory.SubFactory(
+        InstanceFactory, organization=factory.SelfAttribute("..wallet.organization")
+    )
+    amount_minor = 2500
+
+
+class FundsSuspensionFactory(Factory):
+    class Meta:
+        model = FundsSuspension
+
+    instance = factory.SubFactory(InstanceFactory, state=InstanceState.STOPPED)
+
+
+class StripeEventFactory(Factory):
+    class Meta:
+        model = StripeEvent
+
+    event_id = factory.Sequence(lambda n: f"evt_test_{n:06d}")
+    type = "checkout.session.completed"
+
+
 class MeterFactory(Factory):
     """An open meter of a running host: ¥25.00 an hour."""
 
@@ -724,6 +770,41 @@ class UsageRecordFactory(Factory):
 
 
 # --- operations ------------------------------------------------------------------------------
+
+
+class SchedulingPolicyFactory(Factory):
+    """A park that weighs price twice as much as the other parts."""
+
+    class Meta:
+        model = SchedulingPolicy
+        django_get_or_create = ("park",)
+
+    park = factory.SubFactory(ParkFactory)
+    price_weight = Decimal("2.00")
+
+
+class CapacitySampleFactory(Factory):
+    class Meta:
+        model = CapacitySample
+
+    pool = factory.SubFactory(PoolFactory)
+    park = factory.SelfAttribute("pool.backend.park")
+    taken_at = factory.Sequence(lambda n: EPOCH + timedelta(minutes=5 * n))
+    accelerators_total = 16
+    accelerators_allocated = 4
+    accelerators_idle = 1
+    utilization_pct = None
+    watts = 3640
+
+
+class IdlePolicyFactory(Factory):
+    class Meta:
+        model = IdlePolicy
+        django_get_or_create = ("park",)
+
+    park = factory.SubFactory(ParkFactory)
+    threshold_minutes = 120
+    auto_stop = False
 
 
 class AuditEventFactory(Factory):

@@ -25,12 +25,13 @@ from tests.factories import (
     PriceFactory,
     QuotaLimitFactory,
     RegionFactory,
+    UsageRecordFactory,
     UserFactory,
     WebhookDeliveryFactory,
     WebhookEndpointFactory,
 )
 
-TENANT_NAMESPACES = ("tenants", "api")
+TENANT_NAMESPACES = ("tenants", "api", "billing")
 OPERATOR_NAMESPACES = ("operations",)
 
 # Routes whose parameters are not an organization's object, and why they are exempt.
@@ -39,6 +40,7 @@ EXEMPT = {
     "api:accelerator-model-detail": "accelerator models are public facts, shared by all parks",
 }
 OPERATOR_API = "api:operator-"
+OPERATOR_BILLING = "billing:ops_"
 
 
 def discover(namespaces):
@@ -60,10 +62,12 @@ def discover(namespaces):
 TENANT_ROUTES = [
     r
     for r in discover(TENANT_NAMESPACES)
-    if r[1] and r[0] not in EXEMPT and not r[0].startswith(OPERATOR_API)
+    if r[1] and r[0] not in EXEMPT and not r[0].startswith((OPERATOR_API, OPERATOR_BILLING))
 ]
 OPERATOR_ROUTES = [r for r in discover(OPERATOR_NAMESPACES) if r[1]] + [
-    r for r in discover(TENANT_NAMESPACES) if r[1] and r[0].startswith(OPERATOR_API)
+    r
+    for r in discover(TENANT_NAMESPACES)
+    if r[1] and r[0].startswith((OPERATOR_API, OPERATOR_BILLING))
 ]
 
 
@@ -89,7 +93,9 @@ def foreign_objects(foreign_org):
     delivery = WebhookDeliveryFactory(endpoint=endpoint, state="failed")
     instance = InstanceFactory(organization=foreign_org)
     order = OrderFactory(organization=foreign_org, instance=instance)
+    invoice = InvoiceFactory(organization=foreign_org)
     by_param = {
+        "invoice_id": invoice.pk,
         "membership_id": membership.pk,
         "invitation_id": invitation.pk,
         "key_id": key.pk,
@@ -104,7 +110,8 @@ def foreign_objects(foreign_org):
         "api:webhook-detail": {"pk": endpoint.pk},
         "api:webhook-deliveries": {"pk": endpoint.pk},
         "api:webhook-redeliver": {"pk": endpoint.pk, "delivery_id": delivery.pk},
-        "api:invoice-detail": {"pk": InvoiceFactory(organization=foreign_org).pk},
+        "api:invoice-detail": {"pk": invoice.pk},
+        "api:usage-record-detail": {"pk": UsageRecordFactory(organization=foreign_org).pk},
         "api:order-detail": {"pk": order.pk},
         "api:order-cancel": {"pk": order.pk},
         **{
@@ -199,6 +206,7 @@ def test_another_parks_objects_are_404_for_an_operator(client, route, params, op
     ParkOperatorFactory(park=foreign_park, user=UserFactory())
     foreign_order = OrderFactory(organization=foreign_org)
     values = {
+        "invoice_id": InvoiceFactory(organization=foreign_org).pk,
         "organization_id": foreign_org.pk,
         "park_id": foreign_park.pk,
         "order_id": foreign_order.pk,

@@ -1,6 +1,14 @@
 from django.contrib import admin
 
-from apps.orchestration.models import Accelerator, Allocation, Backend, Node, Placement, Pool
+from apps.orchestration.models import (
+    Accelerator,
+    Allocation,
+    Backend,
+    Node,
+    Placement,
+    Pool,
+    SchedulingPolicy,
+)
 
 
 @admin.register(Backend)
@@ -38,11 +46,37 @@ class NodeAdmin(admin.ModelAdmin):
 
 @admin.register(Allocation)
 class AllocationAdmin(admin.ModelAdmin):
-    list_display = ["node", "instance", "task", "vcpu", "ram_gb", "created_at", "released_at"]
-    raw_id_fields = ["node", "instance", "task"]
+    list_display = [
+        "node",
+        "instance",
+        "task",
+        "vcpu",
+        "ram_gb",
+        "share_milli",
+        "created_at",
+        "released_at",
+    ]
+    raw_id_fields = ["node", "instance", "task", "shared_accelerator"]
 
 
 @admin.register(Placement)
 class PlacementAdmin(admin.ModelAdmin):
     list_display = ["created_at", "order", "task", "chosen_pool", "chosen_node"]
     raw_id_fields = ["order", "task", "chosen_pool", "chosen_node"]
+
+
+@admin.register(SchedulingPolicy)
+class SchedulingPolicyAdmin(admin.ModelAdmin):
+    """Operators change it at /tasks/ops/policy/<park>/ (audited); here for platform admins."""
+
+    list_display = [
+        "park",
+        "region_weight",
+        "performance_weight",
+        "energy_weight",
+        "price_weight",
+        "fragmentation_weight",
+        "operator_share",
+        "updated_at",
+    ]
+    readonly_fields = ["updated_at", "updated_by"]

@@ -1,9 +1,14 @@
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import AcceleratorModel, Region
+from apps.core.money import format_money
 from apps.tenants.models import Park
 
 
@@ -113,7 +118,13 @@ class Node(models.Model):
 
 
 class Accelerator(models.Model):
-    """One physical accelerator. At most one live allocation holds it (the FK is the lock)."""
+    """One physical accelerator. At most one live allocation holds it (the FK is the lock).
+
+    A card shared by training tasks (`Allocation.share_milli`) is held, through this FK, by one
+    of its live share allocations for as long as any share is live: whole-card placements and
+    every count of free cards then pass it by, and releasing a share hands the FK to another
+    live share of the card, or frees it with the last one.
+    """
 
     node = models.ForeignKey(
         Node, on_delete=models.CASCADE, related_name="accelerators", verbose_name=_("node")
@@ -166,6 +177,21 @@ class Allocation(models.Model):
     )
     vcpu = models.PositiveIntegerField(_("vCPU"))
     ram_gb = models.PositiveIntegerField(_("RAM (GB)"))
+    # A training task asking for less than one card holds a share of one card: thousandths of
+    # it, on `shared_accelerator`. 0 for an allocation of whole cards (held through the FK of
+    # Accelerator). What a card has left is 1000 minus its live shares, re-counted under the
+    # node's lock before a share is added, so a card is never sold past 1000.
+    share_milli = models.PositiveSmallIntegerField(
+        _("share of one accelerator (thousandths)"), default=0
+    )
+    shared_accelerator = models.ForeignKey(
+        Accelerator,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="shares",
+        verbose_name=_("shared accelerator"),
+    )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     released_at = models.DateTimeField(_("released at"), null=True, blank=True)
 
@@ -173,6 +199,16 @@ class Allocation(models.Model):
         verbose_name = _("allocation")
         verbose_name_plural = _("allocations")
         constraints = [
+            models.CheckConstraint(
+                condition=(Q(share_milli=0) & Q(shared_accelerator__isnull=True))
+                | (
+                    Q(share_milli__gt=0)
+                    & Q(share_milli__lt=1000)
+                    & Q(shared_accelerator__isnull=False)
+                    & Q(task__isnull=False)
+                ),
+                name="allocation_share_of_one_card",
+            ),
             models.CheckConstraint(
                 condition=(Q(instance__isnull=False) & Q(task__isnull=True))
                 | (Q(instance__isnull=True) & Q(task__isnull=False)),
@@ -190,14 +226,146 @@ class Allocation(models.Model):
                 name="allocation_one_live_per_task",
             ),
         ]
-        indexes = [models.Index(fields=["node", "released_at"])]
+        indexes = [
+            models.Index(fields=["node", "released_at"]),
+            models.Index(fields=["shared_accelerator", "released_at"]),
+        ]
 
     def __str__(self):
         return f"{self.instance or self.task} @ {self.node}"
 
+    @property
+    def is_share(self) -> bool:
+        return self.share_milli > 0
+
+
+class SchedulingPolicy(models.Model):
+    """How much a park's operator weighs each part of a placement's score (DESIGN.md,
+    Scheduling). A park without a row schedules by `SchedulingPolicy.default_for(park)`: every
+    part weighs the same and the tenant's preference has half the say."""
+
+    park = models.OneToOneField(
+        Park, on_delete=models.CASCADE, related_name="scheduling_policy", verbose_name=_("park")
+    )
+    region_weight = models.DecimalField(
+        _("region and latency"), max_digits=5, decimal_places=2, default=Decimal("1.00")
+    )
+    performance_weight = models.DecimalField(
+        _("performance"), max_digits=5, decimal_places=2, default=Decimal("1.00")
+    )
+    energy_weight = models.DecimalField(
+        _("energy and carbon"), max_digits=5, decimal_places=2, default=Decimal("1.00")
+    )
+    price_weight = models.DecimalField(
+        _("price"), max_digits=5, decimal_places=2, default=Decimal("1.00")
+    )
+    fragmentation_weight = models.DecimalField(
+        _("fragmentation"), max_digits=5, decimal_places=2, default=Decimal("1.00")
+    )
+    operator_share = models.DecimalField(
+        _("operator's share of the say"),
+        max_digits=3,
+        decimal_places=2,
+        default=Decimal("0.50"),
+        validators=[MinValueValidator(0), MaxValueValidator(1)],
+        help_text=_("0: the tenant's preference alone decides; 1: these weights alone."),
+    )
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("updated by"),
+    )
+
+    WEIGHT_FIELDS = {
+        "region": "region_weight",
+        "performance": "performance_weight",
+        "energy": "energy_weight",
+        "price": "price_weight",
+        "fragmentation": "fragmentation_weight",
+    }
+
+    class Meta:
+        verbose_name = _("scheduling policy")
+        verbose_name_plural = _("scheduling policies")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(region_weight__gte=0)
+                & Q(performance_weight__gte=0)
+                & Q(energy_weight__gte=0)
+                & Q(price_weight__gte=0)
+                & Q(fragmentation_weight__gte=0),
+                name="scheduling_weights_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(region_weight__gt=0)
+                | Q(performance_weight__gt=0)
+                | Q(energy_weight__gt=0)
+                | Q(price_weight__gt=0)
+                | Q(fragmentation_weight__gt=0),
+                name="scheduling_weights_not_all_zero",
+            ),
+            models.CheckConstraint(
+                condition=Q(operator_share__gte=0) & Q(operator_share__lte=1),
+                name="scheduling_operator_share_0_to_1",
+            ),
+        ]
+
+    def __str__(self):
+        return gettext("Scheduling policy of %(park)s") % {"park": self.park}
+
+    @classmethod
+    def default_for(cls, park) -> "SchedulingPolicy":
+        """The policy a park without its own row schedules by (not saved)."""
+        return cls(park=park)
+
+    def weights(self) -> dict[str, float]:
+        """{"region": 1.0, ...}: the operator's weights as the scorer takes them."""
+        return {part: float(getattr(self, name)) for part, name in self.WEIGHT_FIELDS.items()}
+
+
+# Why a node was not a candidate: the placement engine's filter codes, and the portal's own.
+REJECTION_REASONS = {
+    "drained": _("drained for maintenance"),
+    "gpu_model": _("the task does not run on this accelerator model"),
+    "region": _("outside the allowed regions"),
+    "cpu": _("not enough free vCPU"),
+    "memory": _("not enough free RAM"),
+    "gpu_count": _("not enough whole accelerators free"),
+    "gpu_share": _("no accelerator has a large enough share free"),
+    "not_priced": _("the accelerator is not priced in this region"),
+    "max_price": _("above the task's maximum price"),
+    "taken": _("taken by another placement at the last moment"),
+    "reserved": _("held for a task waiting ahead in the queue"),
+    "no_nodes": _("the park has no host in service"),
+}
+
+SCORE_PARTS = ("region", "performance", "energy", "price", "fragmentation")
+SCORE_PART_LABELS = {
+    "region": _("Region / latency"),
+    "performance": _("Performance"),
+    "energy": _("Energy / carbon"),
+    "price": _("Price"),
+    "fragmentation": _("Fragmentation"),
+}
+
 
 class Placement(models.Model):
-    """One scheduling decision with every candidate and its score parts, kept to explain it."""
+    """One scheduling decision with every candidate and its score parts, kept to explain it.
+
+    `weights`: {"policy": the fragmentation measure ("best-fit"), "weights": the normalized
+    weights the scores were combined with, "operator": the park's weights, "operator_share",
+    "park_policy" ("park" or "default"), "preference": the tenant's, "currency", "left_free":
+    whole accelerators the chosen node kept free}. `candidates`: one dict per node looked at:
+    "node", "node_id", "pool", "pool_id", "region", "region_name", "free_accelerators",
+    "free_vcpu", "free_ram_gb", "fits", "total" (None when rejected), "parts" (0..1 per score
+    part, 1 = best candidate), "raw" (the measures behind them: latency_ms, perf_units,
+    carbon_g, price_minor, left_free, ...), "rejected" (a code of REJECTION_REASONS or None).
+    Rows kept from before the weighted scorer have only the best-fit keys.
+    """
 
     order = models.ForeignKey(
         "orders.Order",
@@ -249,16 +417,148 @@ class Placement(models.Model):
     def __str__(self):
         return f"{self.order or self.task} → {self.chosen_node or '—'}"
 
+    # --- reading the stored decision ----------------------------------------------------------
+
+    @property
+    def is_scored(self) -> bool:
+        """Stored by the weighted scorer (older rows kept only the best-fit facts)."""
+        return "weights" in (self.weights or {})
+
+    def chosen_candidate(self) -> dict | None:
+        if self.chosen_node_id is None:
+            return None
+        return next((c for c in self.candidates if c.get("node_id") == self.chosen_node_id), None)
+
+    def feasible_candidates(self) -> list[dict]:
+        return [c for c in self.candidates if c.get("total") is not None]
+
+    def rejected_candidates(self) -> list[dict]:
+        """The nodes that could not take it, each with `reason`: why, in the reader's words."""
+        return [
+            {**c, "reason": str(REJECTION_REASONS.get(c["rejected"], c["rejected"]))}
+            for c in self.candidates
+            if c.get("rejected")
+        ]
+
+    def reasons(self, top: int = 2) -> list[dict]:
+        """Why the chosen node won: the score parts where it beat the runner-up most (weighted),
+        each {"part", "best", "text"}. On a full tie the fragmentation part stands in (the
+        best-fit measure is what keeps large holes for large requests)."""
+        chosen = self.chosen_candidate()
+        if chosen is None or not self.is_scored:
+            return []
+        weights = self.weights["weights"]
+        others = [c for c in self.feasible_candidates() if c is not chosen]
+        runner = max(others, key=lambda c: c["total"], default=None)
+
+        def lead(part):
+            theirs = runner["parts"][part] if runner else 0.0
+            return weights.get(part, 0) * (chosen["parts"][part] - theirs)
+
+        weighted = [p for p in SCORE_PARTS if weights.get(p, 0) > 0]
+        ahead = sorted((p for p in weighted if lead(p) > 1e-9), key=lead, reverse=True)
+        if not ahead:
+            if "fragmentation" in weighted:
+                ahead = ["fragmentation"]
+            else:
+                ahead = sorted(weighted, key=lambda p: weights[p], reverse=True)[:1]
+        return [
+            {
+                "part": part,
+                "best": chosen["parts"][part] >= 1.0 - 1e-9,
+                "text": self._reason_text(part, chosen, chosen["parts"][part] >= 1.0 - 1e-9),
+            }
+            for part in ahead[:top]
+        ]
+
+    def _reason_text(self, part: str, chosen: dict, best: bool) -> str:
+        raw = chosen.get("raw", {})
+        if part == "region":
+            text = (
+                gettext("lowest latency (%(ms)s ms)")
+                if best
+                else gettext("low latency (%(ms)s ms)")
+            )
+            return text % {"ms": _number(raw.get("latency_ms", 0))}
+        if part == "performance":
+            text = (
+                gettext("fastest accelerators (%(units)s compute units per card)")
+                if best
+                else gettext("fast accelerators (%(units)s compute units per card)")
+            )
+            return text % {"units": _number(raw.get("perf_units", 0), 3)}
+        if part == "energy":
+            text = (
+                gettext("lowest carbon (%(grams)s g CO₂e per compute-unit-hour)")
+                if best
+                else gettext("low carbon (%(grams)s g CO₂e per compute-unit-hour)")
+            )
+            return text % {"grams": _number(raw.get("carbon_g", 0))}
+        if part == "price":
+            text = (
+                gettext("lowest price (%(price)s/h)")
+                if best
+                else gettext("low price (%(price)s/h)")
+            )
+            price = format_money(minor_units(raw.get("price_minor", 0)), self.currency)
+            return text % {"price": price}
+        text = (
+            gettext("fewest accelerators left free (%(left)s)")
+            if best
+            else gettext("few accelerators left free (%(left)s)")
+        )
+        return text % {"left": _number(raw.get("left_free", 0), 2)}
+
+    @property
+    def currency(self) -> str:
+        return (self.weights or {}).get("currency", "CNY")
+
     def describe(self) -> str:
         """Why here, in the reader's language (so it is built when shown, not when stored)."""
         if self.chosen_node is None:
             return gettext("No host fitted.")
-        return gettext(
-            "Placed on %(node)s in %(region)s: of the %(fitting)d hosts with room, it is left "
-            "with the fewest free accelerators (%(left)d), keeping large holes for large hosts."
-        ) % {
-            "node": self.chosen_node.hostname,
-            "region": self.chosen_pool.region.name,
-            "fitting": sum(1 for c in self.candidates if c.get("fits")),
-            "left": self.weights.get("left_free", 0),
+        values = {"node": self.chosen_node.hostname, "region": self.chosen_pool.region.name}
+        if not self.is_scored:
+            return gettext(
+                "Placed on %(node)s in %(region)s: of the %(fitting)d hosts with room, it is left "
+                "with the fewest free accelerators (%(left)d), keeping large holes for large "
+                "hosts."
+            ) % {
+                **values,
+                "fitting": sum(1 for c in self.candidates if c.get("fits")),
+                "left": self.weights.get("left_free", 0),
+            }
+        separator = gettext(", ")
+        if len(self.feasible_candidates()) <= 1:
+            raw = (self.chosen_candidate() or {}).get("raw") or {}
+            facts = []
+            if raw.get("price_minor"):
+                price = format_money(minor_units(raw["price_minor"]), self.currency)
+                facts.append(gettext("%(price)s/h") % {"price": price})
+            facts.append(
+                gettext("%(left)s accelerators left free")
+                % {"left": _number(raw.get("left_free", 0), 2)}
+            )
+            return gettext(
+                "Placed on %(node)s in %(region)s, the only host with room (%(facts)s)."
+            ) % {
+                **values,
+                "facts": separator.join(facts),
+            }
+        return gettext("Placed on %(node)s in %(region)s because: %(reasons)s.") % {
+            **values,
+            "reasons": separator.join(r["text"] for r in self.reasons()),
         }
+
+
+def minor_units(amount) -> int:
+    """A stored measure of money (a float) as whole minor units, half up."""
+    return int(Decimal(str(amount)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def _number(value, places: int = 0) -> str:
+    """A measure for a sentence: at most `places` decimals, no trailing zeros."""
+    text = f"{float(value):.{places}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text

@@ -1,5 +1,6 @@
 from dataclasses import dataclass
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
@@ -7,9 +8,19 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.catalog.models import AcceleratorModel
-from apps.core.errors import DomainError
+from apps.core.errors import DomainError, PermissionDenied
 from apps.core.transactions import lock
-from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth, Placement, Pool
+from apps.orchestration.backends.base import BackendError, NodeTelemetry, PoolCapacity
+from apps.orchestration.backends.registry import driver_names, get_driver
+from apps.orchestration.models import (
+    Accelerator,
+    Allocation,
+    Backend,
+    Node,
+    NodeHealth,
+    Placement,
+    Pool,
+)
 
 
 @transaction.atomic
@@ -101,42 +112,52 @@ def _fits(node, shape: Shape) -> bool:
     )
 
 
-def place(*, instance, shape: Shape, region=None, order=None) -> Allocation:
+def place(
+    *, instance, shape: Shape, region=None, order=None, preference: str = "balanced"
+) -> Allocation:
     """Choose a node for `instance` and allocate its accelerators there, under the node's lock.
 
-    Candidates are ranked best-fit (the fewest accelerators left free, to keep large holes for
-    large hosts) and then by the region's latency. Every candidate and why it was or was not
-    chosen is kept as a Placement. Raises NoCapacity when nothing fits.
+    The park's weighted scorer chooses (`scheduler.decide`: region and latency, performance,
+    energy, price and fragmentation, the park's SchedulingPolicy blended with the tenant's
+    `preference`: balanced, fast, cheap or green); fragmentation is best fit, the fewest
+    accelerators left free, to keep large holes for large hosts. Should the best node have
+    filled up by the time its lock is held, the next best is tried. Every candidate with its
+    score parts and why it was or was not chosen is kept as a Placement. Raises NoCapacity when
+    nothing fits.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("place() must run inside the caller's transaction")
     park = instance.organization.park
-    candidates = list(
+    nodes = list(
         with_free_capacity(
             schedulable_nodes(
                 park=park, accelerator_model_id=shape.accelerator_model_id, region=region
             )
         )
+        .select_related("pool__accelerator_model")
+        .order_by("pk")
     )
-    ranked = sorted(
-        (n for n in candidates if _fits(n, shape)),
-        key=lambda n: (n.free_accelerators - shape.accelerators, n.pool.region.latency_ms, n.pk),
+    decision, views, record, weights = _decide_placement(
+        instance, shape, nodes, region=region, preference=preference
     )
-    record = [_candidate(n, shape) for n in candidates]
-    for node in ranked:
-        allocation = _allocate_on(node, instance=instance, shape=shape)
+    by_id = {view.state.id: view for view in views}
+    ranked = sorted((c for c in decision.candidates if c.total is not None), key=lambda c: -c.total)
+    for candidate in ranked:
+        view = by_id[candidate.node_id]
+        allocation = _allocate_on(view.node, instance=instance, shape=shape)
         if allocation is not None:
             Placement.objects.create(
                 order=order,
-                chosen_pool=node.pool,
-                chosen_node=node,
+                chosen_pool=view.node.pool,
+                chosen_node=view.node,
                 weights={
-                    "policy": "best-fit",
-                    "left_free": node.accelerators.filter(allocation__isnull=True).count(),
+                    **weights,
+                    "left_free": view.node.accelerators.filter(allocation__isnull=True).count(),
                 },
                 candidates=record,
             )
             return allocation
+        _mark_taken(record, view.node.pk)
     raise NoCapacity(
         _(
             "No host has %(count)d free %(model)s accelerators%(where)s right now. Choose a "
@@ -150,23 +171,61 @@ def place(*, instance, shape: Shape, region=None, order=None) -> Allocation:
     )
 
 
-def _candidate(node, shape: Shape) -> dict:
-    return {
-        "node": node.hostname,
-        "pool": node.pool.name,
-        "region": node.pool.region.code,
-        "free_accelerators": node.free_accelerators,
-        "free_vcpu": node.vcpu_total - node.vcpu_used,
-        "free_ram_gb": node.ram_gb_total - node.ram_used,
-        "fits": _fits(node, shape),
-    }
+def _decide_placement(instance, shape: Shape, nodes, *, region, preference: str):
+    """The scorer's decision for one host over `nodes`, and how it is kept."""
+    from apps.orchestration import adapter
+    from apps.orchestration.scheduler import decide
+
+    prices = adapter.flavor_prices(instance.flavor, {node.pool for node in nodes})
+    if any(price is None for price in prices.values()):
+        # Unpriced somewhere (the order's region is always priced): price says nothing here.
+        prices = dict.fromkeys(prices)
+    views = adapter.node_views(nodes, prices=prices)
+    model_slug = (
+        nodes[0].pool.accelerator_model.slug
+        if nodes
+        else AcceleratorModel.objects.values_list("slug", flat=True).get(
+            pk=shape.accelerator_model_id
+        )
+    )
+    request = adapter.instance_request(
+        instance_id=instance.pk,
+        shape=shape,
+        model_slug=model_slug,
+        region=region,
+        preference=preference,
+    )
+    park = adapter.park_weights(instance.organization.park)
+    decision = decide(
+        request,
+        [view.state for view in views],
+        operator=park.weights,
+        operator_share=park.operator_share,
+        distribution=adapter.BEST_FIT,
+    )
+    weights, record = adapter.placement_record(
+        decision,
+        views,
+        request=request,
+        park=park,
+        currency=instance.organization.park.currency,
+    )
+    return decision, views, record, weights
+
+
+def _mark_taken(record: list[dict], node_id: int) -> None:
+    """The node filled up between the decision and its lock: kept as rejected."""
+    for entry in record:
+        if entry["node_id"] == node_id:
+            entry.update(fits=False, total=None, rejected="taken")
 
 
 def _allocate_on(node, *, instance, shape: Shape) -> Allocation | None:
     """Allocate under the node's row lock, re-counting what is free once the lock is held."""
     lock(Node, node.pk)
     node = with_free_capacity(Node.objects.filter(pk=node.pk)).select_related("pool__region").get()
-    if not _fits(node, shape):
+    # Drained (or marked down) since the candidates were read: no new placement lands here.
+    if node.is_drained or node.health != NodeHealth.HEALTHY or not _fits(node, shape):
         return None
     allocation = Allocation.objects.create(
         node=node, instance=instance, vcpu=shape.vcpu, ram_gb=shape.ram_gb
@@ -234,3 +293,251 @@ def device_indices(instance) -> tuple[int, ...]:
     if allocation is None:
         return ()
     return tuple(allocation.accelerators.order_by("index").values_list("index", flat=True))
+
+
+# --- Backends: registration and probing ------------------------------------------------------
+
+# An accelerator whose utilization reads below this counts as idle (see `probe_backend`).
+IDLE_BELOW_PCT = 5
+
+
+def _require_operator(operator, park) -> None:
+    from apps.tenants.selectors import is_operator_of
+
+    if not is_operator_of(operator, park):
+        raise PermissionDenied(_("Only this park's operators may change its backends and nodes."))
+
+
+def validate_backend_config(*, driver: str, config) -> list[PoolCapacity]:
+    """Ask the driver what it has: a driver or a config it cannot work with is refused with
+    the driver's own message, on the field it concerns."""
+    if driver not in driver_names():
+        raise ValidationError(
+            {
+                "driver": _("No backend driver is called “%(name)s”; known: %(known)s.")
+                % {"name": driver, "known": ", ".join(driver_names())}
+            }
+        )
+    if not isinstance(config, dict):
+        raise ValidationError({"config": _("The configuration must be a JSON object.")})
+    try:
+        return get_driver(driver, config).capacity()
+    except BackendError as exc:
+        raise ValidationError(
+            {"config": _("The driver refused this configuration: %(error)s") % {"error": exc}}
+        ) from exc
+
+
+@transaction.atomic(durable=True)
+def register_backend(
+    *, park, operator, name: str, driver: str, config: dict, region=None
+) -> Backend:
+    """Register a backend once its driver has answered for its capacity. The pools and nodes
+    it reports are registered too, in `region` (the operator moves pools later)."""
+    from apps.operations.services import record_event
+
+    _require_operator(operator, park)
+    name = (name or "").strip()
+    if not name:
+        raise ValidationError({"name": _("Give the backend a name.")})
+    if Backend.objects.filter(park=park, name=name).exists():
+        raise ValidationError(
+            {"name": _("This park already has a backend called “%(name)s”.") % {"name": name}}
+        )
+    reported = validate_backend_config(driver=driver, config=config)
+    names = [pool.name for pool in reported]
+    if len(set(names)) != len(names):
+        raise ValidationError({"config": _("The driver reports two pools with the same name.")})
+    slugs = {pool.accelerator_model for pool in reported}
+    models = {m.slug: m for m in AcceleratorModel.objects.filter(slug__in=slugs)}
+    unknown = sorted(slugs - set(models))
+    if unknown:
+        raise ValidationError(
+            {
+                "config": _("The catalog has no accelerator model %(models)s; add it first.")
+                % {"models": ", ".join(unknown)}
+            }
+        )
+    if reported and region is None:
+        raise ValidationError({"region": _("Choose the region the reported pools stand in.")})
+    if region is not None and region.park_id != park.pk:
+        raise ValidationError({"region": _("This region is not in the park.")})
+    backend = Backend.objects.create(
+        park=park, name=name, driver=driver, config=config, last_checked_at=timezone.now()
+    )
+    nodes = 0
+    for reported_pool in reported:
+        pool = Pool.objects.create(
+            backend=backend,
+            region=region,
+            name=reported_pool.name,
+            accelerator_model=models[reported_pool.accelerator_model],
+        )
+        for reported_node in reported_pool.nodes:
+            register_node(
+                pool=pool,
+                hostname=reported_node.hostname,
+                accelerators=reported_node.accelerators,
+                vcpu=reported_node.vcpu,
+                ram_gb=reported_node.ram_gb,
+            )
+            nodes += 1
+    record_event(
+        action="backend.registered",
+        actor=operator,
+        target=backend,
+        data={"driver": driver, "pools": names, "nodes": nodes},
+    )
+    return backend
+
+
+@transaction.atomic
+def probe_backend(*, backend: Backend, operator=None, now=None) -> Backend:
+    """Ask a backend for its capacity and telemetry and record what it said.
+
+    The nodes of its registered pools follow the capacity report (`register_node`); each node's
+    telemetry becomes `Node.telemetry` = {"accelerators": {"<index>": {"util": pct,
+    "idle_since": iso or null}}, "updated_at": iso, "simulated": bool}, where `idle_since` is
+    kept from reading to reading while the device stays under IDLE_BELOW_PCT. A node the driver
+    no longer sees is marked down. Errors are kept on the backend (`last_error`), not raised.
+    """
+
+    if operator is not None:
+        _require_operator(operator, backend.park)
+    now = now or timezone.now()
+    backend = Backend.objects.select_related("park").get(pk=backend.pk)
+    nodes = list(
+        Node.objects.filter(pool__backend=backend)
+        .annotate(devices=Count("accelerators"))
+        .order_by("pk")
+    )
+    try:
+        driver = get_driver(backend.driver, backend.config)
+        reported = driver.capacity()
+        measure = getattr(driver, "telemetry", None)
+        readings = measure({n.hostname: n.devices for n in nodes}) if callable(measure) else None
+    except BackendError as exc:
+        return _backend_checked(backend, error=str(exc), now=now)
+    problems = _sync_reported_nodes(backend, reported)
+    if readings is not None:
+        _record_telemetry(backend, nodes, readings, now)
+    return _backend_checked(backend, error="; ".join(problems), now=now)
+
+
+def _sync_reported_nodes(backend: Backend, reported: list[PoolCapacity]) -> list[str]:
+    pools = {pool.name: pool for pool in backend.pools.all()}
+    problems = []
+    for reported_pool in reported:
+        pool = pools.get(reported_pool.name)
+        if pool is None:
+            problems.append(f"pool {reported_pool.name!r} is reported but not registered")
+            continue
+        for reported_node in reported_pool.nodes:
+            try:
+                register_node(
+                    pool=pool,
+                    hostname=reported_node.hostname,
+                    accelerators=reported_node.accelerators,
+                    vcpu=reported_node.vcpu,
+                    ram_gb=reported_node.ram_gb,
+                )
+            except ValueError as exc:
+                problems.append(str(exc))
+    return problems
+
+
+def _record_telemetry(backend, nodes, readings: list[NodeTelemetry], now) -> None:
+    from apps.operations.services import record_event
+
+    by_host = {reading.hostname: reading for reading in readings}
+    changed = []
+    for node in nodes:
+        reading = by_host.get(node.hostname)
+        health = node.health
+        if reading is None:
+            health = NodeHealth.DOWN
+        else:
+            node.telemetry = merged_telemetry(node.telemetry, reading, now)
+            node.last_seen_at = now
+            if not reading.healthy:
+                health = NodeHealth.DOWN
+            elif node.health == NodeHealth.DOWN:
+                health = NodeHealth.HEALTHY
+        if health != node.health:
+            record_event(
+                action="node.health_changed",
+                target=node,
+                park=backend.park,
+                data={"from": node.health, "to": health},
+            )
+            node.health = health
+        changed.append(node)
+    Node.objects.bulk_update(changed, ["telemetry", "last_seen_at", "health"])
+
+
+def merged_telemetry(previous: dict, reading: NodeTelemetry, now) -> dict:
+    before = (previous or {}).get("accelerators") or {}
+    devices = {}
+    for device in reading.accelerators:
+        key = str(device.index)
+        idle = device.utilization_pct < IDLE_BELOW_PCT
+        since = (before.get(key) or {}).get("idle_since") if idle else None
+        entry = {
+            "util": round(float(device.utilization_pct), 1),
+            "idle_since": (since or now.isoformat()) if idle else None,
+        }
+        if device.power_w is not None:
+            entry["power_w"] = device.power_w
+        devices[key] = entry
+    return {"accelerators": devices, "updated_at": now.isoformat(), "simulated": reading.simulated}
+
+
+def _backend_checked(backend: Backend, *, error: str, now) -> Backend:
+    from apps.operations.services import record_event
+
+    error = error[:2000]
+    if error != backend.last_error:
+        record_event(
+            action="backend.error" if error else "backend.recovered",
+            target=backend,
+            data={"error": error} if error else {},
+        )
+    Backend.objects.filter(pk=backend.pk).update(last_error=error, last_checked_at=now)
+    backend.last_error, backend.last_checked_at = error, now
+    return backend
+
+
+# --- Nodes: drain and undrain ----------------------------------------------------------------
+
+
+@transaction.atomic
+def drain_node(*, node: Node, operator, reason: str = "") -> Node:
+    """No new placements on the node; what runs there stays (and is counted in the audit)."""
+    return _set_drained(node=node, operator=operator, drained=True, reason=reason)
+
+
+@transaction.atomic
+def undrain_node(*, node: Node, operator) -> Node:
+    return _set_drained(node=node, operator=operator, drained=False, reason="")
+
+
+def _set_drained(*, node: Node, operator, drained: bool, reason: str) -> Node:
+    from apps.operations.services import record_event
+
+    park = Node.objects.select_related("pool__backend__park").get(pk=node.pk).pool.backend.park
+    _require_operator(operator, park)
+    lock(Node, node.pk)
+    node = Node.objects.select_related("pool__backend__park", "pool__region").get(pk=node.pk)
+    if node.is_drained == drained:
+        return node
+    node.is_drained = drained
+    node.save(update_fields=["is_drained"])
+    running = node.allocations.filter(released_at__isnull=True).count()
+    record_event(
+        action="node.drained" if drained else "node.undrained",
+        actor=operator,
+        target=node,
+        park=park,
+        data={"reason": reason.strip(), "running": running} if drained else {},
+    )
+    return node

@@ -5,6 +5,7 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import Flavor, Image, Region
 from apps.catalog.selectors import compatible_images
+from apps.orders.models import TaskPreference
 from apps.orders.services import (
     MAX_BANDWIDTH_MBPS,
     MAX_COUNT,
@@ -27,6 +28,13 @@ class InstanceOrderForm(forms.Form):
         to_field_name="code",
         required=False,
         empty_label=_("Let the scheduler choose"),
+    )
+    preference = forms.ChoiceField(
+        label=_("Scheduler preference"),
+        choices=TaskPreference.choices,
+        initial=TaskPreference.BALANCED,
+        required=False,
+        help_text=_("Among the hosts with room: the fastest, the cheapest or the greenest."),
     )
     name = forms.CharField(
         label=_("Name"), max_length=60, initial="gpu-host", help_text=_("Becomes the host name.")

@@ -44,6 +44,7 @@ from apps.orders.models import (
     OrderKind,
     OrderState,
     Task,
+    TaskPreference,
     TaskState,
 )
 from apps.orders.validation import validate_hostname, validate_ssh_public_key
@@ -216,6 +217,8 @@ class HostRequest:
     ssh_public_key: str = ""
     name: str = ""
     count: int = 1
+    # What the scheduler favours among the nodes that fit (DESIGN.md, Scheduling).
+    preference: str = TaskPreference.BALANCED
 
     @classmethod
     def from_data(cls, data) -> "HostRequest":
@@ -232,6 +235,7 @@ class HostRequest:
             ssh_public_key=data.get("ssh_public_key", ""),
             name=data.get("name", ""),
             count=data.get("count") or 1,
+            preference=data.get("preference") or TaskPreference.BALANCED,
         )
 
 
@@ -446,6 +450,7 @@ def _create_order(organization, actor, request, one_host: Quote, name, key) -> O
             "system_disk_gb": request.system_disk_gb,
             "data_disk_gb": request.data_disk_gb,
             "bandwidth_mbps": request.bandwidth_mbps,
+            "preference": request.preference,
         },
         quote=one_host.as_json(),
         hourly_minor=one_host.hourly_minor_rounded,
@@ -468,7 +473,13 @@ def _start_provisioning(order: Order, *, region: Region) -> None:
     from apps.orchestration.tasks import provision_instance
 
     instance = order.instance
-    place(instance=instance, shape=shape_of(instance.flavor), region=region, order=order)
+    place(
+        instance=instance,
+        shape=shape_of(instance.flavor),
+        region=region,
+        order=order,
+        preference=order.parameters.get("preference", TaskPreference.BALANCED),
+    )
     allocation = instance.allocations.get(released_at__isnull=True)
     Instance.objects.filter(pk=instance.pk).update(node=allocation.node, pool=allocation.node.pool)
     move_order(order=order, to=OrderState.FULFILLING)
@@ -578,7 +589,13 @@ OPERATIONS = {
 
 @transaction.atomic(durable=True)
 def request_operation(
-    *, instance: Instance, actor, kind: str, params: dict | None = None, idempotency_key: str = ""
+    *,
+    instance: Instance,
+    actor,
+    kind: str,
+    params: dict | None = None,
+    idempotency_key: str = "",
+    reason: str = "",
 ) -> Order:
     """Stop, start, resize, expand the disk, change bandwidth or release: one order each.
 
@@ -625,6 +642,7 @@ def request_operation(
         parameters=parameters,
         currency=instance.organization.park.currency,
         idempotency_key=_operation_key(idempotency_key) if idempotency_key else "",
+        reason=reason,  # why an operator or a park policy did it, for the tenant to read
         created_by=audit_identity(actor)[0],
     )
     record_event(

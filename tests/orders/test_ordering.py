@@ -128,6 +128,7 @@ def test_submit_create_provisions_a_running_host(world, order_hosts, owner):
         "system_disk_gb": 100,
         "data_disk_gb": 0,
         "bandwidth_mbps": 0,
+        "preference": "balanced",
     }
     assert actions_for(order) == [
         "order.submitted",
@@ -971,3 +972,12 @@ def test_a_host_that_never_ran_holds_nothing_after_rejection_or_cancellation(
     # The limits are free again: the full quota can be ordered (and waits, unverified).
     orders = order_hosts(8, count=2)
     assert [o.state for o in orders] == [OrderState.AWAITING_APPROVAL] * 2
+
+
+def test_the_tenants_preference_reaches_the_scheduler(world, owner):
+    request = world.request(1, preference="green")
+
+    [order] = submit_create(organization=world.organization, actor=owner, request=request)
+
+    assert order.parameters["preference"] == "green"
+    assert order.placements.get().weights["preference"] == "green"

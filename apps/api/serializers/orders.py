@@ -1,7 +1,7 @@
 from rest_framework import serializers
 
 from apps.catalog.models import Flavor, Image, Region
-from apps.orders.models import Instance, Order
+from apps.orders.models import Instance, Order, TaskPreference
 from apps.orders.services import (
     MAX_BANDWIDTH_MBPS,
     MAX_COUNT,
@@ -22,6 +22,12 @@ class HostRequestSerializer(serializers.Serializer):
         required=False,
         allow_null=True,
         help_text="Empty or null: the scheduler chooses.",
+    )
+    preference = serializers.ChoiceField(
+        choices=TaskPreference.choices,
+        required=False,
+        default=TaskPreference.BALANCED,
+        help_text="What the scheduler favours among the hosts with room.",
     )
     name = serializers.CharField(max_length=60, required=False, default="gpu-host")
     system_disk_gb = serializers.IntegerField(

@@ -4,6 +4,7 @@ Drivers take plain values (specs, handles), never model objects, so a task can c
 what it reloaded from the database and a driver can be tested without Django.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -34,6 +35,25 @@ class PoolCapacity:
 
 
 @dataclass(frozen=True)
+class AcceleratorReading:
+    """One accelerator's utilization (0-100 %) and, where the driver knows it, its power draw."""
+
+    index: int
+    utilization_pct: float
+    power_w: float | None = None
+
+
+@dataclass(frozen=True)
+class NodeTelemetry:
+    """What a driver measured on one host just now."""
+
+    hostname: str
+    healthy: bool = True
+    accelerators: tuple[AcceleratorReading, ...] = ()
+    simulated: bool = False
+
+
+@dataclass(frozen=True)
 class HostSpec:
     """What to run: one instance's shape on the node and devices the portal allocated."""
 
@@ -57,6 +77,40 @@ class HostAccess:
     ssh_user: str = "root"
 
 
+@dataclass(frozen=True)
+class TaskSpec:
+    """What to run: one training task on the node and the devices (or the share of one) the
+    portal allocated."""
+
+    name: str
+    node: str
+    accelerator_indices: tuple[int, ...]
+    accelerator_milli: int  # thousandths of a card: < 1000 is a share of the one device
+    vcpu: int
+    ram_gb: int
+    image: str
+    command: str
+
+
+TASK_RUNNING = "running"
+TASK_SUCCEEDED = "succeeded"
+TASK_FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """Where a task stands on the backend: `state` is one of TASK_RUNNING, TASK_SUCCEEDED,
+    TASK_FAILED; `logs` is everything it printed so far; `message` says why it failed."""
+
+    state: str
+    logs: str = ""
+    message: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state != TASK_RUNNING
+
+
 class Driver(Protocol):
     """Constructed with a Backend row's config."""
 
@@ -64,6 +118,11 @@ class Driver(Protocol):
     is_simulator: bool
 
     def capacity(self) -> list[PoolCapacity]: ...
+
+    def telemetry(self, hosts: Mapping[str, int]) -> list[NodeTelemetry]:
+        """Readings for the given hosts (hostname -> accelerator count the portal knows); a host
+        the driver cannot see is left out. Raises BackendError when the backend is unreachable."""
+        ...
 
     def provision(self, spec: HostSpec) -> HostAccess: ...
 
@@ -80,3 +139,11 @@ class Driver(Protocol):
     def release(self, handle: str) -> None: ...
 
     def status(self, handle: str) -> str: ...
+
+    def run_task(self, spec: TaskSpec) -> str:
+        """Start a training task; returns its handle."""
+        ...
+
+    def poll_task(self, handle: str) -> TaskStatus: ...
+
+    def cancel_task(self, handle: str) -> None: ...

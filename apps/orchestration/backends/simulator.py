@@ -6,6 +6,14 @@ Config (all optional):
     transient_failure_rate: 0..1  share of calls that fail transiently (the task retries them)
     seed: int                     makes the random draws reproducible
     pools: [...]                  the capacity it reports (see `capacity`)
+    utilization: {host: {index: pct}}  the utilization `telemetry` reports for those devices
+    idle_share: 0.0..1.0          share of the other devices reported idle (default 0.2); the
+                                  choice is stable per device (seed, host, index), so an idle
+                                  device stays idle from one reading to the next
+    unhealthy: [host, ...]        hosts reported unhealthy
+    task_seconds: float           how long a training task runs (default 0: done at the first poll)
+    task_failure_rate: 0.0..1.0   share of training tasks that exit with an error; which ones is
+                                  a stable draw per task (seed, node, name, command)
 
 Tests inject failures precisely with `SimulatorDriver.fail_next(...)`.
 """
@@ -15,13 +23,21 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 
 from apps.orchestration.backends.base import (
+    TASK_FAILED,
+    TASK_RUNNING,
+    TASK_SUCCEEDED,
+    AcceleratorReading,
     BackendError,
     HostAccess,
     HostSpec,
     NodeCapacity,
+    NodeTelemetry,
     PoolCapacity,
+    TaskSpec,
+    TaskStatus,
 )
 from apps.orchestration.backends.registry import register
 
@@ -96,6 +112,43 @@ class SimulatorDriver:
         except (KeyError, TypeError, ValueError) as exc:
             raise BackendError(f"Simulator config is invalid: {exc!r}") from exc
 
+    def telemetry(self, hosts: Mapping[str, int]) -> list[NodeTelemetry]:
+        """Simulated readings: the configured `utilization`, else a stable draw per device."""
+        self._call("telemetry")
+        try:
+            scripted = {
+                str(host): {int(index): float(pct) for index, pct in devices.items()}
+                for host, devices in (self.config.get("utilization") or {}).items()
+            }
+            idle_share = float(self.config.get("idle_share", 0.2))
+            unhealthy = {str(host) for host in self.config.get("unhealthy", [])}
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise BackendError(f"Simulator config is invalid: {exc!r}") from exc
+        readings = []
+        for host, count in hosts.items():
+            devices = []
+            for index in range(int(count)):
+                pct = scripted.get(host, {}).get(index)
+                if pct is None:
+                    pct = self._steady_utilization(host, index, idle_share)
+                devices.append(AcceleratorReading(index=index, utilization_pct=pct))
+            readings.append(
+                NodeTelemetry(
+                    hostname=host,
+                    healthy=host not in unhealthy,
+                    accelerators=tuple(devices),
+                    simulated=True,
+                )
+            )
+        return readings
+
+    def _steady_utilization(self, host: str, index: int, idle_share: float) -> float:
+        digest = hashlib.sha256(f"{self.config.get('seed')}/{host}/{index}".encode()).digest()
+        draw, spread = digest[0] / 255, digest[1] / 255
+        if draw < idle_share:
+            return round(spread * 2, 1)  # 0-2 %: idle
+        return round(35 + spread * 60, 1)  # 35-95 %: busy
+
     def provision(self, spec: HostSpec) -> HostAccess:
         self._call("provision")
         digest = hashlib.sha256(f"{spec.node}/{spec.name}".encode()).digest()
@@ -123,3 +176,47 @@ class SimulatorDriver:
 
     def status(self, handle: str) -> str:
         return "running"
+
+    # --- training tasks --------------------------------------------------------------------------
+    # The handle carries what a later poll needs (drivers are built per call and keep nothing):
+    # "simtask-<digest>-<start, epoch seconds>-<run seconds>".
+
+    TASK_STEPS = 3
+
+    def run_task(self, spec: TaskSpec) -> str:
+        self._call("run_task")
+        digest = hashlib.sha256(
+            f"{self.config.get('seed')}/{spec.node}/{spec.name}/{spec.command}".encode()
+        ).hexdigest()[:12]
+        seconds = float(self.config.get("task_seconds", 0))
+        return f"simtask-{digest}-{int(time.time())}-{seconds:g}"
+
+    def poll_task(self, handle: str) -> TaskStatus:
+        self._call("poll_task")
+        try:
+            _, digest, started, seconds = handle.split("-")
+            started, seconds = int(started), float(seconds)
+            draw = int(digest[:4], 16) / 0xFFFF
+        except ValueError as exc:
+            raise BackendError(f"simulator: no task {handle!r}") from exc
+        elapsed = time.time() - started
+        done = elapsed >= seconds
+        steps = self.TASK_STEPS if done else int(self.TASK_STEPS * elapsed / seconds)
+        lines = [f"[simulator] task {digest} started"]
+        for step in range(1, steps + 1):
+            loss = 2.0 / (step + int(digest[4:6], 16) / 255)
+            lines.append(f"[simulator] step {step}/{self.TASK_STEPS} loss={loss:.4f}")
+        if not done:
+            return TaskStatus(TASK_RUNNING, logs="\n".join(lines))
+        if draw < float(self.config.get("task_failure_rate", 0)):
+            lines.append("[simulator] exit code 1")
+            return TaskStatus(
+                TASK_FAILED,
+                logs="\n".join(lines),
+                message="simulator: the task exited with code 1 (simulated)",
+            )
+        lines.append("[simulator] exit code 0")
+        return TaskStatus(TASK_SUCCEEDED, logs="\n".join(lines))
+
+    def cancel_task(self, handle: str) -> None:
+        self._call("cancel_task")

@@ -11,6 +11,9 @@ class AuditFilterForm(forms.Form):
     )
     action = forms.CharField(label=_("Action"), required=False, help_text=_("e.g. api_key."))
     object_type = forms.CharField(label=_("Object type"), required=False)
+    target = forms.CharField(
+        label=_("Object"), required=False, max_length=200, help_text=_("Its name or id.")
+    )
     since = forms.DateTimeField(
         label=_("From"),
         required=False,

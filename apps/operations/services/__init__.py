@@ -1,3 +1,7 @@
+"""The audit log (`record_event`, which every app calls) and the operator console's use cases,
+one module per part of the back office: `catalog`, `infrastructure`, `instances`, `tenants`.
+The submodules import other apps' services; this one stays import-light, since they import it."""
+
 from django.db import models
 
 from apps.operations.models import AuditEvent
@@ -44,3 +48,14 @@ def _park_of(target):
     if isinstance(target, Park):
         return target
     return getattr(target, "park", None)
+
+
+def require_operator(operator, park: Park, message: str | None = None) -> None:
+    """Raise PermissionDenied unless `operator` operates `park` (or is a platform superuser)."""
+    from django.utils.translation import gettext as _
+
+    from apps.core.errors import PermissionDenied
+    from apps.tenants.selectors import is_operator_of
+
+    if not is_operator_of(operator, park):
+        raise PermissionDenied(message or _("Only this park's operators may do this."))

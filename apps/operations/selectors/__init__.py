@@ -21,7 +21,15 @@ def pool_capacity(parks):
 
 
 def audit_events(
-    parks, *, actor="", organization=None, action="", object_type="", since=None, until=None
+    parks,
+    *,
+    actor="",
+    organization=None,
+    action="",
+    object_type="",
+    target="",
+    since=None,
+    until=None,
 ):
     """The audit log of the given parks, newest first, filtered as the operator asks."""
     events = AuditEvent.objects.filter(park__in=parks).select_related("organization")
@@ -33,6 +41,11 @@ def audit_events(
         events = events.filter(action__startswith=action)
     if object_type:
         events = events.filter(object_type=object_type)
+    if target:  # the object, by its name or id
+        match = Q(object_repr__icontains=target)
+        if target.isdigit():
+            match |= Q(object_id=target)
+        events = events.filter(match)
     if since:
         events = events.filter(created_at__gte=since)
     if until:

@@ -1,0 +1,136 @@
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from apps.catalog.models import AcceleratorModel, Image, Region
+from apps.orchestration.scheduling import (
+    MAX_ACCELERATOR_MILLI,
+    MAX_COMMAND_CHARS,
+    MAX_NAME_CHARS,
+    MAX_PRIORITY,
+    MAX_RAM_GB,
+    MAX_VCPU,
+    MIN_PRIORITY,
+)
+from apps.orders.models import Task, TaskPreference
+
+
+class TaskRequestSerializer(serializers.Serializer):
+    """Input of a training task. Codes and slugs, not ids: what partners see in the catalog."""
+
+    name = serializers.CharField(max_length=MAX_NAME_CHARS, required=False, default="task")
+    image = serializers.SlugRelatedField(slug_field="code", queryset=Image.objects.none())
+    command = serializers.CharField(max_length=MAX_COMMAND_CHARS)
+    accelerator_model = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=AcceleratorModel.objects.none(),
+        required=False,
+        allow_null=True,
+        help_text="Empty or null: any model the image runs on.",
+    )
+    accelerator_milli = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_ACCELERATOR_MILLI,
+        required=False,
+        default=1000,
+        help_text="Thousandths of an accelerator: 1000 is one card, 250 a quarter share of one "
+        "card, 2000 two cards (multiples of 1000 above one card).",
+    )
+    vcpu = serializers.IntegerField(min_value=1, max_value=MAX_VCPU, required=False, default=8)
+    ram_gb = serializers.IntegerField(min_value=1, max_value=MAX_RAM_GB, required=False, default=32)
+    max_hourly_minor = serializers.IntegerField(
+        min_value=0,
+        required=False,
+        allow_null=True,
+        help_text="Never placed where it would cost more per hour (minor units); null: any.",
+    )
+    deadline = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="Still queued at this time, the task fails without running.",
+    )
+    allowed_regions = serializers.SlugRelatedField(
+        slug_field="code",
+        queryset=Region.objects.none(),
+        many=True,
+        required=False,
+        help_text="Region codes; empty: any region of the park.",
+    )
+    preference = serializers.ChoiceField(
+        choices=TaskPreference.choices, required=False, default=TaskPreference.BALANCED
+    )
+    priority = serializers.IntegerField(
+        min_value=MIN_PRIORITY,
+        max_value=MAX_PRIORITY,
+        required=False,
+        default=0,
+        help_text="0 is normal; below 0 lets other tasks go first.",
+    )
+
+    def __init__(self, *args, park=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if park is not None:
+            self.fields["image"].queryset = Image.objects.filter(is_active=True, park=park)
+            self.fields["accelerator_model"].queryset = AcceleratorModel.objects.filter(
+                pools__backend__park=park
+            ).distinct()
+            self.fields["allowed_regions"].child_relation.queryset = Region.objects.filter(
+                park=park
+            )
+
+
+class TaskSerializer(serializers.ModelSerializer):
+    image = serializers.CharField(source="image.code", read_only=True)
+    accelerator_model = serializers.CharField(
+        source="accelerator_model.slug", read_only=True, allow_null=True
+    )
+    allowed_regions = serializers.SlugRelatedField(slug_field="code", many=True, read_only=True)
+    pool = serializers.CharField(source="pool.name", read_only=True, allow_null=True)
+    region = serializers.CharField(source="pool.region.code", read_only=True, allow_null=True)
+    node = serializers.CharField(source="node.hostname", read_only=True, allow_null=True)
+    currency = serializers.CharField(source="organization.park.currency", read_only=True)
+    queue_position = serializers.SerializerMethodField(
+        help_text="1-based place in the park's start order while queued; null otherwise."
+    )
+    placement = serializers.SerializerMethodField(
+        help_text="Why it runs where it does, in the caller's language; null until placed."
+    )
+
+    class Meta:
+        model = Task
+        fields = [
+            "id",
+            "name",
+            "state",
+            "image",
+            "command",
+            "accelerator_model",
+            "accelerator_milli",
+            "vcpu",
+            "ram_gb",
+            "max_hourly_minor",
+            "hourly_minor",
+            "currency",
+            "deadline",
+            "allowed_regions",
+            "preference",
+            "priority",
+            "queue_position",
+            "pool",
+            "region",
+            "node",
+            "placement",
+            "logs",
+            "submitted_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_queue_position(self, task) -> int | None:
+        return self.context.get("queue_positions", {}).get(task.pk)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_placement(self, task) -> str | None:
+        placements = sorted(task.placements.all(), key=lambda p: (p.created_at, p.pk))
+        return placements[-1].describe() if placements else None

@@ -1,0 +1,73 @@
+from django import forms
+from django.utils.text import capfirst
+from django.utils.translation import gettext_lazy as _
+
+from apps.operations.models import IdlePolicy
+from apps.orchestration.backends.registry import driver_names
+
+
+class BackendForm(forms.Form):
+    name = forms.CharField(label=_("Name"), max_length=80)
+    driver = forms.ChoiceField(label=_("Driver"), choices=())
+    config = forms.JSONField(
+        label=_("Configuration (JSON)"),
+        initial=dict,
+        widget=forms.Textarea(attrs={"rows": 8, "class": "font-monospace"}),
+        help_text=_("The driver is asked for its capacity with it before anything is saved."),
+    )
+    region = forms.ModelChoiceField(
+        label=_("Region of the reported pools"),
+        queryset=None,
+        required=False,
+        help_text=_("Where the pools the driver reports stand; move them later on the pools page."),
+    )
+
+    def __init__(self, *args, regions, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["driver"].choices = [(name, name) for name in driver_names()]
+        self.fields["region"].queryset = regions
+
+
+class PoolForm(forms.Form):
+    """One row of the pools table. `regions` is a list, read once for the whole table (a
+    ModelChoiceField would query it again for every row it renders)."""
+
+    pool = forms.IntegerField(widget=forms.HiddenInput)
+    region = forms.TypedChoiceField(label=_("Region"), coerce=int, choices=())
+    pue = forms.DecimalField(
+        label=_("PUE"), min_value=1, max_value=5, max_digits=4, decimal_places=2
+    )
+    power_price_minor_per_kwh = forms.IntegerField(
+        label=_("Power price (minor units per kWh)"), min_value=0, max_value=100_000
+    )
+    carbon_g_per_kwh = forms.IntegerField(
+        label=_("Carbon intensity (gCO₂/kWh)"), min_value=0, max_value=5000
+    )
+    is_schedulable = forms.BooleanField(label=_("Schedulable"), required=False)
+
+    def __init__(self, *args, regions, html_form: str = "", **kwargs):
+        super().__init__(*args, **kwargs)
+        self._regions = {region.pk: region for region in regions}
+        self.fields["region"].choices = [
+            (region.pk, f"{region} · {region.get_level_display()}") for region in regions
+        ]
+        if html_form:  # one row of a table: the inputs name the <form> they belong to
+            for field in self.fields.values():
+                field.widget.attrs["form"] = html_form
+
+    def clean_region(self):
+        return self._regions[self.cleaned_data["region"]]
+
+
+class IdlePolicyForm(forms.Form):
+    threshold_minutes = forms.IntegerField(
+        label=capfirst(IdlePolicy._meta.get_field("threshold_minutes").verbose_name),
+        min_value=10,
+        max_value=10080,
+        help_text=IdlePolicy._meta.get_field("threshold_minutes").help_text,
+    )
+    auto_stop = forms.BooleanField(
+        label=capfirst(IdlePolicy._meta.get_field("auto_stop").verbose_name),
+        required=False,
+        help_text=_("Owners are mailed when an instance is stopped."),
+    )

@@ -1,0 +1,137 @@
+"""What the overview shows: capacity broken down by level, site, pool and vendor, its history
+(CapacitySample), the queues and what waits for an operator."""
+
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+
+from django.db.models import Avg, Count, DurationField, ExpressionWrapper, F, Min, Sum
+from django.utils import timezone
+
+from apps.operations.models import CapacitySample
+from apps.orchestration.models import Backend
+from apps.orders.models import Order, OrderState, Task, TaskState
+
+RECENT = timedelta(hours=24)
+
+
+@dataclass
+class CapacityRow:
+    label: str
+    total: int = 0
+    allocated: int = 0
+
+    @property
+    def free(self) -> int:
+        return self.total - self.allocated
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.allocated / self.total) if self.total else 0
+
+
+def capacity_breakdown(pools) -> dict[str, list[CapacityRow]]:
+    """Totals of annotated pools (`pool_capacity`) by region level, site and vendor."""
+    groups = {"level": {}, "region": {}, "vendor": {}}
+    for pool in pools:
+        keys = {
+            "level": (pool.region.level, pool.region.get_level_display()),
+            "region": (pool.region_id, str(pool.region)),
+            "vendor": (pool.accelerator_model.vendor, pool.accelerator_model.get_vendor_display()),
+        }
+        for group, (key, label) in keys.items():
+            row = groups[group].setdefault(key, CapacityRow(label=label))
+            row.total += pool.total
+            row.allocated += pool.allocated
+    order = {"center": 0, "province": 1, "edge": 2}
+    return {
+        "level": [groups["level"][k] for k in sorted(groups["level"], key=lambda k: order[k])],
+        "region": sorted(groups["region"].values(), key=lambda row: row.label),
+        "vendor": sorted(groups["vendor"].values(), key=lambda row: row.label),
+    }
+
+
+def capacity_series(parks, *, since, until=None) -> dict:
+    """The samples of the parks summed per moment, as the charts want them: times (ISO),
+    allocation and measured utilization in %, estimated power in kW; and the energy (kWh)
+    the allocated accelerators used over the period."""
+    samples = CapacitySample.objects.filter(park__in=parks, taken_at__gte=since)
+    if until is not None:
+        samples = samples.filter(taken_at__lt=until)
+    rows = list(
+        samples.values("taken_at")
+        .annotate(
+            total=Sum("accelerators_total"),
+            allocated=Sum("accelerators_allocated"),
+            idle=Sum("accelerators_idle"),
+            watts=Sum("watts"),
+            util=Avg("utilization_pct"),
+        )
+        .order_by("taken_at")
+    )
+    energy_wh = Decimal(0)
+    for before, after in zip(rows, rows[1:], strict=False):
+        hours = Decimal((after["taken_at"] - before["taken_at"]).total_seconds()) / 3600
+        energy_wh += Decimal(before["watts"]) * hours
+    return {
+        "times": [timezone.localtime(row["taken_at"]).isoformat() for row in rows],
+        "allocated_pct": [
+            round(100 * row["allocated"] / row["total"], 1) if row["total"] else 0 for row in rows
+        ],
+        "utilization_pct": [
+            round(float(row["util"]), 1) if row["util"] is not None else None for row in rows
+        ],
+        "idle": [row["idle"] for row in rows],
+        "power_kw": [round(row["watts"] / 1000, 2) for row in rows],
+        "energy_kwh": round(energy_wh / 1000, 1),
+        "points": len(rows),
+    }
+
+
+@dataclass(frozen=True)
+class Queue:
+    length: int
+    longest_wait: timedelta | None
+    average_wait: timedelta | None  # of those that left the queue in the last 24 h
+
+
+def queues(parks, *, now=None) -> dict[str, Queue]:
+    """Training tasks waiting for a node, and create orders waiting for an operator."""
+    now = now or timezone.now()
+    tasks = Task.objects.filter(organization__park__in=parks)
+    waiting = tasks.filter(state=TaskState.QUEUED).aggregate(
+        n=Count("id"), oldest=Min("submitted_at")
+    )
+    started = tasks.filter(started_at__gte=now - RECENT).aggregate(
+        wait=Avg(
+            ExpressionWrapper(F("started_at") - F("submitted_at"), output_field=DurationField())
+        )
+    )
+    orders = Order.objects.filter(organization__park__in=parks)
+    pending = orders.filter(state=OrderState.AWAITING_APPROVAL).aggregate(
+        n=Count("id"), oldest=Min("created_at")
+    )
+    decided = orders.filter(decided_at__gte=now - RECENT, decided_by__isnull=False).aggregate(
+        wait=Avg(ExpressionWrapper(F("decided_at") - F("created_at"), output_field=DurationField()))
+    )
+    return {
+        "tasks": Queue(
+            length=waiting["n"],
+            longest_wait=now - waiting["oldest"] if waiting["oldest"] else None,
+            average_wait=started["wait"],
+        ),
+        "approvals": Queue(
+            length=pending["n"],
+            longest_wait=now - pending["oldest"] if pending["oldest"] else None,
+            average_wait=decided["wait"],
+        ),
+    }
+
+
+def backends_with_errors(parks):
+    return (
+        Backend.objects.filter(park__in=parks)
+        .exclude(last_error="")
+        .select_related("park")
+        .order_by("-last_checked_at", "name")
+    )

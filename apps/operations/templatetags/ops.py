@@ -1,0 +1,76 @@
+from datetime import timedelta
+
+from django import template
+from django.utils.translation import gettext as _
+
+from apps.tenants.selectors import parks_operated_by
+
+register = template.Library()
+
+# url name -> the section of the sub-navigation it belongs to
+SECTIONS = {
+    "overview": "overview",
+    "organization_list": "tenants",
+    "organization_detail": "tenants",
+    "organization_quotas": "tenants",
+    "verification_queue": "verifications",
+    "order_approvals": "orders",
+    "instance_list": "instances",
+    "idle_capacity": "idle",
+    "catalog_flavors": "catalog",
+    "catalog_images": "catalog",
+    "catalog_prices": "catalog",
+    "backend_list": "infrastructure",
+    "pool_list": "infrastructure",
+    "node_list": "infrastructure",
+    "audit_log": "audit",
+    "park_security": "policies",
+    "approval_policy": "policies",
+}
+
+
+@register.inclusion_tag("operations/partials/_subnav.html", takes_context=True)
+def ops_subnav(context):
+    """The back office's own navigation. Park pages (catalog, backends, idle capacity, policies)
+    link to the park being viewed, else the operator's first park; a switcher lists the others."""
+    request = context["request"]
+    match = request.resolver_match
+    parks = list(parks_operated_by(request.user).order_by("name", "pk"))
+    park_id = (match.kwargs.get("park_id") if match else None) or None
+    current = next((p for p in parks if p.pk == park_id), parks[0] if parks else None)
+    url_name = match.url_name if match else ""
+    return {
+        "request": request,
+        "parks": parks,
+        "park": current,
+        "section": SECTIONS.get(url_name, ""),
+        "url_name": url_name if park_id else "",
+    }
+
+
+@register.filter
+def duration(value) -> str:
+    """A timedelta as "3 d 4 h", "2 h 5 min" or "12 min"."""
+    if value is None:
+        return "—"
+    if not isinstance(value, timedelta):
+        value = timedelta(minutes=int(value))
+    minutes = int(value.total_seconds() // 60)
+    days, rest = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(rest, 60)
+    if days:
+        return _("%(d)d d %(h)d h") % {"d": days, "h": hours}
+    if hours:
+        return _("%(h)d h %(m)d min") % {"h": hours, "m": minutes}
+    return _("%(m)d min") % {"m": minutes}
+
+
+@register.filter
+def mean_utilization(telemetry) -> float | None:
+    """The mean utilization (%) of a node's accelerators in its last telemetry, or None."""
+    readings = [
+        reading.get("util")
+        for reading in ((telemetry or {}).get("accelerators") or {}).values()
+        if isinstance(reading, dict) and reading.get("util") is not None
+    ]
+    return round(sum(readings) / len(readings), 1) if readings else None

@@ -1,0 +1,91 @@
+"""What the back office's views share: the operator's parks, objects looked up only within
+them (another park's object is a 404), pagination, and outcomes an HTMX row shows inline."""
+
+from contextlib import contextmanager
+from types import SimpleNamespace
+
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.core.exceptions import PermissionDenied as HttpPermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from apps.core.errors import DomainError, PermissionDenied
+from apps.tenants.models import Park
+from apps.tenants.selectors import get_for_operator, parks_operated_by
+
+PAGE_SIZE = 50
+
+
+def operated_park(request, park_id) -> Park:
+    return get_for_operator(Park.objects.all(), request.user, park_field="pk", pk=park_id)
+
+
+def posted_object(request, queryset, *, field: str, park_field: str, park=None):
+    """The object named by POST[field], if it is in the operator's parks (and in `park`)."""
+    pk = request.POST.get(field, "")
+    if not pk.isdigit():
+        raise Http404
+    if park is not None:
+        queryset = queryset.filter(**{park_field: park})
+    return get_for_operator(queryset, request.user, park_field=park_field, pk=int(pk))
+
+
+def page_of(request, rows, per_page: int = PAGE_SIZE):
+    """(page, the query string without `page`) for the pagination links."""
+    page = Paginator(rows, per_page).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return page, query.urlencode()
+
+
+def back_to(request, default: str) -> str:
+    """Where a non-HTMX action returns: the posted `next` (the filtered list it came from)."""
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return default
+
+
+@contextmanager
+def outcome_of():
+    """A service's refusal as `outcome.error` (a row shows it inline, a page as a message);
+    a domain permission error is a 403."""
+    outcome = SimpleNamespace(refused=False, error="")
+    try:
+        yield outcome
+    except PermissionDenied as exc:
+        raise HttpPermissionDenied(exc.message) from exc
+    except ValidationError as exc:
+        outcome.refused, outcome.error = True, " ".join(exc.messages)
+    except DomainError as exc:
+        outcome.refused, outcome.error = True, exc.message
+
+
+@contextmanager
+def form_refusals(form):
+    """A service's refusal as errors on the form: on the fields it names where the form has
+    them, otherwise above the form (a model's field the form does not show, a constraint)."""
+    outcome = SimpleNamespace(refused=False)
+    try:
+        yield outcome
+    except PermissionDenied as exc:
+        raise HttpPermissionDenied(exc.message) from exc
+    except ValidationError as exc:
+        outcome.refused = True
+        if hasattr(exc, "error_dict"):
+            for field, errors in exc.error_dict.items():
+                target = field if field in form.fields and field != NON_FIELD_ERRORS else None
+                for error in errors:
+                    form.add_error(target, error)
+        else:
+            form.add_error(None, exc)
+    except DomainError as exc:
+        outcome.refused = True
+        form.add_error(None, exc.message)
+
+
+def parks_of(request):
+    return parks_operated_by(request.user)

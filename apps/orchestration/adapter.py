@@ -1,0 +1,407 @@
+"""Rows to the placement engine's values and back (apps.orchestration.scheduler is pure Python).
+
+- Nodes: `node_views(nodes, prices=...)` turns schedulable nodes annotated by
+  `services.with_free_capacity` into `NodeView`s (the row, its `NodeState`, the accelerator ids
+  behind `state.gpu_free`), reading every node's cards and shares in two queries in all.
+- Prices: `task_prices(pools)` (per accelerator-hour: the region's price of the model's
+  one-card flavor) and `flavor_prices(flavor, regions)` (an instance's own flavor).
+- Requests: `instance_request(...)` for an order's host, `task_request(task, ...)` for a
+  training task.
+- Weights: `park_weights(park)`, the park's `SchedulingPolicy` (or the defaults).
+- Records: `placement_record(decision, views, ...)` → the `Placement.weights` and
+  `Placement.candidates` JSON (every candidate's score parts, so a decision can be re-scored).
+
+The fragmentation part is best fit (`BEST_FIT`): the fewer accelerators a placement leaves free
+on its node, the better, which keeps whole nodes for large requests.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.db.models import Sum
+from django.utils import timezone
+
+from apps.catalog.models import Price, PriceKind, ResourceType
+from apps.orchestration.models import Accelerator, Allocation, NodeHealth, SchedulingPolicy
+from apps.orchestration.scheduler import MILLI, Decision, NodeState, TaskRequest, Weights
+from apps.orchestration.scheduler.fragmentation import ShapeDistribution
+
+FRAGMENTATION_POLICY = "best-fit"
+# A zone no node is in: a task allowed nowhere (an empty set would mean anywhere).
+NO_ZONE = "-"
+# What the engine says of a node outside a task's zones.
+ZONE_CODES = ("gpu_model", "region")
+
+
+class BestFitMeasure(ShapeDistribution):
+    """The fragmentation part as best fit, in the form the scorer takes a distribution.
+
+    `scoring.fragmentation_delta` scores `weighted(after) - weighted(before)` (lower is
+    better). With `weighted = -free²/1000` (free: the node's free milli-accelerators) that is
+    `k·(2·free - k)/1000` for a request of k milli, which grows with the free capacity the node
+    has: the fullest node that still holds the request wins, for whole cards and shares alike.
+    """
+
+    def _reset(self) -> None:
+        super()._reset()
+        self.total = 1
+
+    def weighted(self, sig) -> float:
+        free = sum(sig[6])
+        return -(free * free) / MILLI
+
+
+BEST_FIT = BestFitMeasure()
+
+
+# --- nodes -----------------------------------------------------------------------------------
+
+
+@dataclass
+class NodeView:
+    """A schedulable node as the engine sees it, with what maps its answer back to rows."""
+
+    node: object  # Node, annotated by with_free_capacity, with pool__region/accelerator_model
+    state: NodeState
+    accelerator_ids: list[int] = field(default_factory=list)  # by position in state.gpu_free
+    price_per_hour_minor: Decimal | None = None  # one accelerator for one hour; None: unpriced
+
+    @property
+    def pool(self):
+        return self.node.pool
+
+
+def card_states(node_ids) -> dict[int, list[tuple[int, int]]]:
+    """{node id: [(accelerator id, free milli), ...] in index order}, in two queries.
+
+    A card is free (1000) when nothing holds it, 0 when an allocation holds it whole, and
+    1000 minus its live shares when the allocation holding it is a share.
+    """
+    cards = list(
+        Accelerator.objects.filter(node_id__in=node_ids)
+        .order_by("node_id", "index")
+        .values_list("id", "node_id", "allocation_id", "allocation__share_milli")
+    )
+    shared = {row[0] for row in cards if row[2] is not None and row[3]}
+    used = dict(
+        Allocation.objects.filter(shared_accelerator_id__in=shared, released_at__isnull=True)
+        .values("shared_accelerator_id")
+        .annotate(milli=Sum("share_milli"))
+        .order_by()
+        .values_list("shared_accelerator_id", "milli")
+    )
+    by_node = defaultdict(list)
+    for card_id, node_id, holder, holder_share in cards:
+        if holder is None:
+            free = MILLI
+        elif holder_share:
+            free = max(0, MILLI - (used.get(card_id) or 0))
+        else:
+            free = 0
+        by_node[node_id].append((card_id, free))
+    return by_node
+
+
+def node_views(nodes, *, prices: dict) -> list[NodeView]:
+    """`nodes` (with_free_capacity, select_related pool__region and pool__accelerator_model);
+    `prices`: {pool id: price of one accelerator-hour, or None}."""
+    nodes = list(nodes)
+    cards = card_states([n.pk for n in nodes])
+    views = []
+    for node in nodes:
+        pool, model = node.pool, node.pool.accelerator_model
+        units = float(model.compute_units)
+        node_cards = cards.get(node.pk, [])
+        price = prices.get(pool.pk)
+        state = NodeState.from_portal(
+            str(node.pk),
+            accelerators=len(node_cards),
+            accelerator_model=model.slug,
+            vcpu=node.vcpu_total,
+            ram_gb=node.ram_gb_total,
+            vcpu_used=min(node.vcpu_used, node.vcpu_total),
+            ram_gb_used=min(node.ram_used, node.ram_gb_total),
+            region=pool.region.code,
+            latency_ms=float(pool.region.latency_ms),
+            perf_units_per_gpu=units,
+            watts_per_unit=model.tdp_w / units,
+            pue=float(pool.pue),
+            carbon_g_per_kwh=float(pool.carbon_g_per_kwh),
+            price_per_hour_minor=float(price) if price is not None else 0,
+            drained=node.is_drained or node.health != NodeHealth.HEALTHY,
+        )
+        # from_portal knows whole cards only; the exact per-card shares, in index order:
+        state.gpu_free = [free for _, free in node_cards]
+        views.append(
+            NodeView(
+                node=node,
+                state=state,
+                accelerator_ids=[card for card, _ in node_cards],
+                price_per_hour_minor=price,
+            )
+        )
+    return views
+
+
+# --- prices ----------------------------------------------------------------------------------
+
+
+def _prices_in_force(at=None, **filters) -> list[dict]:
+    """Flavor-hour prices in force (the latest start not in the future), one per flavor and
+    region, with what choosing among them needs."""
+    at = at or timezone.now()
+    rows = (
+        Price.objects.filter(kind=PriceKind.FLAVOR_HOUR, effective_from__lte=at, **filters)
+        .order_by("flavor_id", "region_id", "-effective_from")
+        .values(
+            "flavor_id",
+            "region_id",
+            "amount_minor",
+            "currency",
+            "flavor__accelerator_count",
+            "flavor__family__accelerator_model_id",
+            "flavor__family__resource_type",
+            "flavor__is_active",
+        )
+    )
+    seen, current = set(), []
+    for row in rows:
+        key = (row["flavor_id"], row["region_id"])
+        if key not in seen:
+            seen.add(key)
+            current.append(row)
+    return current
+
+
+def per_card_hour(amount_minor, accelerators: int) -> Decimal:
+    return Decimal(amount_minor) / accelerators
+
+
+def task_prices(pools, at=None) -> dict[int, Decimal | None]:
+    """{pool id: what one of its accelerators costs a training task per hour, or None}.
+
+    The region's price of the one-accelerator flavor of the pool's model (a training-task
+    family's first, then the cheapest); without a one-card flavor there, the cheapest per-card
+    rate of the model's flavors in the region. One query for all pools.
+    """
+    pools = list(pools)
+    rows = _prices_in_force(
+        at,
+        region_id__in={p.region_id for p in pools},
+        flavor__family__accelerator_model_id__in={p.accelerator_model_id for p in pools},
+        flavor__is_active=True,
+    )
+    by_place = defaultdict(list)
+    for row in rows:
+        by_place[(row["region_id"], row["flavor__family__accelerator_model_id"])].append(row)
+    prices = {}
+    for pool in pools:
+        offers = by_place.get((pool.region_id, pool.accelerator_model_id), [])
+        single = [r for r in offers if r["flavor__accelerator_count"] == 1]
+        if single:
+            best = min(
+                single,
+                key=lambda r: (
+                    r["flavor__family__resource_type"] != ResourceType.TRAINING_TASK,
+                    r["amount_minor"],
+                ),
+            )
+            prices[pool.pk] = Decimal(best["amount_minor"])
+        elif offers:
+            prices[pool.pk] = min(
+                per_card_hour(r["amount_minor"], r["flavor__accelerator_count"]) for r in offers
+            )
+        else:
+            prices[pool.pk] = None
+    return prices
+
+
+def flavor_prices(flavor, pools, at=None) -> dict[int, Decimal | None]:
+    """{pool id: the flavor's price in the pool's region per accelerator-hour, or None}."""
+    pools = list(pools)
+    rows = _prices_in_force(at, flavor=flavor, region_id__in={p.region_id for p in pools})
+    by_region = {row["region_id"]: row["amount_minor"] for row in rows}
+    return {
+        pool.pk: (
+            per_card_hour(by_region[pool.region_id], flavor.accelerator_count)
+            if pool.region_id in by_region
+            else None
+        )
+        for pool in pools
+    }
+
+
+def task_hourly_minor(price_per_card_hour, accelerator_milli: int) -> int:
+    """A task's price per hour: the card price × its thousandths of a card, half up."""
+    amount = Decimal(price_per_card_hour) * accelerator_milli / MILLI
+    return int(amount.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+# --- requests --------------------------------------------------------------------------------
+
+
+def instance_request(
+    *, instance_id, shape, model_slug: str, region=None, preference: str = "balanced"
+) -> TaskRequest:
+    """One host of an order: `shape.accelerators` whole cards of one model, on one node."""
+    return TaskRequest(
+        id=f"instance-{instance_id}",
+        cpu_milli=shape.vcpu * MILLI,
+        memory_mib=shape.ram_gb * 1024,
+        num_gpu=shape.accelerators,
+        gpu_milli=MILLI,
+        gpu_models=frozenset({model_slug}),
+        regions=frozenset({region.code}) if region is not None else frozenset(),
+        preference=preference or "balanced",
+    )
+
+
+def task_model_ids(task) -> set[int]:
+    """The accelerator models a task may run on: its own, or every one its image runs on."""
+    if task.accelerator_model_id:
+        return {task.accelerator_model_id}
+    return {m.pk for m in task.image.compatible_accelerators.all()}
+
+
+def task_request(task, *, model_slugs, zones=None) -> TaskRequest:
+    """A training task. `zones`: the zones (see `zone`) it may use; None: its allowed regions'
+    codes, for a request scored against plain `node_views`."""
+    milli = task.accelerator_milli
+    if zones is None:
+        regions = frozenset(r.code for r in task.allowed_regions.all())
+    else:
+        regions = frozenset(zones) or frozenset({NO_ZONE})
+    return TaskRequest(
+        id=str(task.pk),
+        cpu_milli=task.vcpu * MILLI,
+        memory_mib=task.ram_gb * 1024,
+        num_gpu=1 if milli < MILLI else milli // MILLI,
+        gpu_milli=milli if milli < MILLI else MILLI,
+        gpu_models=frozenset(model_slugs) or frozenset({NO_ZONE}),
+        regions=regions,
+        organization=task.organization_id,
+        priority=task.priority,
+        preference=task.preference,
+        submitted_at=task.submitted_at.timestamp() if task.submitted_at else 0.0,
+    )
+
+
+def zone(pool) -> str:
+    """A pool as the place a task may or may not go: region, model and price are all the
+    pool's, so a task's allowed pools say everything its constraints do."""
+    return f"pool-{pool.pk}"
+
+
+def task_pool_rejections(task, pools, prices, *, model_ids) -> dict[int, str]:
+    """{pool id: why the task may not use it} for the pools it may not use ("gpu_model",
+    "region", "not_priced", "max_price"); the others are missing from the answer."""
+    allowed_regions = {r.pk for r in task.allowed_regions.all()}
+    refused = {}
+    for pool in pools:
+        price = prices.get(pool.pk)
+        if pool.accelerator_model_id not in model_ids:
+            refused[pool.pk] = "gpu_model"
+        elif allowed_regions and pool.region_id not in allowed_regions:
+            refused[pool.pk] = "region"
+        elif price is None:
+            refused[pool.pk] = "not_priced"
+        elif (
+            task.max_hourly_minor is not None
+            and task_hourly_minor(price, task.accelerator_milli) > task.max_hourly_minor
+        ):
+            refused[pool.pk] = "max_price"
+    return refused
+
+
+# --- weights ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParkWeights:
+    weights: Weights
+    operator_share: float
+    source: str  # "park": the park's own policy; "default": a park without one
+
+    def as_json(self) -> dict:
+        return {
+            "operator": self.weights.as_dict(),
+            "operator_share": self.operator_share,
+            "park_policy": self.source,
+        }
+
+
+def park_weights(park) -> ParkWeights:
+    policy = SchedulingPolicy.objects.filter(park=park).first()
+    source = "park" if policy is not None else "default"
+    policy = policy or SchedulingPolicy.default_for(park)
+    return ParkWeights(
+        weights=Weights(**policy.weights()),
+        operator_share=float(policy.operator_share),
+        source=source,
+    )
+
+
+# --- records ---------------------------------------------------------------------------------
+
+
+def candidate_record(view: NodeView, candidate, *, request, rejected=None) -> dict:
+    node, pool = view.node, view.node.pool
+    fits = candidate.rejected is None and rejected is None
+    raw = dict(candidate.raw)
+    if fits:
+        raw["left_free"] = (view.state.gpu_milli_free - request.gpu_request_milli) / MILLI
+    return {
+        "node": node.hostname,
+        "node_id": node.pk,
+        "pool": pool.name,
+        "pool_id": pool.pk,
+        "region": pool.region.code,
+        "region_name": pool.region.name,
+        "free_accelerators": node.free_accelerators,
+        "free_vcpu": node.vcpu_total - node.vcpu_used,
+        "free_ram_gb": node.ram_gb_total - node.ram_used,
+        "fits": fits,
+        "total": candidate.total if fits else None,
+        "parts": dict(candidate.parts) if fits else {},
+        "raw": raw,
+        "rejected": rejected or candidate.rejected,
+    }
+
+
+def placement_record(
+    decision: Decision,
+    views: list[NodeView],
+    *,
+    request: TaskRequest,
+    park: ParkWeights,
+    currency: str,
+    rejections: dict | None = None,
+) -> tuple[dict, list[dict]]:
+    """(Placement.weights, Placement.candidates) for a decision over `views`.
+
+    `rejections` ({node id: code}) overrides the engine's code for a node, where the portal
+    knows better (a price over the task's maximum reads "region" to the engine, which only
+    sees that the task may not use the node's pool).
+    """
+    by_id = {v.state.id: v for v in views}
+    rejections = rejections or {}
+    candidates = [
+        candidate_record(
+            by_id[c.node_id],
+            c,
+            request=request,
+            rejected=rejections.get(c.node_id) if c.rejected in ZONE_CODES else None,
+        )
+        for c in decision.candidates
+        if c.node_id in by_id
+    ]
+    weights = {
+        "policy": FRAGMENTATION_POLICY,
+        "scorer": "weighted",
+        "weights": decision.weights.as_dict(),
+        "preference": request.preference,
+        "currency": currency,
+        **park.as_json(),
+    }
+    return weights, candidates

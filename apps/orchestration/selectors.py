@@ -1,0 +1,248 @@
+"""Reads shared by the task pages, the operator pages and the API: tasks of an organization,
+queue positions, the compute a task and a pool stand for, decisions and their re-scoring."""
+
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+
+from django.db.models import Count, Prefetch, Q
+from django.utils import timezone
+
+from apps.orchestration import adapter
+from apps.orchestration.models import (
+    Accelerator,
+    Node,
+    NodeHealth,
+    Placement,
+    Pool,
+    SchedulingPolicy,
+)
+from apps.orchestration.scheduler import MILLI, Weights, combine, queue_positions
+from apps.orders.models import Task, TaskState
+from apps.tenants.selectors import for_organization, parks_operated_by
+
+USAGE_WINDOW = timedelta(hours=24)  # fair share counts the accelerator-seconds of this window
+BUSY_STATES = (TaskState.QUEUED, TaskState.PLACED, TaskState.RUNNING)
+PREVIEW_PLACEMENTS = 20
+
+
+def tasks_for(organization):
+    return (
+        for_organization(Task, organization)
+        .select_related("image", "accelerator_model", "pool__region", "pool__accelerator_model")
+        .order_by("-submitted_at", "-pk")
+    )
+
+
+def schedulable_park_nodes(park):
+    """The park's nodes a task may land on, of every accelerator model."""
+    return Node.objects.filter(
+        pool__backend__park=park,
+        pool__backend__is_enabled=True,
+        pool__is_schedulable=True,
+        health=NodeHealth.HEALTHY,
+        is_drained=False,
+    ).select_related("pool__region", "pool__backend", "pool__accelerator_model")
+
+
+def schedulable_park_pools(park):
+    return Pool.objects.filter(
+        backend__park=park, backend__is_enabled=True, is_schedulable=True
+    ).select_related("region", "accelerator_model")
+
+
+# --- the queue -------------------------------------------------------------------------------
+
+
+def recent_usage(park, *, now=None) -> dict[int, float]:
+    """{organization id: accelerator-seconds its tasks ran in the last USAGE_WINDOW}: what fair
+    share orders the queue by (the organization that used least goes next)."""
+    now = now or timezone.now()
+    since = now - USAGE_WINDOW
+    rows = (
+        Task.objects.filter(organization__park=park, started_at__isnull=False)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
+        .values_list("organization_id", "accelerator_milli", "started_at", "finished_at")
+    )
+    usage: dict[int, float] = {}
+    for organization_id, milli, started, finished in rows:
+        seconds = (min(finished or now, now) - max(started, since)).total_seconds()
+        if seconds > 0:
+            usage[organization_id] = usage.get(organization_id, 0.0) + seconds * milli / MILLI
+    return usage
+
+
+def queue_positions_in(park, *, now=None) -> dict[int, int]:
+    """{task id: its 1-based place in the park's start order} for every queued task: priority
+    first, then fair share by recent usage, then first come first served."""
+    queued = list(
+        Task.objects.filter(organization__park=park, state=TaskState.QUEUED).only(
+            "pk",
+            "organization_id",
+            "priority",
+            "submitted_at",
+            "accelerator_milli",
+            "vcpu",
+            "ram_gb",
+            "preference",
+        )
+    )
+    if not queued:
+        return {}
+    requests = [adapter.task_request(t, model_slugs=(), zones=()) for t in queued]
+    positions = queue_positions(requests, recent_usage(park, now=now))
+    return {int(task_id): position for task_id, position in positions.items()}
+
+
+# --- compute measurement ---------------------------------------------------------------------
+
+
+def cards(task) -> Decimal:
+    """The accelerators a task asks for, in cards (0.25 for a quarter share)."""
+    return Decimal(task.accelerator_milli) / MILLI
+
+
+def measure(value, places: int = 3) -> str:
+    """A measure as shown: at most `places` decimals, no trailing zeros ("19.79", "8")."""
+    if value is None:
+        return ""
+    text = f"{Decimal(value):.{places}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def task_compute_units(task) -> Decimal | None:
+    """Normalized compute units the task holds (or will: None while its model is open)."""
+    model = task.pool.accelerator_model if task.pool_id else task.accelerator_model
+    if model is None:
+        return None
+    return model.compute_units * Decimal(task.accelerator_milli) / MILLI
+
+
+@dataclass(frozen=True)
+class PoolCapacity:
+    pool: Pool
+    accelerators: int
+    free_accelerators: int
+    units_per_accelerator: Decimal
+
+    @property
+    def units(self) -> Decimal:
+        return self.units_per_accelerator * self.accelerators
+
+    @property
+    def free_units(self) -> Decimal:
+        return self.units_per_accelerator * self.free_accelerators
+
+
+def pool_capacity(pool) -> PoolCapacity:
+    """A pool's accelerators and whole free ones, and what they come to in compute units."""
+    counts = Accelerator.objects.filter(node__pool=pool).aggregate(
+        total=Count("id"), free=Count("id", filter=Q(allocation__isnull=True))
+    )
+    return PoolCapacity(
+        pool=pool,
+        accelerators=counts["total"],
+        free_accelerators=counts["free"],
+        units_per_accelerator=pool.accelerator_model.compute_units,
+    )
+
+
+# --- decisions -------------------------------------------------------------------------------
+
+
+def task_placement(task) -> Placement | None:
+    return (
+        task.placements.select_related("chosen_node", "chosen_pool__region")
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+
+
+def placements_for_operator(user):
+    parks = parks_operated_by(user)
+    return Placement.objects.filter(
+        Q(task__organization__park__in=parks) | Q(order__organization__park__in=parks)
+    ).select_related(
+        "task__organization__park",
+        "order__organization__park",
+        "order__instance",
+        "chosen_node",
+        "chosen_pool__region",
+    )
+
+
+def placement_park(placement):
+    subject = placement.task or placement.order
+    return subject.organization.park
+
+
+def recent_park_placements(park, *, limit: int = PREVIEW_PLACEMENTS) -> list[Placement]:
+    """The park's last `limit` decisions made by the weighted scorer, newest first."""
+    return list(
+        Placement.objects.filter(
+            Q(task__organization__park=park) | Q(order__organization__park=park),
+            chosen_node__isnull=False,
+            weights__has_key="weights",
+        )
+        .select_related("chosen_node", "chosen_pool__region", "task", "order__instance")
+        .order_by("-created_at", "-pk")[:limit]
+    )
+
+
+def rescored_choice(placement, operator: Weights, operator_share: float) -> dict | None:
+    """The candidate `placement` would have chosen under the park weights `operator`, from the
+    score parts it stored (the tenant's preference as it was). None if nothing was feasible."""
+    weights = combine(operator, placement.weights.get("preference"), operator_share).normalized()
+    best = None
+    for candidate in placement.candidates:
+        if candidate.get("total") is None:
+            continue
+        total = sum(
+            getattr(weights, part) * candidate["parts"].get(part, 0.0) for part in weights.as_dict()
+        )
+        if best is None or total > best[0] + 1e-12:
+            best = (total, candidate)
+    return best[1] if best else None
+
+
+@dataclass(frozen=True)
+class PreviewRow:
+    placement: Placement
+    chosen: dict | None
+    would_choose: dict | None
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.would_choose) and self.would_choose["node_id"] != (
+            self.placement.chosen_node_id
+        )
+
+
+def preview_policy(
+    park, *, weights: dict, operator_share: float, limit: int = PREVIEW_PLACEMENTS
+) -> list[PreviewRow]:
+    """What the park's last `limit` decisions would have chosen with these weights."""
+    operator = Weights(**weights)
+    return [
+        PreviewRow(
+            placement=placement,
+            chosen=placement.chosen_candidate(),
+            would_choose=rescored_choice(placement, operator, operator_share),
+        )
+        for placement in recent_park_placements(park, limit=limit)
+    ]
+
+
+def policy_for(park) -> SchedulingPolicy:
+    """The park's policy, or the defaults it schedules by (unsaved)."""
+    return SchedulingPolicy.objects.filter(park=park).first() or SchedulingPolicy.default_for(park)
+
+
+def task_with_details(queryset):
+    return queryset.prefetch_related(
+        "allowed_regions",
+        Prefetch(
+            "placements",
+            queryset=Placement.objects.select_related("chosen_node", "chosen_pool__region"),
+        ),
+    )

@@ -1,0 +1,206 @@
+"""Training task pages (the tenant's) and the scheduling pages of the back office (a park's
+policy with its preview, one decision with every candidate)."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.core.exceptions import PermissionDenied as HttpPermissionDenied
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from apps.core.errors import DomainError, PermissionDenied
+from apps.core.web import refusals
+from apps.orchestration import scheduling, selectors
+from apps.orchestration.forms import SchedulingPolicyForm, TaskForm
+from apps.orchestration.models import SCORE_PART_LABELS, SCORE_PARTS, Placement, minor_units
+from apps.orders.models import Task
+from apps.tenants.decorators import organization_view
+from apps.tenants.models import Park
+from apps.tenants.roles import Action
+from apps.tenants.selectors import get_for_operator, get_for_organization, is_operator_of
+
+# The service's field names where the form asks in other units.
+FORM_FIELDS = {"accelerator_milli": "accelerators", "max_hourly_minor": "max_hourly_price"}
+
+
+@organization_view()
+def task_list(request):
+    tasks = list(selectors.tasks_for(request.organization)[:200])
+    positions = selectors.queue_positions_in(request.organization.park)
+    for task in tasks:
+        task.queue_position = positions.get(task.pk)
+        task.cards = selectors.measure(selectors.cards(task))
+    context = {
+        "tasks": tasks,
+        "busy": any(t.state in selectors.BUSY_STATES for t in tasks),
+        "currency": request.organization.park.currency,
+    }
+    template = (
+        "orchestration/partials/_task_rows.html" if request.htmx else "orchestration/task_list.html"
+    )
+    return render(request, template, context)
+
+
+@organization_view(Action.ORDER)
+def task_create(request):
+    form = TaskForm(request.POST or None, park=request.organization.park)
+    if request.method == "POST" and form.is_valid():
+        task = None
+        try:
+            task = scheduling.submit_task(
+                organization=request.organization, actor=request.user, data=form.task_data()
+            )
+        except PermissionDenied as exc:
+            raise HttpPermissionDenied(exc.message) from exc
+        except ValidationError as exc:
+            _add_service_errors(form, exc)
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        if task is not None:
+            messages.success(request, _("Submitted: the task is queued."))
+            return redirect("tasks:task_detail", task_id=task.pk)
+    return render(
+        request,
+        "orchestration/task_create.html",
+        {"form": form},
+        status=422 if form.errors else 200,
+    )
+
+
+def _add_service_errors(form, exc: ValidationError) -> None:
+    if not hasattr(exc, "error_dict"):
+        form.add_error(None, exc)
+        return
+    for name, errors in exc.error_dict.items():
+        name = FORM_FIELDS.get(name, name)
+        target = name if name in form.fields and name != NON_FIELD_ERRORS else None
+        for error in errors:
+            form.add_error(target, error)
+
+
+@organization_view()
+def task_detail(request, task_id):
+    task = get_for_organization(
+        selectors.task_with_details(
+            Task.objects.select_related(
+                "image", "accelerator_model", "pool__region", "pool__accelerator_model", "node"
+            )
+        ),
+        request.organization,
+        pk=task_id,
+    )
+    placement = selectors.task_placement(task)
+    task.cards = selectors.measure(selectors.cards(task))
+    capacity = selectors.pool_capacity(task.pool) if task.pool_id else None
+    context = {
+        "task": task,
+        "busy": task.state in selectors.BUSY_STATES,
+        "queue_position": selectors.queue_positions_in(request.organization.park).get(task.pk),
+        "placement": placement,
+        "units": selectors.measure(selectors.task_compute_units(task)),
+        "capacity": capacity,
+        "capacity_units": selectors.measure(capacity.units) if capacity else "",
+        "capacity_free_units": selectors.measure(capacity.free_units) if capacity else "",
+        "is_operator": is_operator_of(request.user, request.organization.park),
+        "currency": request.organization.park.currency,
+    }
+    if request.htmx:
+        return render(request, "orchestration/partials/_task_status.html", context)
+    return render(request, "orchestration/task_detail.html", context)
+
+
+@organization_view(Action.ORDER)
+@require_POST
+def task_cancel(request, task_id):
+    task = get_for_organization(Task, request.organization, pk=task_id)
+    with refusals(request) as outcome:
+        scheduling.cancel_task(task=task, actor=request.user)
+    if not outcome.refused:
+        messages.success(request, _("Task cancelled; what it held is free again."))
+    return redirect("tasks:task_detail", task_id=task.pk)
+
+
+# --- back office -----------------------------------------------------------------------------
+
+
+def _operated_park(request, park_id) -> Park:
+    """A park the user operates; any other (or a user who operates none) is a 404."""
+    return get_for_operator(Park.objects.all(), request.user, park_field="pk", pk=park_id)
+
+
+@login_required
+def scheduling_policy(request, park_id):
+    park = _operated_park(request, park_id)
+    policy = selectors.policy_for(park)
+    form = SchedulingPolicyForm(
+        request.POST or None, initial=SchedulingPolicyForm.initial_for(policy)
+    )
+    preview = None
+    if request.method == "POST" and form.is_valid():
+        if request.POST.get("action") == "preview":
+            preview = selectors.preview_policy(
+                park,
+                weights=form.weights(),
+                operator_share=float(form.cleaned_data["operator_share"]),
+            )
+        else:
+            try:
+                scheduling.set_scheduling_policy(
+                    park=park,
+                    operator=request.user,
+                    operator_share=form.cleaned_data["operator_share"],
+                    **form.weights(),
+                )
+            except PermissionDenied as exc:
+                raise Http404 from exc
+            except ValidationError as exc:
+                _add_service_errors(form, exc)
+            else:
+                messages.success(request, _("Scheduling policy saved."))
+                return redirect("tasks_ops:scheduling_policy", park_id=park.pk)
+    context = {
+        "park": park,
+        "policy": policy,
+        "form": form,
+        "preview": preview,
+        "preview_changes": sum(1 for row in preview if row.changes) if preview else 0,
+    }
+    if request.htmx and preview is not None:
+        return render(request, "orchestration/partials/_policy_preview.html", context)
+    return render(
+        request,
+        "orchestration/scheduling_policy.html",
+        context,
+        status=422 if form.errors else 200,
+    )
+
+
+@login_required
+def decision_detail(request, placement_id):
+    try:
+        placement = selectors.placements_for_operator(request.user).get(pk=placement_id)
+    except (Placement.DoesNotExist, ValueError):
+        raise Http404 from None
+    weights = placement.weights.get("weights", {})
+    feasible = sorted(placement.feasible_candidates(), key=lambda c: c["total"], reverse=True)
+    context = {
+        "placement": placement,
+        "park": selectors.placement_park(placement),
+        "parts": [SCORE_PART_LABELS[part] for part in SCORE_PARTS],
+        "weights": [(SCORE_PART_LABELS[part], weights.get(part)) for part in SCORE_PARTS],
+        "feasible": [
+            {
+                **candidate,
+                "scores": [candidate["parts"].get(part) for part in SCORE_PARTS],
+                "price": minor_units(candidate["raw"]["price_minor"])
+                if candidate["raw"].get("price_minor")
+                else None,
+                "chosen": candidate["node_id"] == placement.chosen_node_id,
+            }
+            for candidate in feasible
+        ],
+        "rejected": placement.rejected_candidates(),
+    }
+    return render(request, "orchestration/decision_detail.html", context)

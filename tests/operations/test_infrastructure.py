@@ -1,0 +1,338 @@
+"""Backends, nodes and capacity: registering a backend (validated by asking its driver),
+probing it (capacity, health, telemetry), draining nodes, pool attributes and the capacity
+samples the overview charts."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.utils import timezone, translation
+
+from apps.core.errors import PermissionDenied
+from apps.operations.models import AuditEvent, CapacitySample
+from apps.operations.selectors import pool_capacity
+from apps.operations.selectors.dashboard import capacity_breakdown, capacity_series
+from apps.operations.services.infrastructure import sample_capacity, set_idle_policy, update_pool
+from apps.orchestration.backends.base import BackendError
+from apps.orchestration.backends.simulator import SimulatorDriver
+from apps.orchestration.models import Backend, Node, NodeHealth, Pool
+from apps.orchestration.services import (
+    IDLE_BELOW_PCT,
+    NoCapacity,
+    drain_node,
+    probe_backend,
+    register_backend,
+    undrain_node,
+)
+from apps.orders.services import submit_create
+from tests.factories import ParkFactory, ParkOperatorFactory, RegionFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def simulated(*pools):
+    return {
+        "pools": [
+            {
+                "name": name,
+                "accelerator_model": model,
+                "nodes": [
+                    {"hostname": f"{name}-n{i}", "accelerators": 4, "vcpu": 64, "ram_gb": 512}
+                    for i in range(nodes)
+                ],
+            }
+            for name, model, nodes in pools
+        ]
+    }
+
+
+@pytest.fixture
+def stranger():
+    """An operator of another park."""
+    user = UserFactory()
+    ParkOperatorFactory(park=ParkFactory(), user=user)
+    return user
+
+
+# --- Registering a backend -------------------------------------------------------------------
+
+
+def test_register_backend_imports_what_the_driver_reports(console, operator):
+    backend = register_backend(
+        park=console.park,
+        operator=operator,
+        name="edge-sim",
+        driver="simulator",
+        config=simulated(("edge-h1", "test-h1", 2)),
+        region=console.region,
+    )
+
+    pool = Pool.objects.get(backend=backend)
+    assert (pool.name, pool.region, pool.accelerator_model) == (
+        "edge-h1",
+        console.region,
+        console.model,
+    )
+    assert sorted(pool.nodes.values_list("hostname", flat=True)) == ["edge-h1-n0", "edge-h1-n1"]
+    assert sum(node.accelerators.count() for node in pool.nodes.all()) == 8
+    event = AuditEvent.objects.get(action="backend.registered")
+    assert event.actor == operator and event.park == console.park
+    assert event.data == {"driver": "simulator", "pools": ["edge-h1"], "nodes": 2}
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        ({"driver": "no-such"}, "driver", "No backend driver is called"),
+        ({"config": {"pools": [{"name": "p"}]}}, "config", "The driver refused"),
+        ({"config": ["not", "an", "object"]}, "config", "must be a JSON object"),
+        ({"config": simulated(("p", "unknown-gpu", 1))}, "config", "unknown-gpu"),
+        ({"config": simulated(("p", "test-h1", 1), ("p", "test-h1", 1))}, "config", "same name"),
+        ({"config": simulated(("p", "test-h1", 1)), "region": None}, "region", "Choose the region"),
+        ({"name": "  "}, "name", "Give the backend a name"),
+        ({"name": "sim"}, "name", "already has a backend"),
+    ],
+)
+def test_register_backend_refusals_name_the_field(console, operator, fields, field, message):
+    values = {
+        "name": "new",
+        "driver": "simulator",
+        "config": simulated(("p", "test-h1", 1)),
+        "region": console.region,
+        **fields,
+    }
+    with pytest.raises(ValidationError) as excinfo:
+        register_backend(park=console.park, operator=operator, **values)
+    assert message in " ".join(excinfo.value.message_dict[field])
+    assert not Backend.objects.filter(name="new").exists()
+
+
+def test_register_backend_in_another_parks_region_is_refused(console, operator):
+    foreign = RegionFactory()
+    with pytest.raises(ValidationError) as excinfo:
+        register_backend(
+            park=console.park,
+            operator=operator,
+            name="x",
+            driver="simulator",
+            config=simulated(("p", "test-h1", 1)),
+            region=foreign,
+        )
+    assert "region" in excinfo.value.message_dict
+
+
+def test_only_the_parks_operators_register_backends(console, stranger, owner):
+    for user in (stranger, owner):
+        with pytest.raises(PermissionDenied):
+            register_backend(
+                park=console.park, operator=user, name="x", driver="simulator", config={}
+            )
+
+
+# --- Probing: health and telemetry -----------------------------------------------------------
+
+
+def test_probe_records_idle_since_and_keeps_it_while_idle(console, telemetry):
+    start = timezone.now() - timedelta(minutes=90)
+    Backend.objects.filter(pk=console.backend.pk).update(
+        config={"utilization": {"node-a": {"0": 1, "1": 80}}, "idle_share": 0}
+    )
+    probe_backend(backend=console.backend, now=start)
+    probe_backend(backend=console.backend, now=start + timedelta(minutes=30))
+
+    node = Node.objects.get(hostname="node-a")
+    devices = node.telemetry["accelerators"]
+    assert devices["0"] == {"util": 1.0, "idle_since": start.isoformat()}
+    assert devices["1"] == {"util": 80.0, "idle_since": None}
+    assert node.telemetry["simulated"] is True
+    assert node.last_seen_at == start + timedelta(minutes=30)
+
+    # Busy again: the idle stretch ends.
+    telemetry({"node-a": {"0": 50}})
+    assert Node.objects.get(hostname="node-a").telemetry["accelerators"]["0"]["idle_since"] is None
+
+
+def test_probe_marks_unhealthy_and_unseen_nodes_down_and_back(console):
+    Backend.objects.filter(pk=console.backend.pk).update(config={"unhealthy": ["node-b"]})
+    probe_backend(backend=console.backend)
+    assert Node.objects.get(hostname="node-b").health == NodeHealth.DOWN
+    assert Node.objects.get(hostname="node-a").health == NodeHealth.HEALTHY
+    assert AuditEvent.objects.filter(action="node.health_changed").count() == 1
+
+    Backend.objects.filter(pk=console.backend.pk).update(config={})
+    probe_backend(backend=console.backend)
+    assert Node.objects.get(hostname="node-b").health == NodeHealth.HEALTHY
+
+
+def test_probe_keeps_the_drivers_error_on_the_backend(console):
+    SimulatorDriver.fail_next(BackendError("simulator: control plane unreachable"))
+    try:
+        backend = probe_backend(backend=console.backend)
+    finally:
+        SimulatorDriver.clear_injected()
+    assert backend.last_error == "simulator: control plane unreachable"
+    stored = Backend.objects.get(pk=console.backend.pk)
+    assert stored.last_error == backend.last_error and stored.last_checked_at is not None
+    assert AuditEvent.objects.filter(action="backend.error").count() == 1
+
+    probe_backend(backend=console.backend)
+    assert Backend.objects.get(pk=console.backend.pk).last_error == ""
+    assert AuditEvent.objects.filter(action="backend.recovered").count() == 1
+
+
+def test_probe_follows_the_capacity_report_of_registered_pools(console, operator):
+    backend = register_backend(
+        park=console.park,
+        operator=operator,
+        name="grow",
+        driver="simulator",
+        config=simulated(("g", "test-h1", 1)),
+        region=console.region,
+    )
+    Backend.objects.filter(pk=backend.pk).update(config=simulated(("g", "test-h1", 2)))
+    probe_backend(backend=backend)
+    assert Node.objects.filter(pool__backend=backend).count() == 2
+
+
+# --- Draining --------------------------------------------------------------------------------
+
+
+def test_a_drained_node_takes_no_new_hosts_and_keeps_its_running_ones(
+    console, operator, owner, running
+):
+    first = running(4, name="first")
+    node = first.node
+    other = next(n for n in console.nodes if n.pk != node.pk)
+    drain_node(node=other, operator=operator, reason="firmware update")
+
+    event = AuditEvent.objects.get(action="node.drained")
+    assert event.actor == operator and event.park == console.park
+    assert event.data == {"reason": "firmware update", "running": 0}
+    drain_node(node=node, operator=operator)
+    assert Node.objects.get(pk=node.pk).is_drained
+    first.refresh_from_db()
+    assert first.state == "running" and first.node_id == node.pk  # it stays
+    assert AuditEvent.objects.filter(action="node.drained").first().data["running"] == 1
+    with pytest.raises(NoCapacity):
+        submit_create(
+            organization=console.organization, actor=owner, request=console.request(1, "second")
+        )
+
+    undrain_node(node=other, operator=operator)
+    second = running(1, name="second")
+    assert second.node_id == other.pk
+    assert AuditEvent.objects.filter(action="node.undrained").count() == 1
+
+
+def test_draining_twice_records_it_once(console, operator):
+    node = console.nodes[0]
+    drain_node(node=node, operator=operator)
+    drain_node(node=node, operator=operator)
+    assert AuditEvent.objects.filter(action="node.drained").count() == 1
+
+
+def test_only_the_parks_operators_drain(console, stranger, owner):
+    for user in (stranger, owner):
+        with pytest.raises(PermissionDenied):
+            drain_node(node=console.nodes[0], operator=user)
+    assert not Node.objects.get(pk=console.nodes[0].pk).is_drained
+
+
+# --- Pools and the idle policy ---------------------------------------------------------------
+
+
+def test_update_pool_moves_it_and_records_what_changed(console, operator):
+    edge = RegionFactory(park=console.park, edge=True, name="Edge")
+    update_pool(
+        pool=console.pool,
+        operator=operator,
+        region=edge,
+        pue=Decimal("1.45"),
+        power_price_minor_per_kwh=75,
+        carbon_g_per_kwh=console.pool.carbon_g_per_kwh,
+        is_schedulable=True,
+    )
+    pool = Pool.objects.get(pk=console.pool.pk)
+    assert (pool.region, pool.pue, pool.power_price_minor_per_kwh) == (edge, Decimal("1.45"), 75)
+    event = AuditEvent.objects.get(action="pool.updated")
+    assert set(event.data) == {"region", "pue", "power_price_minor_per_kwh"}
+    assert event.data["pue"] == {"from": "1.30", "to": "1.45"}
+
+
+def test_update_pool_refusals(console, operator, stranger):
+    with pytest.raises(ValidationError) as excinfo:
+        update_pool(pool=console.pool, operator=operator, region=RegionFactory())
+    assert "region" in excinfo.value.message_dict
+    with pytest.raises(ValidationError):
+        update_pool(pool=console.pool, operator=operator, pue=Decimal("0.90"))
+    with pytest.raises(PermissionDenied):
+        update_pool(pool=console.pool, operator=stranger, pue=Decimal("1.40"))
+    assert Pool.objects.get(pk=console.pool.pk).pue == Decimal("1.30")
+
+
+@pytest.mark.parametrize("minutes", [0, 9, 10081])
+def test_idle_policy_threshold_range(console, operator, minutes):
+    with pytest.raises(ValidationError):
+        set_idle_policy(
+            park=console.park, operator=operator, threshold_minutes=minutes, auto_stop=True
+        )
+
+
+# --- Capacity samples ------------------------------------------------------------------------
+
+
+def test_sample_capacity_counts_allocated_power_and_measured_utilization(
+    console, running, telemetry
+):
+    host = running(2)
+    telemetry({host.node.hostname: {"0": 2, "1": 60}})
+    now = timezone.now().replace(second=5)
+
+    (sample,) = [s for s in sample_capacity(now=now) if s.pool_id == console.pool.pk]
+
+    assert (sample.accelerators_total, sample.accelerators_allocated) == (16, 2)
+    assert sample.accelerators_idle == 1  # device 0 reads under IDLE_BELOW_PCT
+    assert IDLE_BELOW_PCT > 2
+    assert sample.utilization_pct == Decimal("31.0")
+    assert sample.watts == round(2 * 700 * Decimal("1.30"))
+    # A second run in the same minute adds nothing.
+    sample_capacity(now=now + timedelta(seconds=20))
+    assert CapacitySample.objects.filter(pool=console.pool).count() == 1
+
+
+def test_capacity_series_sums_pools_per_moment_and_integrates_energy(console):
+    start = timezone.now().replace(second=0, microsecond=0) - timedelta(hours=2)
+    other = Pool.objects.create(
+        backend=console.backend, region=console.region, name="b", accelerator_model=console.model
+    )
+    for minutes, watts in ((0, 1000), (60, 3000), (120, 0)):
+        for pool in (console.pool, other):
+            CapacitySample.objects.create(
+                park=console.park,
+                pool=pool,
+                taken_at=start + timedelta(minutes=minutes),
+                accelerators_total=10,
+                accelerators_allocated=5,
+                watts=watts,
+            )
+    series = capacity_series([console.park], since=start - timedelta(minutes=1))
+    assert series["points"] == 3
+    assert series["allocated_pct"] == [50.0, 50.0, 50.0]
+    assert series["power_kw"] == [2.0, 6.0, 0.0]
+    assert series["energy_kwh"] == Decimal("8.0")  # 2 kW for 1 h + 6 kW for 1 h
+    assert capacity_series([ParkFactory()], since=start)["points"] == 0
+
+
+def test_capacity_breakdown_by_level_site_and_vendor(console, running):
+    running(4)
+    edge = RegionFactory(park=console.park, edge=True, name="Edge")
+    Pool.objects.create(
+        backend=console.backend, region=edge, name="edge", accelerator_model=console.model
+    )
+    with translation.override("en"):
+        breakdown = capacity_breakdown(list(pool_capacity([console.park])))
+    by_level = {row.label: (row.total, row.allocated, row.free) for row in breakdown["level"]}
+    assert by_level == {"Center": (16, 4, 12), "Edge": (0, 0, 0)}
+    assert [(r.label, r.total) for r in breakdown["vendor"]] == [("NVIDIA", 16)]
+    assert {r.label for r in breakdown["region"]} == {"Center", "Edge"}

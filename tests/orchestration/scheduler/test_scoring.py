@@ -1,0 +1,181 @@
+"""Portal scoring: each part decides under its preset, weights blend, decisions explain."""
+
+import pytest
+
+from apps.orchestration.scheduler import filters
+from apps.orchestration.scheduler.fragmentation import ShapeDistribution
+from apps.orchestration.scheduler.scoring import (
+    PARTS,
+    PRESETS,
+    Weights,
+    combine,
+    decide,
+    place,
+)
+
+from .helpers import node, task
+
+
+def pools():
+    """Three otherwise equal 2-GPU nodes, each best at one thing."""
+    common = dict(gpus=(1000, 1000), cpu=64000, mem=262144)
+    return [
+        node(
+            "fast",
+            perf_units_per_gpu=3.0,
+            price_per_hour_minor=4000,
+            watts_per_unit=200,
+            pue=1.5,
+            carbon_g_per_kwh=600,
+            latency_ms=5,
+            region="sh",
+            **common,
+        ),
+        node(
+            "cheap",
+            perf_units_per_gpu=1.0,
+            price_per_hour_minor=1200,
+            watts_per_unit=300,
+            pue=1.5,
+            carbon_g_per_kwh=600,
+            latency_ms=5,
+            region="sh",
+            **common,
+        ),
+        node(
+            "green",
+            perf_units_per_gpu=1.0,
+            price_per_hour_minor=3000,
+            watts_per_unit=300,
+            pue=1.1,
+            carbon_g_per_kwh=50,
+            latency_ms=5,
+            region="sh",
+            **common,
+        ),
+    ]
+
+
+@pytest.mark.parametrize("preference", ["fast", "cheap", "green"])
+def test_each_preset_picks_its_pool(preference):
+    decision = decide(task(num_gpu=1, preference=preference), pools())
+    assert decision.node.id == preference
+
+
+def test_lower_latency_region_preferred():
+    near = node("near", latency_ms=4, region="hz")
+    far = node("far", latency_ms=60, region="bj")
+    assert decide(task(), [far, near], weights=Weights(1, 0, 0, 0, 0)).node.id == "near"
+    # A preferred region outweighs a few ms of latency.
+    got = decide(task(), [far, near], weights=Weights(1, 0, 0, 0, 0), preferred_regions=["bj"])
+    assert got.node.id == "far"
+
+
+def test_fragmentation_part_prefers_filling_a_used_node():
+    dist = ShapeDistribution({(1000, 0, 2, 1000, frozenset()): 1})
+    idle = node("idle", gpus=(1000, 1000))
+    used = node("used", gpus=(0, 1000))
+    d = decide(task(num_gpu=1), [idle, used], weights=Weights(0, 0, 0, 0, 1), distribution=dist)
+    assert d.node.id == "used"
+    raw = {c.node_id: c.raw["frag_delta"] for c in d.candidates}
+    # Idle: the 2-GPU type then cannot fit, 1000 milli stranded. Used: the last GPU goes, 0.
+    assert raw == {"idle": 1000.0, "used": -1000.0}
+
+
+def test_parts_are_normalised_across_candidates():
+    d = decide(task(), pools())
+    feasible = [c for c in d.candidates if c.rejected is None]
+    for part in PARTS:
+        values = [c.parts[part] for c in feasible]
+        assert all(0.0 <= v <= 1.0 for v in values)
+        assert max(values) == 1.0
+    price = {c.node_id: c.parts["price"] for c in feasible}
+    assert price == {"fast": 0.0, "cheap": 1.0, "green": pytest.approx(1000 / 2800)}
+    # Every candidate is equal on fragmentation here (no distribution): all 1.
+    assert {c.parts["fragmentation"] for c in feasible} == {1.0}
+    assert sum(d.weights.as_dict().values()) == pytest.approx(1.0)
+
+
+def test_rejected_candidates_carry_their_reason():
+    nodes = pools() + [node("drained", drained=True), node("t4", model="T4")]
+    d = decide(task(gpu_models={"X"}), nodes)
+    rejected = {c.node_id: c.rejected for c in d.candidates if c.rejected}
+    assert rejected == {"drained": filters.DRAINED, "t4": filters.GPU_MODEL}
+    assert all(c.total is None for c in d.candidates if c.rejected)
+
+
+def test_combine_blends_operator_and_tenant():
+    operator = Weights(region=0, performance=0, energy=0, price=0, fragmentation=1)
+    w = combine(operator, "cheap", operator_share=0.5)
+    cheap = PRESETS["cheap"].normalized()
+    assert w.fragmentation == pytest.approx(0.5 + 0.5 * cheap.fragmentation)
+    assert w.price == pytest.approx(0.5 * cheap.price)
+    assert combine(operator, "cheap", operator_share=1.0) == operator.normalized()
+    assert combine(None, "green") == PRESETS["green"].normalized()
+    with pytest.raises(ValueError):
+        combine(None, "luxury")
+    with pytest.raises(ValueError):
+        Weights(price=-1)
+
+
+def test_operator_weights_can_override_a_tenant_preference():
+    operator = Weights(region=0, performance=0, energy=10, price=0, fragmentation=0)
+    t = task(preference="cheap")
+    assert decide(t, pools()).node.id == "cheap"
+    assert decide(t, pools(), operator=operator, operator_share=0.9).node.id == "green"
+
+
+def test_explanation_names_the_top_two_reasons():
+    nodes = pools()
+    nodes[1].gpu_free = [0, 1000]  # "cheap" is half used: filling it strands nothing
+    dist = ShapeDistribution({(1000, 0, 2, 1000, frozenset()): 1})
+    d = decide(task(preference="cheap"), nodes, distribution=dist, currency="¥")
+    assert d.reasons() == [
+        {
+            "part": "price",
+            "code": "cheapest",
+            "best": True,
+            "value": 1200.0,
+            "text": "lowest price (¥12.00/h)",
+        },
+        {
+            "part": "fragmentation",
+            "code": "least_fragmentation",
+            "best": True,
+            "value": -1000.0,
+            "text": "lowest fragmentation",
+        },
+    ]
+    assert d.explain() == "cheap: lowest price (¥12.00/h) and lowest fragmentation"
+    assert d.as_dict()["explanation"] == d.explain()
+
+
+def test_explanation_leaves_out_parts_where_everyone_is_equal():
+    # Same latency and no fragmentation data: only what set the winner apart is said.
+    assert decide(task(preference="fast"), pools()).explain() == (
+        "fast: fastest accelerators (3 units per GPU)"
+    )
+    green = decide(task(preference="green"), pools())
+    assert green.reasons()[0]["code"] == "greenest"
+    assert (
+        green.explain() == "green: lowest carbon (16 g CO2e per unit-hour) and low price (¥30.00/h)"
+    )
+
+
+def test_explanation_when_nothing_fits():
+    d = decide(task(num_gpu=4), [node("a"), node("b"), node("c", drained=True)])
+    assert d.node is None and d.chosen is None
+    assert d.rejected_counts() == {"gpu_count": 2, "drained": 1}
+    assert d.reasons()[0]["code"] == "gpu_count"
+    assert d.explain() == (
+        "No node can take t (2 node(s): not enough whole GPUs free; "
+        "1 node(s): the node is drained for maintenance)"
+    )
+
+
+def test_single_candidate_and_place():
+    only = node("only", gpus=(1000, 400))
+    d = decide(task(num_gpu=1, gpu_milli=300), [only, node("full", gpus=(0, 0))])
+    assert d.explain().startswith("only: the only node that fits")
+    p = place(task(num_gpu=1, gpu_milli=300), d)
+    assert p.gpu_indices == (1,) and only.gpu_free == [1000, 100]
