@@ -22,17 +22,19 @@ from tests.factories import (
     OrganizationFactory,
     ParkFactory,
     ParkOperatorFactory,
+    PlacementFactory,
     PriceFactory,
     QuotaLimitFactory,
     RegionFactory,
+    TaskFactory,
     UsageRecordFactory,
     UserFactory,
     WebhookDeliveryFactory,
     WebhookEndpointFactory,
 )
 
-TENANT_NAMESPACES = ("tenants", "api", "billing")
-OPERATOR_NAMESPACES = ("operations",)
+TENANT_NAMESPACES = ("tenants", "api", "billing", "tasks")
+OPERATOR_NAMESPACES = ("operations", "tasks_ops")
 
 # Routes whose parameters are not an organization's object, and why they are exempt.
 EXEMPT = {
@@ -94,7 +96,9 @@ def foreign_objects(foreign_org):
     instance = InstanceFactory(organization=foreign_org)
     order = OrderFactory(organization=foreign_org, instance=instance)
     invoice = InvoiceFactory(organization=foreign_org)
+    task = TaskFactory(organization=foreign_org)
     by_param = {
+        "task_id": task.pk,
         "invoice_id": invoice.pk,
         "membership_id": membership.pk,
         "invitation_id": invitation.pk,
@@ -113,6 +117,8 @@ def foreign_objects(foreign_org):
         "api:invoice-detail": {"pk": invoice.pk},
         "api:usage-record-detail": {"pk": UsageRecordFactory(organization=foreign_org).pk},
         "api:order-detail": {"pk": order.pk},
+        "api:task-detail": {"pk": task.pk},
+        "api:task-cancel": {"pk": task.pk},
         "api:order-cancel": {"pk": order.pk},
         **{
             f"api:instance-{name}": {"pk": instance.pk}
@@ -206,6 +212,7 @@ def test_another_parks_objects_are_404_for_an_operator(client, route, params, op
     ParkOperatorFactory(park=foreign_park, user=UserFactory())
     foreign_order = OrderFactory(organization=foreign_org)
     values = {
+        "placement_id": PlacementFactory(order=foreign_order).pk,
         "invoice_id": InvoiceFactory(organization=foreign_org).pk,
         "organization_id": foreign_org.pk,
         "park_id": foreign_park.pk,

@@ -40,6 +40,13 @@ from tests.operations.conftest import devices_of
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def _english():
+    """Refusals are matched in English (the portal's default language is zh-hans)."""
+    with translation.override("en"):
+        yield
+
+
 @pytest.fixture
 def stranger():
     user = UserFactory()
