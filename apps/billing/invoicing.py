@@ -20,12 +20,11 @@ from apps.billing.models import (
     UsageRecord,
     Wallet,
 )
-from apps.core.errors import DomainError, PermissionDenied
+from apps.core.errors import DomainError
 from apps.core.transactions import lock
 from apps.core.transitions import transition
-from apps.operations.services import record_event
+from apps.operations.services import record_event, require_operator
 from apps.tenants.models import Organization
-from apps.tenants.selectors import is_operator_of
 
 
 class NothingToInvoice(DomainError):
@@ -149,8 +148,9 @@ def _lines(invoice: Invoice, records) -> list[InvoiceLine]:
 
 def issue_on_demand(*, organization: Organization, operator) -> Invoice:
     """An operator closes the organization's account up to now (e.g. before it leaves)."""
-    if not is_operator_of(operator, organization.park):
-        raise PermissionDenied(_("Only this park's operators may issue invoices."))
+    require_operator(
+        operator, organization.park, _("Only this park's operators may issue invoices.")
+    )
     return issue_invoice(organization=organization, period_end=timezone.now(), actor=operator)
 
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.billing.metering import amount_for, month_start, next_month_start
-from apps.billing.models import Invoice, InvoiceState, Meter, UsageRecord, Wallet
+from apps.billing.models import Invoice, InvoiceState, Meter, MeterKind, UsageRecord, Wallet
 from apps.catalog.models import Vendor
 from apps.tenants.models import Organization
 
@@ -57,8 +57,6 @@ def usage_series(organization: Organization, *, days: int = 30, group: str = "fl
 
 
 def _group_labels(group: str) -> dict:
-    from apps.billing.models import MeterKind
-
     if group == "vendor":
         return {**dict(Vendor.choices), "other": _("Other")}
     if group == "kind":

@@ -19,12 +19,11 @@ from apps.billing.models import (
     Meter,
     Wallet,
 )
-from apps.core.errors import DomainError, PermissionDenied
+from apps.core.errors import DomainError
 from apps.core.money import format_money
-from apps.operations.services import record_event
+from apps.operations.services import record_event, require_operator
 from apps.tenants.access import SystemActor
 from apps.tenants.models import Organization, Role
-from apps.tenants.selectors import is_operator_of
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +44,12 @@ def wallet_of(organization: Organization) -> Wallet:
 
 def locked_wallet(organization_id: int) -> Wallet:
     """The organization's wallet under a row lock (created on first use)."""
-    Wallet.objects.get_or_create(
-        organization_id=organization_id,
-        defaults={"currency": Organization.objects.get(pk=organization_id).park.currency},
-    )
-    return Wallet.objects.select_for_update(no_key=True).get(organization_id=organization_id)
+    locked = Wallet.objects.select_for_update(no_key=True)
+    wallet = locked.filter(organization_id=organization_id).first()
+    if wallet is None:
+        wallet_of(Organization.objects.select_related("park").get(pk=organization_id))
+        wallet = locked.get(organization_id=organization_id)
+    return wallet
 
 
 def require_funds(organization: Organization, amount_minor: int) -> Wallet:
@@ -117,8 +117,6 @@ def charge(wallet: Wallet, *, amount_minor: int, by_instance: dict[int, int]) ->
 def credit(wallet: Wallet, *, amount_minor: int, kind: str, description: str = "") -> LedgerEntry:
     """Add money to the (locked) wallet; hosts stopped for funds resume after commit."""
     from apps.billing.invoicing import settle_invoices
-    from apps.billing.tasks import resume_suspended
-    from apps.core.transactions import on_commit_task
 
     wallet.balance_minor += amount_minor
     wallet.save(update_fields=["balance_minor", "updated_at"])
@@ -130,16 +128,18 @@ def credit(wallet: Wallet, *, amount_minor: int, kind: str, description: str = "
         description=description[:200],
     )
     settle_invoices(wallet)
-    on_commit_task(resume_suspended, wallet.organization_id)
+    _resume_after_commit(wallet.organization_id)
     return entry
 
 
+def _resume_after_commit(organization_id: int) -> None:
+    from apps.billing.tasks import resume_suspended
+    from apps.core.transactions import on_commit_task
+
+    on_commit_task(resume_suspended, organization_id)
+
+
 # --- Operators: credit terms and adjustments ------------------------------------------------
-
-
-def _require_operator(operator, organization: Organization) -> None:
-    if not is_operator_of(operator, organization.park):
-        raise PermissionDenied(_("Only this park's operators may change billing terms."))
 
 
 @transaction.atomic
@@ -147,7 +147,9 @@ def set_billing_terms(
     *, organization: Organization, operator, mode: str, credit_limit_minor: int
 ) -> Wallet:
     """Prepaid, or postpaid up to a credit limit (verified enterprises only)."""
-    _require_operator(operator, organization)
+    require_operator(
+        operator, organization.park, _("Only this park's operators may change billing terms.")
+    )
     if mode not in BillingMode.values:
         raise ValidationError({"mode": _("Choose prepaid or postpaid.")})
     if credit_limit_minor < 0:
@@ -170,10 +172,7 @@ def set_billing_terms(
         data={"before": before, "after": {"mode": mode, "credit_limit_minor": credit_limit_minor}},
     )
     if wallet.available_minor > 0:
-        from apps.billing.tasks import resume_suspended
-        from apps.core.transactions import on_commit_task
-
-        on_commit_task(resume_suspended, organization.pk)
+        _resume_after_commit(organization.pk)
     return wallet
 
 
@@ -182,7 +181,9 @@ def adjust_balance(
     *, organization: Organization, operator, amount_minor: int, reason: str
 ) -> LedgerEntry:
     """A manual credit or debit by an operator (a goodwill credit, a bank transfer received)."""
-    _require_operator(operator, organization)
+    require_operator(
+        operator, organization.park, _("Only this park's operators may change billing terms.")
+    )
     if not amount_minor:
         raise ValidationError({"amount_minor": _("Enter an amount other than zero.")})
     if not reason.strip():

@@ -170,7 +170,7 @@ def organization_billing(request, organization_id):
             return redirect("billing:ops_organization", organization_id=organization.pk)
     context = {
         "organization": organization,
-        "wallet": services.wallet_of(organization),
+        "wallet": wallet,
         "estimate": selectors.month_estimate(organization),
         "terms_form": terms_form,
         "adjust_form": adjust_form,

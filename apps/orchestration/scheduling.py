@@ -24,7 +24,6 @@ from django.db.models import Count
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from apps.core.errors import PermissionDenied
 from apps.core.money import format_money
 from apps.core.transactions import lock, on_commit_task
 from apps.orchestration import adapter, selectors
@@ -582,11 +581,11 @@ def set_scheduling_policy(*, park, operator, operator_share=None, **weights) -> 
     """An operator sets how much each score part weighs in the park (region, performance,
     energy, price, fragmentation; 0–100 each, not all 0) and the share of the say the park
     keeps over the tenant's preference (0–1). Parts not given keep their value. Audited."""
-    from apps.operations.services import record_event
-    from apps.tenants.selectors import is_operator_of
+    from apps.operations.services import record_event, require_operator
 
-    if not is_operator_of(operator, park):
-        raise PermissionDenied(_("Only this park's operators may change its scheduling policy."))
+    require_operator(
+        operator, park, _("Only this park's operators may change its scheduling policy.")
+    )
     unknown = set(weights) - set(SchedulingPolicy.WEIGHT_FIELDS)
     if unknown:
         raise TypeError(f"unknown weights: {', '.join(sorted(unknown))}")

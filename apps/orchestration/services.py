@@ -8,7 +8,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.catalog.models import AcceleratorModel
-from apps.core.errors import DomainError, PermissionDenied
+from apps.core.errors import DomainError
 from apps.core.transactions import lock
 from apps.orchestration.backends.base import BackendError, NodeTelemetry, PoolCapacity
 from apps.orchestration.backends.registry import driver_names, get_driver
@@ -302,10 +302,11 @@ IDLE_BELOW_PCT = 5
 
 
 def _require_operator(operator, park) -> None:
-    from apps.tenants.selectors import is_operator_of
+    from apps.operations.services import require_operator
 
-    if not is_operator_of(operator, park):
-        raise PermissionDenied(_("Only this park's operators may change its backends and nodes."))
+    require_operator(
+        operator, park, _("Only this park's operators may change its backends and nodes.")
+    )
 
 
 def validate_backend_config(*, driver: str, config) -> list[PoolCapacity]:
