@@ -83,7 +83,7 @@ TEMPLATES = [
                 "django.template.context_processors.i18n",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "apps.core.context_processors.navigation",
+                "apps.tenants.context_processors.navigation",
                 "apps.billing.context_processors.wallet_banner",
             ],
         },
@@ -117,7 +117,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "account_login"
-LOGIN_REDIRECT_URL = "core:start"
+LOGIN_REDIRECT_URL = "portal:start"
 ACCOUNT_LOGIN_METHODS = {"email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
 ACCOUNT_EMAIL_VERIFICATION = env.str("ACCOUNT_EMAIL_VERIFICATION", default="mandatory")

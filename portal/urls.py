@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from apps.core.views import healthz
+from portal import views
 
 handler404 = "apps.core.views.not_found"
 handler500 = "apps.core.views.server_error"
@@ -19,5 +20,13 @@ urlpatterns = [
     path("", include("apps.tenants.urls")),
     path("", include("apps.orders.urls")),
     path("", include("apps.quotas.urls")),
-    path("", include("apps.core.urls")),
+    path(
+        "",
+        include(
+            (
+                [path("", views.home, name="home"), path("start/", views.start, name="start")],
+                "portal",
+            )
+        ),
+    ),
 ]

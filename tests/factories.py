@@ -52,8 +52,9 @@ from apps.catalog.models import (
     SoftwareStack,
     Vendor,
 )
+from apps.core.models import AuditEvent
 from apps.core.money import Currency
-from apps.operations.models import AuditEvent, CapacitySample, IdlePolicy
+from apps.operations.models import CapacitySample, IdlePolicy
 from apps.orchestration.models import (
     Accelerator,
     Allocation,

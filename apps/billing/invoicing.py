@@ -20,10 +20,11 @@ from apps.billing.models import (
     UsageRecord,
     Wallet,
 )
+from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.transactions import lock
 from apps.core.transitions import transition
-from apps.operations.services import record_event, require_operator
+from apps.tenants.access import require_operator
 from apps.tenants.models import Organization
 
 

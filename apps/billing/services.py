@@ -19,10 +19,10 @@ from apps.billing.models import (
     Meter,
     Wallet,
 )
+from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.money import format_money
-from apps.operations.services import record_event, require_operator
-from apps.tenants.access import SystemActor
+from apps.tenants.access import SystemActor, require_operator
 from apps.tenants.models import Organization, Role
 
 log = logging.getLogger(__name__)

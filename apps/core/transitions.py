@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from django.db import models
 from django.utils.translation import gettext as _
 
+from apps.core.audit import record_event
 from apps.core.errors import InvalidTransition
 
 
@@ -41,8 +42,6 @@ def transition(
     `changes` are other fields saved in the same UPDATE (an error message, a timestamp), or a
     function of the locked row returning them, for changes that depend on its current values.
     """
-    from apps.operations.services import record_event
-
     locked = type(obj)._default_manager.select_for_update(no_key=True).get(pk=obj.pk)
     current = getattr(locked, field)
     names = dict(locked._meta.get_field(field).flatchoices)

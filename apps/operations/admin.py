@@ -1,31 +1,6 @@
 from django.contrib import admin
 
-from apps.operations.models import AuditEvent, CapacitySample, IdlePolicy
-
-
-@admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
-    list_display = [
-        "created_at",
-        "actor_label",
-        "action",
-        "object_type",
-        "object_repr",
-        "organization",
-        "ip_address",
-    ]
-    list_filter = ["action", "park"]
-    search_fields = ["actor_label", "object_repr", "action"]
-    date_hierarchy = "created_at"
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
+from apps.operations.models import CapacitySample, IdlePolicy
 
 
 @admin.register(CapacitySample)

@@ -24,6 +24,7 @@ from django.db.models import Count
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from apps.core.audit import audit_identity
 from apps.core.money import format_money
 from apps.core.transactions import lock, on_commit_task
 from apps.orchestration import adapter, selectors
@@ -39,7 +40,7 @@ from apps.orchestration.models import (
 from apps.orchestration.scheduler import PRESETS, filters, schedule_queue
 from apps.orchestration.services import with_free_capacity
 from apps.orders.models import Task, TaskPreference, TaskState
-from apps.tenants.access import SystemActor, audit_identity, authorize
+from apps.tenants.access import SystemActor, authorize
 from apps.tenants.roles import Action
 
 MAX_ACCELERATOR_MILLI = 8000
@@ -206,7 +207,7 @@ def _capacity_problems(park, task: TaskInput) -> dict:
 @transaction.atomic(durable=True)
 def submit_task(*, organization, actor, data) -> Task:
     """Queue a training task; a queue pass runs after commit and places it if it fits now."""
-    from apps.operations.services import record_event
+    from apps.core.audit import record_event
 
     authorize(actor, organization, Action.ORDER)
     task_input = data if isinstance(data, TaskInput) else TaskInput.from_data(data)
@@ -581,7 +582,8 @@ def set_scheduling_policy(*, park, operator, operator_share=None, **weights) -> 
     """An operator sets how much each score part weighs in the park (region, performance,
     energy, price, fragmentation; 0–100 each, not all 0) and the share of the say the park
     keeps over the tenant's preference (0–1). Parts not given keep their value. Audited."""
-    from apps.operations.services import record_event, require_operator
+    from apps.core.audit import record_event
+    from apps.tenants.access import require_operator
 
     require_operator(
         operator, park, _("Only this park's operators may change its scheduling policy.")

@@ -21,6 +21,7 @@ from apps.orchestration.models import (
     Placement,
     Pool,
 )
+from apps.tenants.access import require_operator
 
 
 @transaction.atomic
@@ -302,8 +303,6 @@ IDLE_BELOW_PCT = 5
 
 
 def _require_operator(operator, park) -> None:
-    from apps.operations.services import require_operator
-
     require_operator(
         operator, park, _("Only this park's operators may change its backends and nodes.")
     )
@@ -335,7 +334,7 @@ def register_backend(
 ) -> Backend:
     """Register a backend once its driver has answered for its capacity. The pools and nodes
     it reports are registered too, in `region` (the operator moves pools later)."""
-    from apps.operations.services import record_event
+    from apps.core.audit import record_event
 
     _require_operator(operator, park)
     name = (name or "").strip()
@@ -448,7 +447,7 @@ def _sync_reported_nodes(backend: Backend, reported: list[PoolCapacity]) -> list
 
 
 def _record_telemetry(backend, nodes, readings: list[NodeTelemetry], now) -> None:
-    from apps.operations.services import record_event
+    from apps.core.audit import record_event
 
     by_host = {reading.hostname: reading for reading in readings}
     changed = []
@@ -494,7 +493,7 @@ def merged_telemetry(previous: dict, reading: NodeTelemetry, now) -> dict:
 
 
 def _backend_checked(backend: Backend, *, error: str, now) -> Backend:
-    from apps.operations.services import record_event
+    from apps.core.audit import record_event
 
     error = error[:2000]
     if error != backend.last_error:
@@ -523,7 +522,7 @@ def undrain_node(*, node: Node, operator) -> Node:
 
 
 def _set_drained(*, node: Node, operator, drained: bool, reason: str) -> Node:
-    from apps.operations.services import record_event
+    from apps.core.audit import record_event
 
     park = Node.objects.select_related("pool__backend__park").get(pk=node.pk).pool.backend.park
     _require_operator(operator, park)

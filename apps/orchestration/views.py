@@ -17,9 +17,8 @@ from apps.orchestration.forms import SchedulingPolicyForm, TaskForm
 from apps.orchestration.models import SCORE_PART_LABELS, SCORE_PARTS, Placement, minor_units
 from apps.orders.models import Task
 from apps.tenants.decorators import organization_view
-from apps.tenants.models import Park
 from apps.tenants.roles import Action
-from apps.tenants.selectors import get_for_operator, get_for_organization, is_operator_of
+from apps.tenants.selectors import get_for_organization, is_operator_of, operated_park
 
 # The service's field names where the form asks in other units.
 FORM_FIELDS = {"accelerator_milli": "accelerators", "max_hourly_minor": "max_hourly_price"}
@@ -125,14 +124,9 @@ def task_cancel(request, task_id):
 # --- back office -----------------------------------------------------------------------------
 
 
-def _operated_park(request, park_id) -> Park:
-    """A park the user operates; any other (or a user who operates none) is a 404."""
-    return get_for_operator(Park.objects.all(), request.user, park_field="pk", pk=park_id)
-
-
 @login_required
 def scheduling_policy(request, park_id):
-    park = _operated_park(request, park_id)
+    park = operated_park(request.user, park_id)
     policy = selectors.policy_for(park)
     form = SchedulingPolicyForm(
         request.POST or None, initial=SchedulingPolicyForm.initial_for(policy)

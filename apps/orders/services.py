@@ -19,10 +19,10 @@ from apps.billing import metering
 from apps.billing import services as billing
 from apps.catalog.models import Flavor, Image, PriceKind, Region
 from apps.catalog.selectors import price_in_force
-from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
+from apps.core.audit import audit_identity, record_event
+from apps.core.errors import DomainError, InvalidTransition
 from apps.core.transactions import lock, on_commit_task
 from apps.core.transitions import transition
-from apps.operations.services import record_event
 from apps.orchestration.services import (
     NoCapacity,
     place,
@@ -49,10 +49,9 @@ from apps.orders.models import (
 )
 from apps.orders.validation import validate_hostname, validate_ssh_public_key
 from apps.quotas.services import Usage, demand_for, reserve
-from apps.tenants.access import audit_identity, authorize
+from apps.tenants.access import authorize, require_operator
 from apps.tenants.models import Organization
 from apps.tenants.roles import Action
-from apps.tenants.selectors import is_operator_of
 
 HOURS_PER_MONTH = metering.HOURS_PER_MONTH
 MAX_COUNT = 10
@@ -487,16 +486,13 @@ def _start_provisioning(order: Order, *, region: Region) -> None:
     on_commit_task(provision_instance, instance.pk)
 
 
-def _require_operator(operator, order: Order) -> None:
-    if not is_operator_of(operator, order.organization.park):
-        raise PermissionDenied(_("Only this park's operators may decide on its orders."))
-
-
 @transaction.atomic(durable=True)
 def approve_order(*, order: Order, operator) -> Order:
     """Approve a waiting order. Capacity is taken now; if none is left, the order fails with the
     reason and its quota is given back (the approval itself stays recorded)."""
-    _require_operator(operator, order)
+    require_operator(
+        operator, order.organization.park, _("Only this park's operators may decide on its orders.")
+    )
     order = move_order(order=order, to=OrderState.APPROVED, actor=operator)
     try:
         with transaction.atomic():
@@ -508,7 +504,9 @@ def approve_order(*, order: Order, operator) -> Order:
 
 @transaction.atomic(durable=True)
 def reject_order(*, order: Order, operator, reason: str) -> Order:
-    _require_operator(operator, order)
+    require_operator(
+        operator, order.organization.park, _("Only this park's operators may decide on its orders.")
+    )
     if not reason.strip():
         raise DomainError(_("Say why the order is rejected."), code="reason_required")
     return _end_unprovisioned(order, to=OrderState.REJECTED, reason=reason.strip(), actor=operator)
@@ -797,8 +795,7 @@ def fail_operation(*, order_id: int, message: str) -> Order | None:
 def set_approval_policy(
     *, park, operator, unverified_needs_approval: bool, max_accelerators, max_hourly_minor
 ) -> ApprovalPolicy:
-    if not is_operator_of(operator, park):
-        raise PermissionDenied(_("Only this park's operators may change its policy."))
+    require_operator(operator, park, _("Only this park's operators may change its policy."))
     policy, _created = ApprovalPolicy.objects.select_for_update(no_key=True).update_or_create(
         park=park,
         defaults={

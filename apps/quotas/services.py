@@ -15,9 +15,10 @@ from django.db import transaction
 from django.db.models import Count, F, Sum
 from django.utils.translation import gettext as _
 
-from apps.core.errors import DomainError, PermissionDenied
+from apps.core.errors import DomainError
 from apps.core.transactions import lock
 from apps.quotas.models import QuotaLimit, QuotaResource
+from apps.tenants.access import require_operator
 from apps.tenants.models import Organization, Park
 
 
@@ -253,11 +254,9 @@ def apply_default_limits(*, organization: Organization, tier: str) -> None:
 @transaction.atomic
 def set_limit(*, limit: QuotaLimit, operator, value: int) -> QuotaLimit:
     """An operator changes one limit of their park (audited with the old and new value)."""
-    from apps.operations.services import record_event
-    from apps.tenants.selectors import is_operator_of
+    from apps.core.audit import record_event
 
-    if not is_operator_of(operator, limit.park):
-        raise PermissionDenied(_("Only this park's operators may change its quotas."))
+    require_operator(operator, limit.park, _("Only this park's operators may change its quotas."))
     if value < 0:
         raise DomainError(_("A limit cannot be negative."), code="limit")
     lock(QuotaLimit, limit.pk)

@@ -1,12 +1,12 @@
 """Who the actor is in an organization, and the one check every service makes before acting."""
 
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.core.errors import PermissionDenied
-from apps.tenants.models import ApiKey, Membership, Organization
+from apps.tenants.models import ApiKey, Membership, Organization, Park
 from apps.tenants.roles import can, key_can
+from apps.tenants.selectors import is_operator_of
 
 
 def role_of(user, organization: Organization) -> str | None:
@@ -52,12 +52,7 @@ def authorize(actor, organization: Organization, action: str) -> None:
         raise PermissionDenied(_("Your role in this organization does not allow this."))
 
 
-def audit_identity(actor) -> tuple:
-    """(user or None, label) for the audit log: API keys and the system are named, not linked."""
-    if actor is None:
-        return None, "system"
-    if isinstance(actor, get_user_model()):
-        return actor, actor.get_username()
-    if isinstance(actor, ApiKey):
-        return None, f"api-key:{actor.prefix}"
-    return None, str(actor)
+def require_operator(operator, park: Park, message: str | None = None) -> None:
+    """Raise PermissionDenied unless `operator` operates `park` (or is a platform superuser)."""
+    if not is_operator_of(operator, park):
+        raise PermissionDenied(message or _("Only this park's operators may do this."))

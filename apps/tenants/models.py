@@ -275,3 +275,8 @@ class ApiKey(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def audit_label(self) -> str:
+        """How the audit log names the key (keys are named there, not linked)."""
+        return f"api-key:{self.prefix}"

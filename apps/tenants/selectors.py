@@ -59,3 +59,8 @@ def get_for_operator(queryset: QuerySet, user, *, park_field: str = "park", **lo
         return queryset.filter(**{f"{park_field}__in": parks_operated_by(user)}).get(**lookup)
     except (queryset.model.DoesNotExist, ValueError):
         raise Http404 from None
+
+
+def operated_park(user, park_id) -> Park:
+    """A park `user` operates; any other (or a user who operates none) is a 404."""
+    return get_for_operator(Park.objects.all(), user, park_field="pk", pk=park_id)

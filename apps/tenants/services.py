@@ -16,12 +16,12 @@ from django.utils import timezone
 from django.utils.text import slugify
 from django.utils.translation import gettext as _
 
+from apps.core.audit import record_event
 from apps.core.errors import DomainError, PermissionDenied
 from apps.core.transactions import on_commit_task
 from apps.core.transitions import transition
-from apps.operations.services import record_event
 from apps.quotas.services import apply_default_limits
-from apps.tenants.access import authorize, is_usable_key, role_of
+from apps.tenants.access import authorize, is_usable_key, require_operator, role_of
 from apps.tenants.credit_code import normalize, validate_credit_code
 from apps.tenants.models import (
     VERIFICATION_TRANSITIONS,
@@ -35,7 +35,6 @@ from apps.tenants.models import (
     VerificationState,
 )
 from apps.tenants.roles import Action, roles_assignable_by
-from apps.tenants.selectors import is_operator_of
 
 API_KEY_PREFIX = "loam"
 
@@ -164,14 +163,13 @@ def submit_verification(
     return move_verification(organization=locked, to=VerificationState.SUBMITTED, actor=actor)
 
 
-def _require_operator(operator, organization: Organization) -> None:
-    if not is_operator_of(operator, organization.park):
-        raise PermissionDenied(_("Only this park's operators may decide on its organizations."))
-
-
 @transaction.atomic
 def approve_verification(*, organization: Organization, operator) -> Organization:
-    _require_operator(operator, organization)
+    require_operator(
+        operator,
+        organization.park,
+        _("Only this park's operators may decide on its organizations."),
+    )
     organization = move_verification(
         organization=organization, to=VerificationState.VERIFIED, actor=operator
     )
@@ -181,7 +179,11 @@ def approve_verification(*, organization: Organization, operator) -> Organizatio
 
 @transaction.atomic
 def reject_verification(*, organization: Organization, operator, reason: str) -> Organization:
-    _require_operator(operator, organization)
+    require_operator(
+        operator,
+        organization.park,
+        _("Only this park's operators may decide on its organizations."),
+    )
     reason = reason.strip()
     if not reason:
         raise DomainError(
@@ -195,8 +197,7 @@ def reject_verification(*, organization: Organization, operator, reason: str) ->
 
 @transaction.atomic
 def set_mfa_policy(*, park: Park, operator, for_operators: bool, for_owners: bool) -> Park:
-    if not is_operator_of(operator, park):
-        raise PermissionDenied(_("Only this park's operators may change its policy."))
+    require_operator(operator, park, _("Only this park's operators may change its policy."))
     park = Park.objects.select_for_update(no_key=True).get(pk=park.pk)
     park.require_mfa_for_operators, park.require_mfa_for_owners = for_operators, for_owners
     park.save(update_fields=["require_mfa_for_operators", "require_mfa_for_owners"])

@@ -4,8 +4,8 @@
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.dispatch import receiver
 
+from apps.core.audit import record_event
 from apps.core.web import client_ip
-from apps.operations.services import record_event
 
 
 @receiver(user_logged_in, dispatch_uid="loam.audit.login")

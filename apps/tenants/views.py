@@ -195,7 +195,7 @@ def member_remove(request, membership_id):
     if leaving:
         request.session.pop(SESSION_KEY, None)
         messages.success(request, _("You left %(name)s.") % {"name": membership.organization.name})
-        return redirect("core:home")
+        return redirect("portal:home")
     messages.success(request, _("Member removed."))
     return redirect("tenants:members")
 

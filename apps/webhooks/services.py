@@ -28,9 +28,9 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.transactions import on_commit_task
-from apps.operations.services import record_event
 from apps.tenants.access import authorize
 from apps.tenants.models import Organization
 from apps.tenants.roles import Action

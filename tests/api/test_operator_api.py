@@ -4,7 +4,7 @@ and quotas, and nothing of another park; tenants and API keys are refused."""
 import pytest
 from django.test import Client
 
-from apps.operations.models import AuditEvent
+from apps.core.models import AuditEvent
 from apps.orchestration.services import register_node
 from apps.orders.models import Instance
 from apps.orders.services import HostRequest, submit_create

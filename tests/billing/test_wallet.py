@@ -28,7 +28,7 @@ from apps.billing.models import (
 )
 from apps.billing.tasks import meter_usage
 from apps.core.errors import DomainError, PermissionDenied
-from apps.operations.models import AuditEvent
+from apps.core.models import AuditEvent
 from apps.orchestration.backends.base import BackendError
 from apps.orchestration.backends.simulator import SimulatorDriver
 from apps.orders.models import Instance, InstanceState, Order, OrderKind, OrderState

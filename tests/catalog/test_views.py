@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.utils.html import escape
 
 from apps.catalog.models import AcceleratorModel, Flavor, Region, ResourceType
-from apps.core import demo
+from apps.operations import demo
 from apps.orchestration.models import Node
 from apps.tenants.models import Membership, Park
 from tests.factories import (

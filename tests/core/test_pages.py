@@ -4,7 +4,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from apps.core import demo
+from apps.operations import demo
 
 pytestmark = pytest.mark.django_db
 
@@ -98,7 +98,7 @@ def test_admin_renders(client, demo_park, language):
         "/admin/catalog/flavor/",
         "/admin/tenants/organization/",
         "/admin/orchestration/node/",
-        "/admin/operations/auditevent/",
+        "/admin/core/auditevent/",
     ):
         assert client.get(path).status_code == 200, path
 

@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from apps.core import demo
+from apps.operations import demo
 from apps.operations.services.infrastructure import sample_capacity
 from apps.orchestration.models import Allocation, Backend, Node
 from apps.orchestration.services import probe_backend

@@ -14,7 +14,7 @@ import pytest
 from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
-from apps.core import demo
+from apps.operations import demo
 from apps.orchestration.models import Node
 from apps.orders.models import Instance
 

@@ -11,7 +11,8 @@ from django.utils import timezone, translation
 from apps.catalog.models import Flavor, Price, PriceKind
 from apps.catalog.selectors import price_in_force
 from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
-from apps.operations.models import AuditEvent, IdlePolicy
+from apps.core.models import AuditEvent
+from apps.operations.models import IdlePolicy
 from apps.operations.selectors import lists
 from apps.operations.selectors.dashboard import queues
 from apps.operations.selectors.idle import idle_instances

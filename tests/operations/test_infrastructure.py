@@ -10,7 +10,8 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone, translation
 
 from apps.core.errors import PermissionDenied
-from apps.operations.models import AuditEvent, CapacitySample
+from apps.core.models import AuditEvent
+from apps.operations.models import CapacitySample
 from apps.operations.selectors import pool_capacity
 from apps.operations.selectors.dashboard import capacity_breakdown, capacity_series
 from apps.operations.services.infrastructure import sample_capacity, set_idle_policy, update_pool

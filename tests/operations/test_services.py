@@ -1,7 +1,7 @@
 import pytest
 
-from apps.operations.models import AuditEvent
-from apps.operations.services import record_event
+from apps.core.audit import record_event
+from apps.core.models import AuditEvent
 from tests.factories import InstanceFactory, OrganizationFactory, ParkFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

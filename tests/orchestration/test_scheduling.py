@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from apps.core.errors import InvalidTransition, PermissionDenied
-from apps.operations.models import AuditEvent
+from apps.core.models import AuditEvent
 from apps.orchestration import selectors, tasks
 from apps.orchestration.backends.base import BackendError
 from apps.orchestration.backends.simulator import SimulatorDriver

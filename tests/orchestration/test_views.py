@@ -7,7 +7,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from apps.core.errors import PermissionDenied
-from apps.operations.models import AuditEvent
+from apps.core.models import AuditEvent
 from apps.orchestration.models import Placement, SchedulingPolicy
 from apps.orchestration.scheduling import set_scheduling_policy
 from apps.orders.models import Task, TaskState

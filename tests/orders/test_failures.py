@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from apps.core.errors import InvalidTransition
-from apps.operations.models import AuditEvent
+from apps.core.models import AuditEvent
 from apps.orchestration.backends import simulator
 from apps.orchestration.backends.base import BackendError
 from apps.orchestration.backends.simulator import SimulatorDriver

@@ -5,7 +5,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
-from apps.operations.models import AuditEvent
+from apps.core.models import AuditEvent
 from apps.orchestration.models import Accelerator, Allocation
 from apps.orchestration.services import NoCapacity
 from apps.orchestration.tasks import fulfil_order

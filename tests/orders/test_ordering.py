@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from apps.catalog.models import SoftwareStack
 from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
-from apps.operations.models import AuditEvent
+from apps.core.models import AuditEvent
 from apps.orchestration.models import Accelerator, Allocation, Placement
 from apps.orchestration.services import NoCapacity
 from apps.orders.models import ApprovalPolicy, Instance, InstanceState, Order, OrderState

@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from apps.core.errors import InvalidTransition
-from apps.operations.models import AuditEvent
+from apps.core.models import AuditEvent
 from apps.orders.models import (
     INSTANCE_TRANSITIONS,
     ORDER_TRANSITIONS,

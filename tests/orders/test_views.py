@@ -23,8 +23,8 @@ from django.core.management import call_command
 from django.utils import translation
 
 from apps.catalog.models import Flavor
-from apps.core import demo
 from apps.core.money import format_money
+from apps.operations import demo
 from apps.orchestration.models import Accelerator, Backend, Node
 from apps.orders.forms import InstanceOrderForm
 from apps.orders.models import (

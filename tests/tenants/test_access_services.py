@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
-from apps.operations.models import AuditEvent
+from apps.core.models import AuditEvent
 from apps.quotas.models import QuotaLimit
 from apps.quotas.services import apply_default_limits
 from apps.tenants import services

@@ -4,7 +4,7 @@ writes an audit event; every other pair is refused and changes nothing."""
 import pytest
 
 from apps.core.errors import DomainError, InvalidTransition
-from apps.operations.models import AuditEvent
+from apps.core.models import AuditEvent
 from apps.tenants.models import VERIFICATION_TRANSITIONS, Organization, VerificationState
 from apps.tenants.services import move_verification
 from tests.factories import OrganizationFactory, UserFactory

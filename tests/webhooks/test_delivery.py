@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from apps.core.errors import DomainError, PermissionDenied
-from apps.operations.models import AuditEvent
+from apps.core.models import AuditEvent
 from apps.webhooks import services, tasks
 from apps.webhooks.models import DeliveryState, WebhookDelivery
 from tests.factories import WebhookEndpointFactory

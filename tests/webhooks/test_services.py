@@ -9,7 +9,7 @@ import pytest
 from django.db import transaction
 
 from apps.core.errors import DomainError, PermissionDenied
-from apps.operations.models import AuditEvent
+from apps.core.models import AuditEvent
 from apps.tenants.models import ApiKeyScope
 from apps.webhooks import services
 from apps.webhooks.models import EVENT_TYPES, DeliveryState, WebhookDelivery, WebhookEndpoint

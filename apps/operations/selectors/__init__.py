@@ -1,6 +1,6 @@
 from django.db.models import Count, Q
 
-from apps.operations.models import AuditEvent
+from apps.core.models import AuditEvent
 from apps.orchestration.models import Pool
 
 

@@ -8,7 +8,8 @@ from django.db.models import Max, Prefetch
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from apps.operations.models import AuditEvent, IdlePolicy
+from apps.core.models import AuditEvent
+from apps.operations.models import IdlePolicy
 from apps.orchestration.models import Accelerator, Allocation
 from apps.orders.models import Instance, InstanceState
 

@@ -18,7 +18,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.catalog.models import Flavor, FlavorFamily, Image, Price
-from apps.operations.models import AuditEvent
+from apps.core.models import AuditEvent
 from apps.orchestration.models import Backend, Node, Pool
 from apps.orders.models import INSTANCE_HOLDING_STATES, Instance, Order
 from apps.tenants.models import Membership, Organization

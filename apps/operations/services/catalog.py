@@ -15,9 +15,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.catalog.models import Flavor, FlavorFamily, Image, Price, PriceKind, Region
+from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.transactions import lock
-from apps.operations.services import record_event, require_operator
+from apps.tenants.access import require_operator
 
 
 def _require(operator, park):

@@ -11,11 +11,12 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
+from apps.core.audit import record_event
 from apps.core.transactions import lock
 from apps.operations.models import CapacitySample, IdlePolicy
 from apps.operations.selectors.idle import TELEMETRY_FRESH_FOR
-from apps.operations.services import record_event, require_operator
 from apps.orchestration.models import Accelerator, Node, Pool
+from apps.tenants.access import require_operator
 
 SAMPLES_KEPT_FOR = timedelta(days=90)
 POOL_FIELDS = ("region", "pue", "power_price_minor_per_kwh", "carbon_g_per_kwh", "is_schedulable")

@@ -11,14 +11,14 @@ audit log, and mailed to the organization's owners.
 from django.db import transaction
 from django.utils.translation import gettext as _
 
+from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.transactions import on_commit_task
 from apps.operations.models import IdlePolicy
 from apps.operations.selectors.idle import idle_instances, idle_reading, with_live_devices
-from apps.operations.services import record_event, require_operator
 from apps.orders.models import Instance, Order, OrderKind
 from apps.orders.services import request_operation
-from apps.tenants.access import SystemActor
+from apps.tenants.access import SystemActor, require_operator
 
 IDLE_POLICY = SystemActor("idle-policy")
 REASON_MAX_LENGTH = 1000

@@ -6,9 +6,10 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
+from apps.core.audit import record_event
 from apps.core.transactions import lock
-from apps.operations.services import record_event, require_operator
 from apps.quotas.models import QuotaLimit, QuotaResource
+from apps.tenants.access import require_operator
 from apps.tenants.models import Organization
 
 

@@ -11,14 +11,9 @@ from django.http import Http404
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from apps.core.errors import DomainError, PermissionDenied
-from apps.tenants.models import Park
 from apps.tenants.selectors import get_for_operator, parks_operated_by
 
 PAGE_SIZE = 50
-
-
-def operated_park(request, park_id) -> Park:
-    return get_for_operator(Park.objects.all(), request.user, park_field="pk", pk=park_id)
 
 
 def posted_object(request, queryset, *, field: str, park_field: str, park=None):

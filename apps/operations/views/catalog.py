@@ -12,12 +12,12 @@ from apps.operations.selectors import lists
 from apps.operations.services import catalog as services
 from apps.operations.views._common import (
     form_refusals,
-    operated_park,
     outcome_of,
     page_of,
     posted_object,
 )
 from apps.tenants.decorators import operator_view
+from apps.tenants.selectors import operated_park
 
 
 def _posted(form_name, request):
@@ -26,7 +26,7 @@ def _posted(form_name, request):
 
 @operator_view
 def catalog_flavors(request, park_id):
-    park = operated_park(request, park_id)
+    park = operated_park(request.user, park_id)
     families = FlavorFamily.objects.filter(park=park).order_by("code")
     family_form = FamilyForm(_posted("create_family", request))
     flavor_form = FlavorForm(_posted("create_flavor", request), families=families)
@@ -81,7 +81,7 @@ def _toggle_flavor(request, park):
 
 @operator_view
 def catalog_images(request, park_id):
-    park = operated_park(request, park_id)
+    park = operated_park(request.user, park_id)
     form = ImageForm(_posted("create_image", request))
     if request.method == "POST":
         action = request.POST.get("action")
@@ -114,7 +114,7 @@ def catalog_images(request, park_id):
 
 @operator_view
 def catalog_prices(request, park_id):
-    park = operated_park(request, park_id)
+    park = operated_park(request.user, park_id)
     regions = Region.objects.filter(park=park).order_by("level", "name")
     flavors = Flavor.objects.filter(family__park=park).order_by("family__code", "accelerator_count")
     form = PriceForm(_posted("schedule", request), regions=regions, flavors=flavors)

@@ -18,7 +18,6 @@ from apps.operations.services import infrastructure as services
 from apps.operations.services.instances import send_idle_notice
 from apps.operations.views._common import (
     form_refusals,
-    operated_park,
     outcome_of,
     page_of,
     posted_object,
@@ -27,6 +26,7 @@ from apps.orchestration import services as orchestration
 from apps.orchestration.models import Backend, Node, Pool
 from apps.orders.models import Instance
 from apps.tenants.decorators import operator_view
+from apps.tenants.selectors import operated_park
 
 
 def _regions(park):
@@ -35,7 +35,7 @@ def _regions(park):
 
 @operator_view
 def backend_list(request, park_id):
-    park = operated_park(request, park_id)
+    park = operated_park(request.user, park_id)
     form = BackendForm(
         request.POST if request.POST.get("action") == "register" else None,
         regions=_regions(park),
@@ -77,7 +77,7 @@ def backend_list(request, park_id):
 
 @operator_view
 def pool_list(request, park_id):
-    park = operated_park(request, park_id)
+    park = operated_park(request.user, park_id)
     regions = list(_regions(park))
     failed = None
     if request.method == "POST":
@@ -125,7 +125,7 @@ def pool_list(request, park_id):
 
 @operator_view
 def node_list(request, park_id):
-    park = operated_park(request, park_id)
+    park = operated_park(request.user, park_id)
     if request.method == "POST":
         return _node_action(request, park)
     pools = Pool.objects.filter(backend__park=park).order_by("name")
@@ -174,7 +174,7 @@ def _node_action(request, park):
 
 @operator_view
 def idle_capacity(request, park_id):
-    park = operated_park(request, park_id)
+    park = operated_park(request.user, park_id)
     policy = idle_policies([park]).get(park.pk)
     policy_form = IdlePolicyForm(
         request.POST if request.POST.get("action") == "policy" else None,

@@ -8,14 +8,14 @@ from django.utils.translation import gettext as _
 from apps.core.web import refusals
 from apps.operations.forms import AuditFilterForm
 from apps.operations.selectors import audit_events
-from apps.operations.views._common import operated_park, parks_of
+from apps.operations.views._common import parks_of
 from apps.orders import services as order_services
 from apps.orders.forms import ApprovalPolicyForm
 from apps.orders.models import ApprovalPolicy
 from apps.tenants import services as tenant_services
 from apps.tenants.decorators import operator_view
 from apps.tenants.forms import MfaPolicyForm
-from apps.tenants.selectors import organizations_for_operator
+from apps.tenants.selectors import operated_park, organizations_for_operator
 
 
 @operator_view
@@ -38,7 +38,7 @@ def audit_log(request):
 
 @operator_view
 def park_security(request, park_id):
-    park = operated_park(request, park_id)
+    park = operated_park(request.user, park_id)
     form = MfaPolicyForm(
         request.POST or None,
         initial={
@@ -62,7 +62,7 @@ def park_security(request, park_id):
 
 @operator_view
 def approval_policy(request, park_id):
-    park = operated_park(request, park_id)
+    park = operated_park(request.user, park_id)
     policy = ApprovalPolicy.objects.filter(park=park).first() or ApprovalPolicy(park=park)
     form = ApprovalPolicyForm(
         request.POST or None,

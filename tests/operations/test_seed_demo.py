@@ -5,7 +5,7 @@ from django.apps import apps
 from django.core.management import call_command
 
 from apps.catalog.models import AcceleratorModel, Flavor, Image, Price, Region
-from apps.core import demo
+from apps.operations import demo
 from apps.orchestration.models import Accelerator, Node, Pool
 from apps.tenants.models import Membership, Organization, ParkOperator
 

@@ -18,7 +18,7 @@ from apps.catalog.models import (
     Region,
     ResourceType,
 )
-from apps.core import demo
+from apps.operations import demo
 from apps.orchestration.models import Backend, Pool
 from apps.orchestration.services import register_node
 from apps.quotas.models import QuotaLimit
