@@ -43,7 +43,7 @@ def main():
     from django.test import Client
     from django.test.utils import CaptureQueriesContext, setup_test_environment
 
-    from apps.core import demo
+    from apps.operations import demo
     from apps.orchestration.models import Node
     from apps.orchestration.services import register_node
 
