@@ -4,7 +4,7 @@ from rest_framework.routers import SimpleRouter
 
 from apps.api.views import billing, catalog, operators, orders, tasks
 from apps.api.views import tenants as views
-from apps.webhooks.api import WebhookEndpointViewSet
+from apps.api.views.webhooks import WebhookEndpointViewSet
 
 router = SimpleRouter()
 router.register("regions", catalog.RegionViewSet, basename="region")

@@ -1,5 +1,5 @@
 """Catalog reads shared by the pages and the API: flavors with their prices in force and the
-capacity free for them right now."""
+capacity free for them right now (through `FREE_ROOM`)."""
 
 from collections import defaultdict
 from dataclasses import dataclass
@@ -9,7 +9,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from apps.catalog.models import AcceleratorModel, Flavor, Price, PriceKind
-from apps.orchestration.models import Node, NodeHealth
+from apps.core.extensions import ExtensionPoint
 
 
 @dataclass(frozen=True)
@@ -22,38 +22,9 @@ class NodeRoom:
     ram_gb: int
 
 
-def free_room_by_model(park=None) -> dict[int, list[NodeRoom]]:
-    """Free room of every schedulable node, grouped by accelerator model id (one query)."""
-    from apps.orchestration.services import with_free_capacity
-
-    nodes = Node.objects.filter(
-        health=NodeHealth.HEALTHY,
-        is_drained=False,
-        pool__is_schedulable=True,
-        pool__backend__is_enabled=True,
-    )
-    if park is not None:
-        nodes = nodes.filter(pool__backend__park=park)
-    rows = with_free_capacity(nodes).values(
-        "pool__accelerator_model",
-        "pool__region",
-        "free_accelerators",
-        "vcpu_total",
-        "vcpu_used",
-        "ram_gb_total",
-        "ram_used",
-    )
-    by_model = defaultdict(list)
-    for row in rows:
-        by_model[row["pool__accelerator_model"]].append(
-            NodeRoom(
-                region_id=row["pool__region"],
-                accelerators=row["free_accelerators"],
-                vcpu=row["vcpu_total"] - row["vcpu_used"],
-                ram_gb=row["ram_gb_total"] - row["ram_used"],
-            )
-        )
-    return by_model
+# Free room lives in the nodes, which the orchestration app (a floor above) owns and plugs in:
+# a callable (park or None) -> {accelerator model id: [NodeRoom, …]}.
+FREE_ROOM = ExtensionPoint("free room of schedulable nodes, by accelerator model")
 
 
 def current_flavor_prices(at=None) -> dict[int, list[Price]]:
@@ -167,7 +138,7 @@ def catalog_flavors(filters: CatalogFilters | None = None) -> list[FlavorCard]:
         return not f.region_level or region.level == f.region_level
 
     prices = current_flavor_prices()
-    rooms = free_room_by_model(f.park)
+    rooms = FREE_ROOM.one()(f.park)
     cards = []
     for flavor in flavors:
         allowed = [p for p in prices.get(flavor.pk, []) if region_allowed(p.region)]
@@ -205,7 +176,7 @@ def catalog_flavors(filters: CatalogFilters | None = None) -> list[FlavorCard]:
 
 def catalog_summary(park=None) -> list[dict]:
     """Accelerator models side by side with their total and free counts, for the home page."""
-    rooms = free_room_by_model(park)
+    rooms = FREE_ROOM.one()(park)
     pools = Q(pools__is_schedulable=True)
     if park is not None:
         pools &= Q(pools__backend__park=park)

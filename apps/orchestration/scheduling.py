@@ -38,7 +38,7 @@ from apps.orchestration.models import (
     SchedulingPolicy,
 )
 from apps.orchestration.scheduler import PRESETS, filters, schedule_queue
-from apps.orchestration.services import with_free_capacity
+from apps.orchestration.selectors import with_free_capacity
 from apps.orders.models import Task, TaskPreference, TaskState
 from apps.tenants.access import SystemActor, authorize
 from apps.tenants.roles import Action
@@ -313,7 +313,7 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
         .select_related("image", "accelerator_model", "organization__park")
         .prefetch_related("allowed_regions", "image__compatible_accelerators")
     }
-    nodes = list(with_free_capacity(selectors.schedulable_park_nodes(park)).order_by("pk"))
+    nodes = list(with_free_capacity(selectors.schedulable_nodes(park=park)).order_by("pk"))
     pools = list({node.pool_id: node.pool for node in nodes}.values())
     prices = adapter.task_prices(pools, at=now)
     views = adapter.node_views(nodes, prices=prices)

@@ -1,16 +1,20 @@
 """Reads shared by the task pages, the operator pages and the API: tasks of an organization,
 queue positions, the compute a task and a pool stand for, decisions and their re-scoring."""
 
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
-from django.db.models import Count, Prefetch, Q
+from django.db.models import Count, OuterRef, Prefetch, Q, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from apps.catalog.selectors import NodeRoom
 from apps.orchestration import adapter
 from apps.orchestration.models import (
     Accelerator,
+    Allocation,
     Node,
     NodeHealth,
     Placement,
@@ -34,15 +38,37 @@ def tasks_for(organization):
     )
 
 
-def schedulable_park_nodes(park):
-    """The park's nodes a task may land on, of every accelerator model."""
+def schedulable_nodes(*, park=None, accelerator_model_id=None, region=None):
+    """The nodes new work may land on: healthy, not drained, in an enabled backend's
+    schedulable pool; of one park, accelerator model or region where given."""
+    filters = {
+        "pool__backend__park": park,
+        "pool__accelerator_model_id": accelerator_model_id,
+        "pool__region": region,
+    }
     return Node.objects.filter(
-        pool__backend__park=park,
         pool__backend__is_enabled=True,
         pool__is_schedulable=True,
         health=NodeHealth.HEALTHY,
         is_drained=False,
+        **{field: value for field, value in filters.items() if value is not None},
     ).select_related("pool__region", "pool__backend", "pool__accelerator_model")
+
+
+def with_free_capacity(nodes):
+    """Annotate free accelerators and used CPU/memory (subqueries: joins would multiply sums)."""
+    free = (
+        Accelerator.objects.filter(node=OuterRef("pk"), allocation__isnull=True)
+        .values("node")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    live = Allocation.objects.filter(node=OuterRef("pk"), released_at__isnull=True).values("node")
+    return nodes.annotate(
+        free_accelerators=Coalesce(Subquery(free), 0),
+        vcpu_used=Coalesce(Subquery(live.annotate(n=Sum("vcpu")).values("n")), 0),
+        ram_used=Coalesce(Subquery(live.annotate(n=Sum("ram_gb")).values("n")), 0),
+    )
 
 
 def schedulable_park_pools(park):
@@ -246,3 +272,29 @@ def task_with_details(queryset):
             queryset=Placement.objects.select_related("chosen_node", "chosen_pool__region"),
         ),
     )
+
+
+def free_room_by_model(park=None) -> dict[int, list[NodeRoom]]:
+    """Free room of every schedulable node, grouped by accelerator model id (one query): the
+    catalog's `FREE_ROOM`."""
+    nodes = schedulable_nodes(park=park)
+    rows = with_free_capacity(nodes).values(
+        "pool__accelerator_model",
+        "pool__region",
+        "free_accelerators",
+        "vcpu_total",
+        "vcpu_used",
+        "ram_gb_total",
+        "ram_used",
+    )
+    by_model = defaultdict(list)
+    for row in rows:
+        by_model[row["pool__accelerator_model"]].append(
+            NodeRoom(
+                region_id=row["pool__region"],
+                accelerators=row["free_accelerators"],
+                vcpu=row["vcpu_total"] - row["vcpu_used"],
+                ram_gb=row["ram_gb_total"] - row["ram_used"],
+            )
+        )
+    return by_model

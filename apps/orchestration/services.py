@@ -2,8 +2,7 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Count, OuterRef, Subquery, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Count
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -21,6 +20,7 @@ from apps.orchestration.models import (
     Placement,
     Pool,
 )
+from apps.orchestration.selectors import schedulable_nodes, with_free_capacity
 from apps.tenants.access import require_operator
 
 
@@ -72,36 +72,6 @@ def shape_of(flavor) -> Shape:
         accelerators=flavor.accelerator_count,
         vcpu=flavor.vcpu,
         ram_gb=flavor.ram_gb,
-    )
-
-
-def schedulable_nodes(*, park, accelerator_model_id: int, region=None):
-    nodes = Node.objects.filter(
-        pool__backend__park=park,
-        pool__backend__is_enabled=True,
-        pool__is_schedulable=True,
-        pool__accelerator_model_id=accelerator_model_id,
-        health=NodeHealth.HEALTHY,
-        is_drained=False,
-    )
-    if region is not None:
-        nodes = nodes.filter(pool__region=region)
-    return nodes.select_related("pool__region", "pool__backend")
-
-
-def with_free_capacity(nodes):
-    """Annotate free accelerators and used CPU/memory (subqueries: joins would multiply sums)."""
-    free = (
-        Accelerator.objects.filter(node=OuterRef("pk"), allocation__isnull=True)
-        .values("node")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
-    live = Allocation.objects.filter(node=OuterRef("pk"), released_at__isnull=True).values("node")
-    return nodes.annotate(
-        free_accelerators=Coalesce(Subquery(free), 0),
-        vcpu_used=Coalesce(Subquery(live.annotate(n=Sum("vcpu")).values("n")), 0),
-        ram_used=Coalesce(Subquery(live.annotate(n=Sum("ram_gb")).values("n")), 0),
     )
 
 

@@ -23,14 +23,13 @@ from apps.core.audit import audit_identity, record_event
 from apps.core.errors import DomainError, InvalidTransition
 from apps.core.transactions import lock, on_commit_task
 from apps.core.transitions import transition
+from apps.orchestration.selectors import schedulable_nodes, with_free_capacity
 from apps.orchestration.services import (
     NoCapacity,
     place,
     release_capacity,
     resize_capacity,
-    schedulable_nodes,
     shape_of,
-    with_free_capacity,
 )
 from apps.orders.models import (
     INSTANCE_TRANSITIONS,

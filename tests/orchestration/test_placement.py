@@ -8,6 +8,7 @@ import pytest
 from django.utils import translation
 
 from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth, Placement
+from apps.orchestration.selectors import schedulable_nodes, with_free_capacity
 from apps.orchestration.services import (
     NoCapacity,
     Shape,
@@ -17,8 +18,6 @@ from apps.orchestration.services import (
     register_node,
     release_capacity,
     resize_capacity,
-    schedulable_nodes,
-    with_free_capacity,
 )
 from tests.factories import (
     AcceleratorModelFactory,

@@ -6,16 +6,16 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from apps.api.permissions import OrganizationAction, current_actor, current_organization
-from apps.tenants.roles import Action
-from apps.webhooks import selectors, services
-from apps.webhooks.models import WebhookEndpoint
-from apps.webhooks.serializers import (
+from apps.api.serializers.webhooks import (
     WebhookDeliverySerializer,
     WebhookEndpointCreatedSerializer,
     WebhookEndpointInputSerializer,
     WebhookEndpointSerializer,
     WebhookEndpointUpdateSerializer,
 )
+from apps.tenants.roles import Action
+from apps.webhooks import selectors, services
+from apps.webhooks.models import WebhookEndpoint
 
 
 @extend_schema_view(
