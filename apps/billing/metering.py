@@ -1,5 +1,8 @@
 """Meters follow what instances and tasks hold; metering turns them into usage records.
 
+Which meters an instance or a task needs in each state is said by the app that owns it
+(`apps.orders.meters`, `apps.orchestration.meters`); both keep them with `reconcile`.
+
 Rounding, stated once: a meter's charge up to a moment is its hourly rate × the whole seconds
 since it opened ÷ 3600, rounded half up to the minor unit. Each usage record carries the increase
 of that running total, so the records of one meter add up to exactly its rounded total however
@@ -15,22 +18,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from apps.billing.models import Meter, MeterKind, UsageRecord
-from apps.orders.models import InstanceState, TaskState
+from apps.billing.models import Meter, UsageRecord
 
 HOURS_PER_MONTH = 720  # prices per month are per 30 days, as the catalog states them
-
-# A host's disk exists, and costs, from its first start until it is released.
-DISK_BILLED_STATES = frozenset(
-    {
-        InstanceState.RUNNING,
-        InstanceState.STOPPING,
-        InstanceState.STOPPED,
-        InstanceState.STARTING,
-        InstanceState.RESIZING,
-        InstanceState.RELEASING,
-    }
-)
 
 
 def amount_for(hourly_minor: Decimal, seconds: int) -> int:
@@ -65,72 +55,10 @@ class MeterSpec:
         )
 
 
-def instance_meters(instance) -> list[MeterSpec]:
-    """What `instance` should be paying for in its current state, at its fixed rates."""
-    rates = instance.rates
-    if not rates:  # ordered before metering existed, or never priced
-        return []
-    specs = []
-    if instance.state == InstanceState.RUNNING:
-        flavor = instance.flavor
-        units = flavor.family.accelerator_model.compute_units * flavor.accelerator_count
-        specs.append(MeterSpec(MeterKind.COMPUTE, 1, Decimal(rates["flavor_hour"]), Decimal(units)))
-        if instance.bandwidth_mbps:
-            monthly = Decimal(rates["bandwidth_mbps_month"]) * instance.bandwidth_mbps
-            specs.append(
-                MeterSpec(MeterKind.BANDWIDTH, instance.bandwidth_mbps, monthly / HOURS_PER_MONTH)
-            )
-    if instance.state in DISK_BILLED_STATES:
-        disk = billed_disk_gb(
-            flavor=instance.flavor,
-            system_disk_gb=instance.system_disk_gb,
-            data_disk_gb=instance.data_disk_gb,
-        )
-        if disk:
-            monthly = Decimal(rates["disk_gb_month"]) * disk
-            specs.append(MeterSpec(MeterKind.DISK, disk, monthly / HOURS_PER_MONTH))
-    return [spec for spec in specs if spec.hourly_minor > 0]
-
-
-def task_meters(task) -> list[MeterSpec]:
-    if task.state != TaskState.RUNNING or not task.hourly_minor:
-        return []
-    units = Decimal(0)
-    if task.pool_id:
-        units = task.pool.accelerator_model.compute_units * Decimal(task.accelerator_milli) / 1000
-    return [MeterSpec(MeterKind.TASK, 1, Decimal(task.hourly_minor), units)]
-
-
 @transaction.atomic
-def follow_instance(instance, *, at: datetime | None = None) -> None:
-    """Close the meters that no longer match the instance and open the ones it now needs."""
-    instance = (
-        type(instance)
-        .objects.select_related("flavor__family__accelerator_model")
-        .get(pk=instance.pk)
-    )
-    _reconcile(
-        Meter.objects.filter(instance=instance),
-        specs=instance_meters(instance),
-        new=dict(organization_id=instance.organization_id, instance=instance),
-        currency=instance.rates.get("currency", ""),
-        at=at or timezone.now(),
-    )
-
-
-@transaction.atomic
-def follow_task(task, *, at: datetime | None = None) -> None:
-    task = type(task).objects.select_related("pool__accelerator_model").get(pk=task.pk)
-    _reconcile(
-        Meter.objects.filter(task=task),
-        specs=task_meters(task),
-        new=dict(organization_id=task.organization_id, task=task),
-        currency=task.organization.park.currency,
-        at=at or timezone.now(),
-    )
-
-
-def _reconcile(meters, *, specs, new, currency, at) -> None:
+def reconcile(meters, *, specs, new, currency, at) -> None:
+    """Close the open `meters` (one subject's) that no longer match `specs`, and open the ones
+    missing, with `new`'s fields (the organization and the instance or task they measure)."""
     wanted = {spec.kind: spec for spec in specs}
     for meter in meters.select_for_update(no_key=True).filter(ended_at__isnull=True):
         spec = wanted.get(meter.kind)

@@ -13,7 +13,6 @@ from django.utils.translation import gettext as _
 from apps.billing.models import (
     BillingMode,
     EntryKind,
-    FundsSuspension,
     Hold,
     LedgerEntry,
     Meter,
@@ -21,6 +20,7 @@ from apps.billing.models import (
 )
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
+from apps.core.extensions import ExtensionPoint
 from apps.core.money import format_money
 from apps.tenants.access import SystemActor, require_operator
 from apps.tenants.models import Organization, Role
@@ -28,6 +28,12 @@ from apps.tenants.models import Organization, Role
 log = logging.getLogger(__name__)
 
 BILLING_ACTOR = SystemActor("billing")
+
+# Hosts are the orders app's, a floor above: it plugs in how to stop an organization's running
+# hosts when its wallet runs out, and how to start the ones stopped for funds once it can pay.
+# Each is a callable (organization id) -> how many hosts it stopped or started.
+SUSPEND_HOSTS = ExtensionPoint("stop an organization's hosts for funds")
+RESUME_HOSTS = ExtensionPoint("start the hosts stopped for funds")
 
 
 class InsufficientFunds(DomainError):
@@ -239,7 +245,7 @@ def enforce_balance(organization_id: int) -> None:
             wallet.save(update_fields=["low_balance_warned_at", "updated_at"])
         exhausted = wallet.available_minor <= 0
     if exhausted:
-        suspend_for_funds(organization_id)
+        SUSPEND_HOSTS.one()(organization_id)
 
 
 def _warn_low_balance(wallet: Wallet) -> None:
@@ -267,60 +273,3 @@ def _warn_low_balance(wallet: Wallet) -> None:
                 recipients,
             )
         )
-
-
-def suspend_for_funds(organization_id: int) -> int:
-    """Stop (never release) the organization's running hosts; returns how many were stopped.
-
-    The suspension is recorded first, so a crash before the stop is retried by the next
-    metering run, and resuming finds every host it stopped.
-    """
-    from apps.orders.models import Instance, InstanceState, OrderKind
-    from apps.orders.services import request_operation
-
-    stopped = 0
-    running = Instance.objects.filter(organization_id=organization_id, state=InstanceState.RUNNING)
-    for instance in running:
-        FundsSuspension.objects.get_or_create(instance=instance, resumed_at=None)
-        try:
-            request_operation(
-                instance=instance,
-                actor=BILLING_ACTOR,
-                kind=OrderKind.STOP,
-                reason=_("The wallet ran out; stopped until it is topped up."),
-            )
-        except DomainError as refused:  # busy with another operation: the next run tries again
-            log.info("not stopping %s for funds yet: %s", instance, refused)
-            continue
-        stopped += 1
-    return stopped
-
-
-def resume_suspended(organization_id: int) -> int:
-    """Start the hosts stopped for funds once the wallet can pay again; returns how many."""
-    from apps.orders.models import InstanceState, OrderKind
-    from apps.orders.services import request_operation
-
-    if Wallet.objects.get(organization_id=organization_id).available_minor <= 0:
-        return 0
-    started = 0
-    suspensions = FundsSuspension.objects.filter(
-        instance__organization_id=organization_id, resumed_at__isnull=True
-    ).select_related("instance")
-    for suspension in suspensions:
-        instance = suspension.instance
-        if instance.state == InstanceState.STOPPED:
-            try:
-                request_operation(instance=instance, actor=BILLING_ACTOR, kind=OrderKind.START)
-            except DomainError as refused:  # still stopping: the next top-up or run retries
-                log.info("not resuming %s yet: %s", instance, refused)
-                continue
-            started += 1
-        elif instance.state not in (
-            InstanceState.RUNNING,
-            InstanceState.RELEASED,
-            InstanceState.ERROR,
-        ):
-            continue  # still stopping, or busy: the next metering run retries
-        FundsSuspension.objects.filter(pk=suspension.pk).update(resumed_at=timezone.now())
-    return started

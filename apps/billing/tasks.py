@@ -28,13 +28,13 @@ def meter_usage() -> int:
         "instance__organization_id", flat=True
     )
     for organization_id in sorted(set(suspended)):
-        services.resume_suspended(organization_id)
+        services.RESUME_HOSTS.one()(organization_id)
     return charged
 
 
 @shared_task
 def resume_suspended(organization_id: int) -> int:
-    return services.resume_suspended(organization_id)
+    return services.RESUME_HOSTS.one()(organization_id)
 
 
 @shared_task

@@ -8,6 +8,9 @@ class OrchestrationConfig(AppConfig):
 
     def ready(self):
         from apps.catalog.selectors import FREE_ROOM
+        from apps.orchestration.scheduling import task_quota_usage
         from apps.orchestration.selectors import free_room_by_model
+        from apps.quotas.services import QUOTA_HOLDERS
 
         FREE_ROOM.plug(free_room_by_model)
+        QUOTA_HOLDERS.plug(task_quota_usage)

@@ -40,6 +40,7 @@ from apps.orchestration.models import (
 from apps.orchestration.scheduler import PRESETS, filters, schedule_queue
 from apps.orchestration.selectors import with_free_capacity
 from apps.orders.models import Task, TaskPreference, TaskState
+from apps.quotas.services import QuotaExceeded, Usage, reserve
 from apps.tenants.access import SystemActor, authorize
 from apps.tenants.roles import Action
 
@@ -382,7 +383,6 @@ def _place_task(task: Task, view, record) -> str:
     returns why not ("" when placed)."""
     from apps.orchestration.tasks import run_task
     from apps.orders.services import move_task
-    from apps.quotas.services import QuotaExceeded
 
     try:
         _reserve_quota(task, view.pool)
@@ -411,8 +411,6 @@ def _place_task(task: Task, view, record) -> str:
 def task_demand(tasks_and_models):
     """What held tasks count against quotas: whole cards, shares summed up to whole cards
     (four quarter shares are one accelerator), compute units, vCPU and RAM."""
-    from apps.quotas.services import Usage
-
     milli_by_model: dict[int, int] = {}
     units = Decimal(0)
     vcpu = ram = 0
@@ -431,18 +429,27 @@ def task_demand(tasks_and_models):
     )
 
 
-def _reserve_quota(task: Task, pool) -> None:
-    """The organization's quota, checked under its lock: the instances it holds (counted by
-    apps.quotas) plus its placed and running tasks plus this one."""
-    from apps.quotas.services import reserve
-
+def _held_tasks(organizations) -> list[tuple]:
+    """(task, its accelerator model) for the tasks that hold quota: placed and running."""
     held = Task.objects.filter(
-        organization=task.organization, state__in=(TaskState.PLACED, TaskState.RUNNING)
+        organization__in=organizations,
+        state__in=(TaskState.PLACED, TaskState.RUNNING),
+        pool__isnull=False,
     ).select_related("pool__accelerator_model")
-    demand = task_demand(
-        [(t, t.pool.accelerator_model) for t in held if t.pool_id]
-        + [(task, pool.accelerator_model)]
-    )
+    return [(t, t.pool.accelerator_model) for t in held]
+
+
+def task_quota_usage(organizations) -> Usage:
+    """The quotas' holder for training tasks (queued tasks hold nothing yet)."""
+    return task_demand(_held_tasks(organizations))
+
+
+def _reserve_quota(task: Task, pool) -> None:
+    """The organization's quota, checked under its lock (apps.quotas counts what its instances
+    and tasks hold). The demand is what this task adds to the tasks held: shares add up to
+    whole cards before they are counted."""
+    held = _held_tasks([task.organization])
+    demand = task_demand([*held, (task, pool.accelerator_model)]) - task_demand(held)
     reserve(organization=task.organization, demand=demand)
 
 

@@ -5,3 +5,13 @@ from django.utils.translation import gettext_lazy as _
 class OrdersConfig(AppConfig):
     name = "apps.orders"
     verbose_name = _("Orders")
+
+    def ready(self):
+        from apps.billing.services import RESUME_HOSTS, SUSPEND_HOSTS
+        from apps.orders.funds import resume_suspended, suspend_for_funds
+        from apps.orders.selectors import instance_quota_usage
+        from apps.quotas.services import QUOTA_HOLDERS
+
+        QUOTA_HOLDERS.plug(instance_quota_usage)
+        SUSPEND_HOSTS.plug(suspend_for_funds)
+        RESUME_HOSTS.plug(resume_suspended)

@@ -23,6 +23,7 @@ from apps.core.audit import audit_identity, record_event
 from apps.core.errors import DomainError, InvalidTransition
 from apps.core.transactions import lock, on_commit_task
 from apps.core.transitions import transition
+from apps.orchestration.meters import follow_task
 from apps.orchestration.selectors import schedulable_nodes, with_free_capacity
 from apps.orchestration.services import (
     NoCapacity,
@@ -31,6 +32,7 @@ from apps.orchestration.services import (
     resize_capacity,
     shape_of,
 )
+from apps.orders import meters
 from apps.orders.models import (
     INSTANCE_TRANSITIONS,
     ORDER_TERMINAL_STATES,
@@ -80,7 +82,7 @@ def move_instance(*, instance: Instance, to: str, actor=None, error_message: str
     # The wallet before the meters, in the order metering locks them (no deadlock).
     if to in (InstanceState.RELEASED, InstanceState.ERROR):
         billing.release_hold(instance)
-    metering.follow_instance(instance)
+    meters.follow_instance(instance)
     _notify(instance.organization, f"instance.{to}", instance_event(instance))
     return instance
 
@@ -144,7 +146,7 @@ def move_task(*, task: Task, to: str, actor=None) -> Task:
         return {}
 
     task = transition(task, to, table=TASK_TRANSITIONS, actor=actor, changes=timestamps)
-    metering.follow_task(task)
+    follow_task(task)
     return task
 
 
@@ -766,11 +768,11 @@ def complete_operation(*, order_id: int) -> Order | None:
     elif kind == OrderKind.EXPAND_DISK:
         instance.data_disk_gb = to
         instance.save(update_fields=["data_disk_gb", "updated_at"])
-        metering.follow_instance(instance)
+        meters.follow_instance(instance)
     elif kind == OrderKind.SET_BANDWIDTH:
         instance.bandwidth_mbps = to
         instance.save(update_fields=["bandwidth_mbps", "updated_at"])
-        metering.follow_instance(instance)
+        meters.follow_instance(instance)
     elif kind == OrderKind.RELEASE:
         release_capacity(instance)
         move_instance(instance=instance, to=InstanceState.RELEASED)

@@ -1,10 +1,10 @@
 """Quota limits and their enforcement.
 
-Usage is counted from the instances that hold resources (apps.orders.models.
-INSTANCE_HOLDING_STATES), so a reservation is simply the instance row in a holding state:
-created on submit, given back when the instance is released or fails. `reserve` checks a demand
-against every limit while holding the organization's (and, where it has limits, the park's) row
-lock, so two concurrent orders are counted one after the other and can never both pass.
+Usage is counted from the rows that hold resources (`QUOTA_HOLDERS`: instances in a holding
+state with their open resizes, placed and running training tasks), so a reservation is simply
+such a row: created on submit, given back when it is released, fails or ends. `reserve` checks
+a demand against every limit while holding the organization's (and, where it has limits, the
+park's) row lock, so two concurrent orders are counted one after the other and never both pass.
 """
 
 from dataclasses import dataclass, field
@@ -12,10 +12,10 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, F, Sum
 from django.utils.translation import gettext as _
 
 from apps.core.errors import DomainError
+from apps.core.extensions import ExtensionPoint
 from apps.core.transactions import lock
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.tenants.access import require_operator
@@ -103,76 +103,26 @@ def demand_for(*, flavor, system_disk_gb: int, data_disk_gb: int, count: int = 1
     )
 
 
-def usage_of(instances) -> Usage:
-    """What a queryset of instances holds (only those in a holding state count)."""
-    from apps.orders.models import INSTANCE_HOLDING_STATES
+# What holds quota is counted by the apps that own those rows, a floor above: orders counts its
+# instances and their open resizes, orchestration its placed and running training tasks. Each
+# plugs in a callable (organizations: a queryset of Organization) -> Usage.
+QUOTA_HOLDERS = ExtensionPoint("rows that hold quota")
 
-    holding = instances.filter(state__in=INSTANCE_HOLDING_STATES)
-    per_model = (
-        holding.values(
-            "flavor__family__accelerator_model", "flavor__family__accelerator_model__compute_units"
-        )
-        .annotate(
-            accelerators=Sum("flavor__accelerator_count"),
-            vcpu=Sum("flavor__vcpu"),
-            ram=Sum("flavor__ram_gb"),
-            disk=Sum(F("system_disk_gb") + F("data_disk_gb")),
-            count=Count("id"),
-        )
-        .order_by()
-    )
+
+def usage_held(organizations) -> Usage:
+    """Everything `organizations` hold, counted once by each holder."""
     total = Usage()
-    for row in per_model:
-        units = row["flavor__family__accelerator_model__compute_units"] * row["accelerators"]
-        total += Usage(
-            accelerators=row["accelerators"],
-            compute_units=units,
-            vcpu=row["vcpu"],
-            ram_gb=row["ram"],
-            disk_gb=row["disk"],
-            instances=row["count"],
-            by_model={row["flavor__family__accelerator_model"]: row["accelerators"]},
-        )
-    return total
-
-
-def pending_growth(instances) -> Usage:
-    """What open resize and disk-expansion orders on these instances add: they hold their
-    growth from the moment they are accepted until the backend is done (or fails)."""
-    from apps.catalog.models import Flavor
-    from apps.orders.models import INSTANCE_HOLDING_STATES, Order, OrderKind, OrderState
-
-    orders = Order.objects.filter(
-        instance__in=instances.filter(state__in=INSTANCE_HOLDING_STATES),
-        state__in=[OrderState.APPROVED, OrderState.FULFILLING],
-        kind__in=[OrderKind.RESIZE, OrderKind.EXPAND_DISK],
-    ).select_related("instance__flavor__family__accelerator_model")
-    total = Usage()
-    for order in orders:
-        if order.kind == OrderKind.EXPAND_DISK:
-            total += Usage(disk_gb=max(0, order.parameters["to"] - order.parameters["from"]))
-            continue
-        current = order.instance.flavor
-        target = Flavor.objects.select_related("family__accelerator_model").get(
-            family=current.family, code=order.parameters["to"]
-        )
-        grow = demand_for(flavor=target, system_disk_gb=0, data_disk_gb=0) - demand_for(
-            flavor=current, system_disk_gb=0, data_disk_gb=0
-        )
-        total += grow.positive()
+    for count in QUOTA_HOLDERS.providers():
+        total += count(organizations)
     return total
 
 
 def organization_usage(organization: Organization) -> Usage:
-    instances = organization.instances.all()
-    return usage_of(instances) + pending_growth(instances)
+    return usage_held(Organization.objects.filter(pk=organization.pk))
 
 
 def park_usage(park: Park) -> Usage:
-    from apps.orders.models import Instance
-
-    instances = Instance.objects.filter(organization__park=park)
-    return usage_of(instances) + pending_growth(instances)
+    return usage_held(Organization.objects.filter(park=park))
 
 
 def _limits(organization: Organization):
@@ -199,7 +149,10 @@ def reserve(*, organization: Organization, demand: Usage) -> None:
     org_limits, park_limits = _limits(organization)
     if park_limits:
         lock(Park, organization.park_id)
-    checks = [(limit, organization_usage(organization)) for limit in org_limits]
+    checks = []
+    if org_limits:
+        held = organization_usage(organization)
+        checks += [(limit, held) for limit in org_limits]
     if park_limits:
         held = park_usage(organization.park)
         checks += [(limit, held) for limit in park_limits]

@@ -18,9 +18,9 @@ from django.utils.translation import gettext as _
 
 from apps.core.audit import record_event
 from apps.core.errors import DomainError, PermissionDenied
+from apps.core.extensions import ExtensionPoint
 from apps.core.transactions import on_commit_task
 from apps.core.transitions import transition
-from apps.quotas.services import apply_default_limits
 from apps.tenants.access import authorize, is_usable_key, require_operator, role_of
 from apps.tenants.credit_code import normalize, validate_credit_code
 from apps.tenants.models import (
@@ -37,6 +37,15 @@ from apps.tenants.models import (
 from apps.tenants.roles import Action, roles_assignable_by
 
 API_KEY_PREFIX = "loam"
+
+# What comes with an organization's tier ("unverified" when it is created, "verified" once an
+# operator verifies it) belongs to the apps above: the quotas app plugs in its default limits.
+TIER_ENTERED = ExtensionPoint("an organization enters a tier")
+
+
+def _enter_tier(organization: Organization, tier: str) -> None:
+    for provider in TIER_ENTERED.providers():
+        provider(organization=organization, tier=tier)
 
 
 def _hash(secret: str) -> str:
@@ -59,7 +68,7 @@ def create_organization(*, user, park: Park, name: str) -> Organization:
         slug = f"{base}-{n}"
     organization = Organization.objects.create(park=park, name=name, slug=slug)
     Membership.objects.create(organization=organization, user=user, role=Role.OWNER)
-    apply_default_limits(organization=organization, tier="unverified")
+    _enter_tier(organization, "unverified")
     record_event(action="organization.created", actor=user, target=organization)
     return organization
 
@@ -173,7 +182,7 @@ def approve_verification(*, organization: Organization, operator) -> Organizatio
     organization = move_verification(
         organization=organization, to=VerificationState.VERIFIED, actor=operator
     )
-    apply_default_limits(organization=organization, tier="verified")
+    _enter_tier(organization, "verified")
     return organization
 
 

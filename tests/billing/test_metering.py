@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from apps.billing import metering
 from apps.billing.models import EntryKind, LedgerEntry, Meter, MeterKind, UsageRecord
+from apps.orchestration.meters import follow_task
 from apps.orchestration.tasks import fulfil_order
 from apps.orders.models import Instance, InstanceState, OrderKind
 from tests.billing.conftest import local
@@ -323,7 +324,7 @@ def test_a_task_is_metered_while_running(clock, world, meter):
         hourly_minor=600,
         state="running",
     )
-    metering.follow_task(task)
+    follow_task(task)
     clock.shift(90)
     meter()
     (record,) = UsageRecord.objects.filter(task=task)

@@ -7,7 +7,14 @@ import pytest
 from django.conf import settings
 from django.utils import timezone, translation
 
-from apps.orders.models import INSTANCE_HOLDING_STATES, Instance, InstanceState, OrderState
+from apps.orders.models import (
+    INSTANCE_HOLDING_STATES,
+    Instance,
+    InstanceState,
+    OrderState,
+    TaskState,
+)
+from apps.orders.selectors import pending_growth, usage_of
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.quotas.services import (
     QuotaExceeded,
@@ -16,9 +23,7 @@ from apps.quotas.services import (
     demand_for,
     organization_usage,
     park_usage,
-    pending_growth,
     reserve,
-    usage_of,
 )
 from apps.tenants.models import Organization
 from tests.factories import (
@@ -28,6 +33,8 @@ from tests.factories import (
     InstanceFactory,
     OrderFactory,
     OrganizationFactory,
+    PoolFactory,
+    TaskFactory,
 )
 
 
@@ -412,6 +419,67 @@ def test_reserve_does_not_count_another_parks_hosts(organization, sizes):
     limit(organization, QuotaResource.ACCELERATORS, 1, park_wide=True)
 
     reserve(organization=organization, demand=Usage(accelerators=1))
+
+
+# --- training tasks hold quota too ----------------------------------------------------------
+
+
+def held_task(organization, family, milli, state=TaskState.RUNNING):
+    """A task holding `milli` thousandths of cards of `family`'s model on one of its pools."""
+    pool = PoolFactory(backend__park=organization.park, accelerator_model=family.accelerator_model)
+    return TaskFactory(
+        organization=organization,
+        accelerator_milli=milli,
+        vcpu=4,
+        ram_gb=16,
+        state=state,
+        pool=pool,
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "state,held", [(TaskState.QUEUED, 0), (TaskState.PLACED, 2), (TaskState.RUNNING, 2)]
+)
+def test_placed_and_running_tasks_hold_quota(organization, family, state, held):
+    held_task(organization, family, 2000, state)
+
+    usage = organization_usage(organization)
+
+    assert usage.accelerators == held
+    assert usage.by_model.get(family.accelerator_model_id, 0) == held
+
+
+@pytest.mark.django_db
+def test_shares_of_cards_add_up_before_they_count(organization, family):
+    for _ in range(3):
+        held_task(organization, family, 500)  # three half cards: two cards held
+
+    assert organization_usage(organization).accelerators == 2
+
+
+@pytest.mark.django_db
+def test_a_host_order_counts_what_the_organizations_tasks_hold(organization, family):
+    held_task(organization, family, 3000)
+    limit(organization, QuotaResource.ACCELERATORS, 4)
+
+    reserve(organization=organization, demand=Usage(accelerators=1))  # 3 + 1 = 4
+    with pytest.raises(QuotaExceeded) as excinfo:
+        reserve(organization=organization, demand=Usage(accelerators=2))
+
+    assert "3 in use + 2 asked" in excinfo.value.message
+
+
+@pytest.mark.django_db
+def test_park_wide_limits_count_other_organizations_tasks(organization, other_organization, family):
+    held_task(other_organization, family, 4000)
+    limit(organization, QuotaResource.ACCELERATORS, 5, park_wide=True)
+
+    reserve(organization=organization, demand=Usage(accelerators=1))
+    with pytest.raises(QuotaExceeded) as excinfo:
+        reserve(organization=organization, demand=Usage(accelerators=2))
+
+    assert "(4 in use + 2 asked, limit 5)" in excinfo.value.message
 
 
 # --- apply_default_limits --------------------------------------------------------------------

@@ -1,0 +1,33 @@
+"""What a training task pays for: its fixed hourly price while it runs (the meter billing
+keeps)."""
+
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.billing.metering import MeterSpec, reconcile
+from apps.billing.models import Meter, MeterKind
+from apps.orders.models import Task, TaskState
+
+
+def task_meters(task) -> list[MeterSpec]:
+    if task.state != TaskState.RUNNING or not task.hourly_minor:
+        return []
+    units = Decimal(0)
+    if task.pool_id:
+        units = task.pool.accelerator_model.compute_units * Decimal(task.accelerator_milli) / 1000
+    return [MeterSpec(MeterKind.TASK, 1, Decimal(task.hourly_minor), units)]
+
+
+@transaction.atomic
+def follow_task(task, *, at: datetime | None = None) -> None:
+    task = Task.objects.select_related("pool__accelerator_model").get(pk=task.pk)
+    reconcile(
+        Meter.objects.filter(task=task),
+        specs=task_meters(task),
+        new=dict(organization_id=task.organization_id, task=task),
+        currency=task.organization.park.currency,
+        at=at or timezone.now(),
+    )
