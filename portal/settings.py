@@ -276,6 +276,13 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
+# --- Backends ---------------------------------------------------------------------------------
+# The backend drivers this deployment offers (dotted paths, loaded by the orchestration app).
+LOAM_BACKEND_DRIVERS = env.list(
+    "LOAM_BACKEND_DRIVERS",
+    default=["apps.orchestration.backends.simulator.SimulatorDriver"],
+)
+
 # --- Product rules ----------------------------------------------------------------------------
 # Where links in emails point (no request to read the host from in a worker).
 LOAM_BASE_URL = env.str("LOAM_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")

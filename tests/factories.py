@@ -64,18 +64,11 @@ from apps.orchestration.models import (
     Placement,
     Pool,
     SchedulingPolicy,
-)
-from apps.orders.models import (
-    ApprovalPolicy,
-    Instance,
-    InstanceState,
-    Order,
-    OrderKind,
-    OrderState,
     Task,
     TaskPreference,
     TaskState,
 )
+from apps.orders.models import ApprovalPolicy, Instance, InstanceState, Order, OrderKind, OrderState
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.tenants.credit_code import check_character
 from apps.tenants.models import (

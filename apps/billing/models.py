@@ -260,7 +260,7 @@ class Meter(models.Model):
         verbose_name=_("instance"),
     )
     task = models.ForeignKey(
-        "orders.Task",
+        "orchestration.Task",
         on_delete=models.PROTECT,
         null=True,
         blank=True,
@@ -348,7 +348,7 @@ class UsageRecord(models.Model):
         verbose_name=_("instance"),
     )
     task = models.ForeignKey(
-        "orders.Task",
+        "orchestration.Task",
         on_delete=models.PROTECT,
         null=True,
         blank=True,
@@ -492,7 +492,7 @@ class InvoiceLine(models.Model):
         verbose_name=_("instance"),
     )
     task = models.ForeignKey(
-        "orders.Task",
+        "orchestration.Task",
         on_delete=models.PROTECT,
         null=True,
         blank=True,

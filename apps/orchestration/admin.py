@@ -8,6 +8,7 @@ from apps.orchestration.models import (
     Placement,
     Pool,
     SchedulingPolicy,
+    Task,
 )
 
 
@@ -80,3 +81,19 @@ class SchedulingPolicyAdmin(admin.ModelAdmin):
         "updated_at",
     ]
     readonly_fields = ["updated_at", "updated_by"]
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "organization",
+        "accelerator_model",
+        "accelerator_milli",
+        "state",
+        "priority",
+        "submitted_at",
+    ]
+    list_filter = ["state", "preference"]
+    readonly_fields = ["state", "started_at", "finished_at"]
+    raw_id_fields = ["node", "pool"]

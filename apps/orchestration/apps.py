@@ -7,10 +7,14 @@ class OrchestrationConfig(AppConfig):
     verbose_name = _("Orchestration")
 
     def ready(self):
+        from django.conf import settings
+
         from apps.catalog.selectors import FREE_ROOM
+        from apps.orchestration.backends.registry import load_drivers
         from apps.orchestration.scheduling import task_quota_usage
         from apps.orchestration.selectors import free_room_by_model
         from apps.quotas.services import QUOTA_HOLDERS
 
+        load_drivers(settings.LOAM_BACKEND_DRIVERS)
         FREE_ROOM.plug(free_room_by_model)
         QUOTA_HOLDERS.plug(task_quota_usage)

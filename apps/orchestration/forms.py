@@ -4,9 +4,8 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import AcceleratorModel, Image, Region
-from apps.orchestration.models import SchedulingPolicy
+from apps.orchestration.models import SchedulingPolicy, TaskPreference
 from apps.orchestration.scheduling import MAX_PRIORITY, MAX_RAM_GB, MAX_VCPU, MIN_PRIORITY
-from apps.orders.models import TaskPreference
 
 
 class TaskForm(forms.Form):

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from apps.billing.metering import MeterSpec, reconcile
 from apps.billing.models import Meter, MeterKind
-from apps.orders.models import Task, TaskState
+from apps.orchestration.models import Task, TaskState
 
 
 def task_meters(task) -> list[MeterSpec]:

@@ -27,19 +27,25 @@ from django.utils.translation import gettext as _
 from apps.core.audit import audit_identity
 from apps.core.money import format_money
 from apps.core.transactions import lock, on_commit_task
+from apps.core.transitions import transition
 from apps.orchestration import adapter, selectors
+from apps.orchestration.backends.base import Capability
+from apps.orchestration.meters import follow_task
 from apps.orchestration.models import (
     REJECTION_REASONS,
+    TASK_TRANSITIONS,
     Accelerator,
     Allocation,
     Node,
     NodeHealth,
     Placement,
     SchedulingPolicy,
+    Task,
+    TaskPreference,
+    TaskState,
 )
 from apps.orchestration.scheduler import PRESETS, filters, schedule_queue
 from apps.orchestration.selectors import with_free_capacity
-from apps.orders.models import Task, TaskPreference, TaskState
 from apps.quotas.services import QuotaExceeded, Usage, reserve
 from apps.tenants.access import SystemActor, authorize
 from apps.tenants.roles import Action
@@ -155,7 +161,7 @@ def _capacity_problems(park, task: TaskInput) -> dict:
     regions = {r.pk for r in task.allowed_regions}
     pools = [
         p
-        for p in selectors.schedulable_park_pools(park)
+        for p in selectors.schedulable_park_pools(park, capability=Capability.BATCH)
         if p.accelerator_model_id in models and (not regions or p.region_id in regions)
     ]
     if not pools:
@@ -205,6 +211,25 @@ def _capacity_problems(park, task: TaskInput) -> dict:
     return {}
 
 
+@transaction.atomic
+def move_task(*, task: Task, to: str, actor=None, at=None) -> Task:
+    """Move a training task; `at` is when it really started or ended, where the backend's own
+    accounting says (its meter follows that moment), else now."""
+    now = at or timezone.now()
+
+    def timestamps(locked: Task) -> dict:
+        if to == TaskState.RUNNING:
+            return {"started_at": now}
+        if to in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED):
+            # A task cancelled before it ran still gets a start, so its duration is zero.
+            return {"finished_at": now, "started_at": locked.started_at or now}
+        return {}
+
+    task = transition(task, to, table=TASK_TRANSITIONS, actor=actor, changes=timestamps)
+    follow_task(task, at=now)
+    return task
+
+
 @transaction.atomic(durable=True)
 def submit_task(*, organization, actor, data) -> Task:
     """Queue a training task; a queue pass runs after commit and places it if it fits now."""
@@ -252,7 +277,6 @@ def cancel_task(*, task, actor) -> Task:
     """Cancel a queued, placed or running task; what it held goes back at once (and the
     backend is told after commit). A finished task cannot be cancelled (409)."""
     from apps.orchestration.tasks import cancel_backend_task
-    from apps.orders.services import move_task
 
     authorize(actor, task.organization, Action.ORDER)
     was = Task.objects.select_for_update(no_key=True).get(pk=task.pk).state
@@ -282,7 +306,6 @@ class QueuePass:
 @transaction.atomic(durable=True)
 def schedule_queue_pass(*, park, now=None) -> QueuePass:
     """Place what the park's queue can start now (see the module docstring)."""
-    from apps.orders.services import move_task
 
     now = now or timezone.now()
     result = QueuePass()
@@ -314,7 +337,8 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
         .select_related("image", "accelerator_model", "organization__park")
         .prefetch_related("allowed_regions", "image__compatible_accelerators")
     }
-    nodes = list(with_free_capacity(selectors.schedulable_nodes(park=park)).order_by("pk"))
+    batch_nodes = selectors.schedulable_nodes(park=park, capability=Capability.BATCH)
+    nodes = list(with_free_capacity(batch_nodes).order_by("pk"))
     pools = list({node.pool_id: node.pool for node in nodes}.values())
     prices = adapter.task_prices(pools, at=now)
     views = adapter.node_views(nodes, prices=prices)
@@ -382,7 +406,6 @@ def _place_task(task: Task, view, record) -> str:
     """Reserve, allocate, keep the decision, fix the price and move the task to placed;
     returns why not ("" when placed)."""
     from apps.orchestration.tasks import run_task
-    from apps.orders.services import move_task
 
     try:
         _reserve_quota(task, view.pool)
@@ -540,27 +563,39 @@ def release_task_capacity(task) -> bool:
 
 
 @transaction.atomic
-def task_started(*, task_id: int, handle: str, logs: str = "") -> Task | None:
-    """The backend runs it: placed → running. None if it is no longer placed (cancelled)."""
-    from apps.orders.services import move_task
-
+def task_submitted(*, task_id: int, handle: str) -> Task | None:
+    """The backend took the task and named it; it stays placed until the backend runs it.
+    None if it is no longer placed (cancelled meanwhile)."""
     task = Task.objects.select_for_update(no_key=True).get(pk=task_id)
     if task.state != TaskState.PLACED:
         return None
-    Task.objects.filter(pk=task_id).update(backend_handle=handle, logs=_clip(logs))
-    return move_task(task=task, to=TaskState.RUNNING, actor=SCHEDULER)
+    Task.objects.filter(pk=task_id).update(backend_handle=handle)
+    return task
+
+
+@transaction.atomic
+def task_started(*, task_id: int, at=None) -> Task | None:
+    """The backend runs it (since `at`, where it says): placed → running."""
+    task = Task.objects.select_for_update(no_key=True).get(pk=task_id)
+    if task.state != TaskState.PLACED:
+        return None
+    return move_task(task=task, to=TaskState.RUNNING, actor=SCHEDULER, at=at)
 
 
 @transaction.atomic
 def task_progress(*, task_id: int, logs: str) -> None:
-    Task.objects.filter(pk=task_id, state=TaskState.RUNNING).update(logs=_clip(logs))
+    Task.objects.filter(pk=task_id, state__in=(TaskState.PLACED, TaskState.RUNNING)).update(
+        logs=_clip(logs)
+    )
 
 
 @transaction.atomic
-def finish_task(*, task_id: int, succeeded: bool, logs: str = "", message: str = "") -> Task | None:
-    """The backend is done with it (or refused it): succeeded or failed, with its logs and the
-    backend's message; its capacity goes back and the queue gets another pass."""
-    from apps.orders.services import move_task
+def finish_task(
+    *, task_id: int, succeeded: bool, logs: str = "", message: str = "", at=None
+) -> Task | None:
+    """The backend is done with it (or refused it): succeeded or failed (at `at`, where it
+    says), with its logs and the backend's message; its capacity goes back and the queue gets
+    another pass."""
 
     task = Task.objects.select_for_update(no_key=True).get(pk=task_id)
     if task.state not in (TaskState.PLACED, TaskState.RUNNING):
@@ -572,7 +607,10 @@ def finish_task(*, task_id: int, succeeded: bool, logs: str = "", message: str =
         text = f"{text}\n{message}" if text else message
     Task.objects.filter(pk=task_id).update(logs=_clip(text))
     task = move_task(
-        task=task, to=TaskState.SUCCEEDED if succeeded else TaskState.FAILED, actor=SCHEDULER
+        task=task,
+        to=TaskState.SUCCEEDED if succeeded else TaskState.FAILED,
+        actor=SCHEDULER,
+        at=at,
     )
     release_task_capacity(task)
     _schedule_pass_after_commit(task.organization.park_id)

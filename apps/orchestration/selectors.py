@@ -12,6 +12,8 @@ from django.utils import timezone
 
 from apps.catalog.selectors import NodeRoom
 from apps.orchestration import adapter
+from apps.orchestration.backends.base import Capability
+from apps.orchestration.backends.registry import drivers_with
 from apps.orchestration.models import (
     Accelerator,
     Allocation,
@@ -20,9 +22,10 @@ from apps.orchestration.models import (
     Placement,
     Pool,
     SchedulingPolicy,
+    Task,
+    TaskState,
 )
 from apps.orchestration.scheduler import MILLI, Weights, combine, queue_positions
-from apps.orders.models import Task, TaskState
 from apps.tenants.selectors import for_organization, parks_operated_by
 
 USAGE_WINDOW = timedelta(hours=24)  # fair share counts the accelerator-seconds of this window
@@ -38,10 +41,12 @@ def tasks_for(organization):
     )
 
 
-def schedulable_nodes(*, park=None, accelerator_model_id=None, region=None):
+def schedulable_nodes(*, park=None, accelerator_model_id=None, region=None, capability=None):
     """The nodes new work may land on: healthy, not drained, in an enabled backend's
-    schedulable pool; of one park, accelerator model or region where given."""
+    schedulable pool; of one park, accelerator model or region where given, and run by a
+    driver with `capability` (hosts, batch) where given."""
     filters = {
+        "pool__backend__driver__in": drivers_with(capability) if capability else None,
         "pool__backend__park": park,
         "pool__accelerator_model_id": accelerator_model_id,
         "pool__region": region,
@@ -71,10 +76,11 @@ def with_free_capacity(nodes):
     )
 
 
-def schedulable_park_pools(park):
-    return Pool.objects.filter(
-        backend__park=park, backend__is_enabled=True, is_schedulable=True
-    ).select_related("region", "accelerator_model")
+def schedulable_park_pools(park, *, capability=None):
+    pools = Pool.objects.filter(backend__park=park, backend__is_enabled=True, is_schedulable=True)
+    if capability:
+        pools = pools.filter(backend__driver__in=drivers_with(capability))
+    return pools.select_related("region", "accelerator_model")
 
 
 # --- the queue -------------------------------------------------------------------------------
@@ -145,7 +151,7 @@ def task_compute_units(task) -> Decimal | None:
 
 
 @dataclass(frozen=True)
-class PoolCapacity:
+class PoolFigures:
     pool: Pool
     accelerators: int
     free_accelerators: int
@@ -160,12 +166,12 @@ class PoolCapacity:
         return self.units_per_accelerator * self.free_accelerators
 
 
-def pool_capacity(pool) -> PoolCapacity:
+def pool_figures(pool) -> PoolFigures:
     """A pool's accelerators and whole free ones, and what they come to in compute units."""
     counts = Accelerator.objects.filter(node__pool=pool).aggregate(
         total=Count("id"), free=Count("id", filter=Q(allocation__isnull=True))
     )
-    return PoolCapacity(
+    return PoolFigures(
         pool=pool,
         accelerators=counts["total"],
         free_accelerators=counts["free"],
@@ -277,7 +283,7 @@ def task_with_details(queryset):
 def free_room_by_model(park=None) -> dict[int, list[NodeRoom]]:
     """Free room of every schedulable node, grouped by accelerator model id (one query): the
     catalog's `FREE_ROOM`."""
-    nodes = schedulable_nodes(park=park)
+    nodes = schedulable_nodes(park=park, capability=Capability.HOSTS)
     rows = with_free_capacity(nodes).values(
         "pool__accelerator_model",
         "pool__region",

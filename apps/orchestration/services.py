@@ -5,12 +5,13 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from apps.catalog.models import AcceleratorModel
 from apps.core.errors import DomainError
 from apps.core.transactions import lock
-from apps.orchestration.backends.base import BackendError, NodeTelemetry, PoolCapacity
-from apps.orchestration.backends.registry import driver_names, get_driver
+from apps.orchestration.backends.base import BackendError, Capability, NodeTelemetry, ReportedPool
+from apps.orchestration.backends.registry import driver_names, get_driver, supports
 from apps.orchestration.models import (
     Accelerator,
     Allocation,
@@ -102,7 +103,10 @@ def place(
     nodes = list(
         with_free_capacity(
             schedulable_nodes(
-                park=park, accelerator_model_id=shape.accelerator_model_id, region=region
+                park=park,
+                accelerator_model_id=shape.accelerator_model_id,
+                region=region,
+                capability=Capability.HOSTS,
             )
         )
         .select_related("pool__accelerator_model")
@@ -272,13 +276,63 @@ def device_indices(instance) -> tuple[int, ...]:
 IDLE_BELOW_PCT = 5
 
 
+# What each capability lets a pool run, as refusals name it.
+CAPABILITY_WORK = {
+    Capability.HOSTS: gettext_lazy("GPU cloud hosts"),
+    Capability.BATCH: gettext_lazy("training tasks"),
+}
+
+
+def require_capability(backend: Backend, capability: Capability) -> None:
+    """Refuse work a backend's driver cannot do (before anything is reserved for it)."""
+    if not supports(backend.driver, capability):
+        raise DomainError(
+            _("%(backend)s (%(driver)s) does not run %(work)s.")
+            % {
+                "backend": backend.name,
+                "driver": backend.driver,
+                "work": CAPABILITY_WORK[capability],
+            },
+            code="not_supported",
+            status=422,
+        )
+
+
+def require_pools_for(*, park, accelerator_model_id: int, region=None, capability) -> None:
+    """Refuse an order when the park's pools of this accelerator model (in `region`) exist but
+    none has a driver that runs this kind of work: a Slurm pool runs tasks, not hosts."""
+    pools = Pool.objects.filter(
+        backend__park=park,
+        backend__is_enabled=True,
+        is_schedulable=True,
+        accelerator_model_id=accelerator_model_id,
+    )
+    if region is not None:
+        pools = pools.filter(region=region)
+    drivers = set(pools.values_list("backend__driver", flat=True))
+    if drivers and not any(supports(driver, capability) for driver in drivers):
+        raise DomainError(
+            _(
+                "The pools for this accelerator%(where)s are run by backends that do not run "
+                "%(work)s (%(drivers)s)."
+            )
+            % {
+                "where": _(" in %(region)s") % {"region": region.name} if region else "",
+                "work": CAPABILITY_WORK[capability],
+                "drivers": ", ".join(sorted(drivers)),
+            },
+            code="not_supported",
+            status=422,
+        )
+
+
 def _require_operator(operator, park) -> None:
     require_operator(
         operator, park, _("Only this park's operators may change its backends and nodes.")
     )
 
 
-def validate_backend_config(*, driver: str, config) -> list[PoolCapacity]:
+def validate_backend_config(*, driver: str, config) -> list[ReportedPool]:
     """Ask the driver what it has: a driver or a config it cannot work with is refused with
     the driver's own message, on the field it concerns."""
     if driver not in driver_names():
@@ -394,7 +448,7 @@ def probe_backend(*, backend: Backend, operator=None, now=None) -> Backend:
     return _backend_checked(backend, error="; ".join(problems), now=now)
 
 
-def _sync_reported_nodes(backend: Backend, reported: list[PoolCapacity]) -> list[str]:
+def _sync_reported_nodes(backend: Backend, reported: list[ReportedPool]) -> list[str]:
     pools = {pool.name: pool for pool in backend.pools.all()}
     problems = []
     for reported_pool in reported:

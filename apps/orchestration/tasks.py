@@ -1,123 +1,37 @@
-"""Celery tasks that call backend drivers and report the outcome to the order services (hosts)
-and to apps.orchestration.scheduling (training tasks).
+"""Jobs that hand training tasks to their backend driver and follow them there, and the queue
+passes that place them (apps.orchestration.scheduling).
 
-Each task reloads its rows by primary key and re-checks their state (it may run late, or twice).
-Transient backend errors are retried with exponential backoff; a permanent one is reported as
-the instance's error, with the backend's message.
+Each job reloads its rows by primary key and re-checks their state (it may run late, or twice).
+Transient backend errors are retried with exponential backoff; a permanent one fails the task
+with the backend's message.
 """
 
 from celery import shared_task
 
 from apps.orchestration import scheduling
-from apps.orchestration.backends.base import TASK_SUCCEEDED, BackendError, HostSpec, TaskSpec
-from apps.orchestration.backends.registry import get_driver
-from apps.orchestration.services import device_indices
-from apps.orders import services as orders
-from apps.orders.models import (
-    Instance,
-    InstanceState,
-    Order,
-    OrderKind,
-    OrderState,
-    Task,
-    TaskState,
+from apps.orchestration.backends.base import (
+    TASK_PENDING,
+    TASK_SUCCEEDED,
+    BackendError,
+    BatchDriver,
+    TaskSpec,
 )
+from apps.orchestration.backends.registry import get_driver
+from apps.orchestration.models import Task, TaskState
 from apps.tenants.models import Park
 
 MAX_RETRIES = 5
 RETRY_BASE_SECONDS = 2
 
 
-def driver_for(instance: Instance):
-    backend = instance.pool.backend
-    return get_driver(backend.driver, backend.config)
+def retry_if_transient(job, exc: BackendError):
+    """Have Celery run `job` again later if the backend's error is transient (and retries are
+    left); otherwise return, and the caller reports the failure."""
+    if exc.transient and job.request.retries < MAX_RETRIES:
+        raise job.retry(exc=exc, countdown=RETRY_BASE_SECONDS * 2**job.request.retries)
 
 
-def host_spec(instance: Instance, flavor=None) -> HostSpec:
-    flavor = flavor or instance.flavor
-    return HostSpec(
-        name=instance.name,
-        node=instance.node.hostname,
-        accelerator_indices=device_indices(instance),
-        vcpu=flavor.vcpu,
-        ram_gb=flavor.ram_gb,
-        system_disk_gb=instance.system_disk_gb,
-        data_disk_gb=instance.data_disk_gb,
-        bandwidth_mbps=instance.bandwidth_mbps,
-        image=instance.image.code,
-        ssh_public_key=instance.ssh_public_key,
-    )
-
-
-def _retry_or_raise(task, exc: BackendError):
-    if exc.transient and task.request.retries < MAX_RETRIES:
-        raise task.retry(exc=exc, countdown=RETRY_BASE_SECONDS * 2**task.request.retries)
-
-
-@shared_task(bind=True, acks_late=True, max_retries=MAX_RETRIES)
-def provision_instance(self, instance_id: int) -> None:
-    instance = Instance.objects.select_related("pool__backend", "node", "image", "flavor").get(
-        pk=instance_id
-    )
-    if instance.state != InstanceState.PROVISIONING:
-        return
-    try:
-        access = driver_for(instance).provision(host_spec(instance))
-    except BackendError as exc:
-        _retry_or_raise(self, exc)
-        orders.fail_instance(instance_id=instance_id, message=str(exc))
-        return
-    orders.complete_provisioning(
-        instance_id=instance_id,
-        handle=access.handle,
-        access={
-            "address": access.address,
-            "ssh_port": access.ssh_port,
-            "ssh_user": access.ssh_user,
-        },
-    )
-
-
-@shared_task(bind=True, acks_late=True, max_retries=MAX_RETRIES)
-def fulfil_order(self, order_id: int) -> None:
-    order = Order.objects.select_related(
-        "instance__pool__backend", "instance__node", "instance__image", "instance__flavor__family"
-    ).get(pk=order_id)
-    if order.state != OrderState.FULFILLING:
-        return
-    instance = order.instance
-    try:
-        _call_backend(order, instance)
-    except BackendError as exc:
-        _retry_or_raise(self, exc)
-        orders.fail_operation(order_id=order_id, message=str(exc))
-        return
-    orders.complete_operation(order_id=order_id)
-
-
-def _call_backend(order: Order, instance: Instance) -> None:
-    if instance.pool is None or not instance.backend_handle:
-        return  # never provisioned (e.g. released from error before it ran): nothing to call
-    driver, handle, to = driver_for(instance), instance.backend_handle, order.parameters.get("to")
-    if order.kind == OrderKind.STOP:
-        driver.stop(handle)
-    elif order.kind == OrderKind.START:
-        driver.start(handle)
-    elif order.kind == OrderKind.RESIZE:
-        target = instance.flavor.family.flavors.get(code=to)
-        driver.resize(handle, host_spec(instance, flavor=target))
-    elif order.kind == OrderKind.EXPAND_DISK:
-        driver.set_disk(handle, to)
-    elif order.kind == OrderKind.SET_BANDWIDTH:
-        driver.set_bandwidth(handle, to)
-    elif order.kind == OrderKind.RELEASE:
-        driver.release(handle)
-
-
-# --- training tasks --------------------------------------------------------------------------
-
-
-def task_driver(task: Task):
+def task_driver(task: Task) -> BatchDriver:
     backend = task.pool.backend
     return get_driver(backend.driver, backend.config)
 
@@ -143,41 +57,50 @@ def _load_task(task_id: int) -> Task:
 
 @shared_task(bind=True, acks_late=True, max_retries=MAX_RETRIES)
 def run_task(self, task_id: int) -> None:
-    """Hand a placed task to its backend (placed → running), then look at it once: a task
-    that is already done (the simulator's quick ones) ends here, the others on a later pass."""
+    """Hand a placed task to its backend, then look at it once: a task already running (or, as
+    the simulator's quick ones, already done) moves on here, the others on a later pass."""
     task = _load_task(task_id)
-    if task.state != TaskState.PLACED:
+    if task.state != TaskState.PLACED or task.backend_handle:
         return
     try:
-        handle = task_driver(task).run_task(task_spec(task))
+        handle = task_driver(task).submit_task(task_spec(task))
     except BackendError as exc:
-        _retry_or_raise(self, exc)
+        retry_if_transient(self, exc)
         scheduling.finish_task(task_id=task_id, succeeded=False, message=str(exc))
         return
-    if scheduling.task_started(task_id=task_id, handle=handle) is not None:
-        poll_task(task_id)
+    if scheduling.task_submitted(task_id=task_id, handle=handle) is not None:
+        follow_task(task_id)
 
 
-def poll_task(task_id: int) -> None:
-    """Ask the backend how a running task does: keep its logs, end it when it is done. A
-    transient error waits for the next pass; a permanent one fails the task."""
+def follow_task(task_id: int) -> None:
+    """Ask the backend how a submitted task does: keep its logs, mark it running once it runs,
+    end it when it is done. A transient error waits for the next pass; a permanent one fails
+    the task."""
     task = _load_task(task_id)
-    if task.state != TaskState.RUNNING or not task.backend_handle:
+    if task.state not in (TaskState.PLACED, TaskState.RUNNING) or not task.backend_handle:
         return
+    driver = task_driver(task)
     try:
-        status = task_driver(task).poll_task(task.backend_handle)
+        status = driver.task_status(task.backend_handle)
+        logs = driver.task_logs(task.backend_handle)
     except BackendError as exc:
         if not exc.transient:
             scheduling.finish_task(task_id=task_id, succeeded=False, message=str(exc))
         return
+    if status.state == TASK_PENDING:
+        scheduling.task_progress(task_id=task_id, logs=logs)
+        return
+    if task.state == TaskState.PLACED:
+        scheduling.task_started(task_id=task_id, at=status.started_at)
     if not status.finished:
-        scheduling.task_progress(task_id=task_id, logs=status.logs)
+        scheduling.task_progress(task_id=task_id, logs=logs)
         return
     scheduling.finish_task(
         task_id=task_id,
         succeeded=status.state == TASK_SUCCEEDED,
-        logs=status.logs,
+        logs=logs,
         message=status.message,
+        at=status.finished_at,
     )
 
 
@@ -191,7 +114,7 @@ def cancel_backend_task(self, task_id: int) -> None:
     try:
         task_driver(task).cancel_task(task.backend_handle)
     except BackendError as exc:
-        _retry_or_raise(self, exc)
+        retry_if_transient(self, exc)
 
 
 @shared_task
@@ -202,11 +125,13 @@ def schedule_park_queue(park_id: int) -> None:
 
 @shared_task
 def schedule_queues() -> int:
-    """Every pass (beat): look at every running task, then run each park's queue pass.
-    Returns how many parks had tasks in flight."""
-    running = Task.objects.filter(state=TaskState.RUNNING).values_list("pk", flat=True)
-    for task_id in list(running):
-        poll_task(task_id)
+    """Every pass (beat): look at every task the backends have, then run each park's queue
+    pass. Returns how many parks had tasks in flight."""
+    submitted = Task.objects.filter(state__in=(TaskState.PLACED, TaskState.RUNNING)).exclude(
+        backend_handle=""
+    )
+    for task_id in list(submitted.values_list("pk", flat=True)):
+        follow_task(task_id)
     parks = Park.objects.filter(organizations__tasks__state=TaskState.QUEUED).distinct()
     count = 0
     for park in parks:

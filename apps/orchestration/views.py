@@ -14,8 +14,7 @@ from apps.core.errors import DomainError, PermissionDenied
 from apps.core.web import refusals
 from apps.orchestration import scheduling, selectors
 from apps.orchestration.forms import SchedulingPolicyForm, TaskForm
-from apps.orchestration.models import SCORE_PART_LABELS, SCORE_PARTS, Placement, minor_units
-from apps.orders.models import Task
+from apps.orchestration.models import SCORE_PART_LABELS, SCORE_PARTS, Placement, Task, minor_units
 from apps.tenants.decorators import organization_view
 from apps.tenants.roles import Action
 from apps.tenants.selectors import get_for_organization, is_operator_of, operated_park
@@ -92,7 +91,7 @@ def task_detail(request, task_id):
     )
     placement = selectors.task_placement(task)
     task.cards = selectors.measure(selectors.cards(task))
-    capacity = selectors.pool_capacity(task.pool) if task.pool_id else None
+    capacity = selectors.pool_figures(task.pool) if task.pool_id else None
     context = {
         "task": task,
         "busy": task.state in selectors.BUSY_STATES,

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from apps.orders.models import Instance, Order, Task
+from apps.orders.models import Instance, Order
 
 # State fields are read-only here: every transition goes through apps.orders.services.
 
@@ -20,19 +20,3 @@ class OrderAdmin(admin.ModelAdmin):
     list_filter = ["kind", "state"]
     readonly_fields = ["state", "decided_by", "decided_at"]
     raw_id_fields = ["instance"]
-
-
-@admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
-    list_display = [
-        "name",
-        "organization",
-        "accelerator_model",
-        "accelerator_milli",
-        "state",
-        "priority",
-        "submitted_at",
-    ]
-    list_filter = ["state", "preference"]
-    readonly_fields = ["state", "started_at", "finished_at"]
-    raw_id_fields = ["node", "pool"]

@@ -5,7 +5,7 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import Flavor, Image, Region
 from apps.catalog.selectors import compatible_images
-from apps.orders.models import TaskPreference
+from apps.orchestration.models import TaskPreference
 from apps.orders.services import (
     MAX_BANDWIDTH_MBPS,
     MAX_COUNT,

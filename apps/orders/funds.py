@@ -10,7 +10,7 @@ from apps.billing.models import FundsSuspension, Wallet
 from apps.billing.services import BILLING_ACTOR
 from apps.core.errors import DomainError
 from apps.orders.models import Instance, InstanceState, OrderKind
-from apps.orders.services import request_operation
+from apps.orders.operations import request_operation
 
 log = logging.getLogger(__name__)
 

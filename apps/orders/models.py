@@ -1,11 +1,9 @@
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Mod
-from django.db.models.lookups import Exact
 from django.utils.translation import gettext_lazy as _
 
-from apps.catalog.models import AcceleratorModel, Flavor, Image, Region
+from apps.catalog.models import Flavor, Image, Region
 from apps.core.money import Currency
 from apps.orchestration.models import Node, Pool
 from apps.tenants.models import Organization, Park
@@ -256,136 +254,6 @@ class Order(models.Model):
     @property
     def is_terminal(self):
         return self.state in ORDER_TERMINAL_STATES
-
-
-class TaskPreference(models.TextChoices):
-    BALANCED = "balanced", _("Balanced")
-    FAST = "fast", _("Fastest")
-    CHEAP = "cheap", _("Cheapest")
-    GREEN = "green", _("Greenest")
-
-
-class TaskState(models.TextChoices):
-    QUEUED = "queued", _("Queued")
-    PLACED = "placed", _("Placed")
-    RUNNING = "running", _("Running")
-    SUCCEEDED = "succeeded", _("Succeeded")
-    FAILED = "failed", _("Failed")
-    CANCELLED = "cancelled", _("Cancelled")
-
-
-_T = TaskState
-TASK_TRANSITIONS = {
-    _T.QUEUED: frozenset({_T.PLACED, _T.CANCELLED, _T.FAILED}),
-    _T.PLACED: frozenset({_T.RUNNING, _T.QUEUED, _T.CANCELLED, _T.FAILED}),
-    _T.RUNNING: frozenset({_T.SUCCEEDED, _T.FAILED, _T.CANCELLED}),
-    _T.SUCCEEDED: frozenset(),
-    _T.FAILED: frozenset(),
-    _T.CANCELLED: frozenset(),
-}
-
-
-class Task(models.Model):
-    """A training job, queued until the scheduler places it."""
-
-    organization = models.ForeignKey(
-        Organization, on_delete=models.PROTECT, related_name="tasks", verbose_name=_("organization")
-    )
-    name = models.CharField(_("name"), max_length=80)
-    image = models.ForeignKey(
-        Image, on_delete=models.PROTECT, related_name="tasks", verbose_name=_("image")
-    )
-    command = models.TextField(_("command"))
-    accelerator_model = models.ForeignKey(
-        AcceleratorModel,
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="tasks",
-        help_text=_("Empty: any model compatible with the image."),
-        verbose_name=_("accelerator model"),
-    )
-    # Thousandths of an accelerator: 1000 is one whole card, 250 a quarter share.
-    accelerator_milli = models.PositiveIntegerField(_("accelerators (thousandths)"), default=1000)
-    vcpu = models.PositiveIntegerField(_("vCPU"), default=8)
-    ram_gb = models.PositiveIntegerField(_("RAM (GB)"), default=32)
-    max_hourly_minor = models.BigIntegerField(
-        _("max price per hour (minor units)"), null=True, blank=True
-    )
-    # Fixed when the task is placed; metering charges it per second of running time.
-    hourly_minor = models.BigIntegerField(_("price per hour (minor units)"), default=0)
-    deadline = models.DateTimeField(_("deadline"), null=True, blank=True)
-    allowed_regions = models.ManyToManyField(
-        Region, blank=True, related_name="+", verbose_name=_("allowed regions")
-    )
-    preference = models.CharField(
-        _("preference"),
-        max_length=16,
-        choices=TaskPreference.choices,
-        default=TaskPreference.BALANCED,
-    )
-    priority = models.SmallIntegerField(_("priority"), default=0)
-    state = models.CharField(
-        _("state"), max_length=16, choices=TaskState.choices, default=TaskState.QUEUED
-    )
-    pool = models.ForeignKey(
-        Pool,
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="tasks",
-        verbose_name=_("pool"),
-    )
-    node = models.ForeignKey(
-        Node,
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="tasks",
-        verbose_name=_("node"),
-    )
-    backend_handle = models.CharField(_("backend handle"), max_length=200, blank=True)
-    logs = models.TextField(_("logs"), blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        on_delete=models.SET_NULL,
-        null=True,
-        related_name="+",
-        verbose_name=_("created by"),
-    )
-    submitted_at = models.DateTimeField(_("submitted at"), auto_now_add=True)
-    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
-    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
-
-    class Meta:
-        verbose_name = _("task")
-        verbose_name_plural = _("tasks")
-        ordering = ["-submitted_at"]
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(state__in=TaskState.values), name="task_state_known"
-            ),
-            models.CheckConstraint(
-                condition=Q(preference__in=TaskPreference.values), name="task_preference_known"
-            ),
-            models.CheckConstraint(
-                condition=Q(accelerator_milli__gt=0)
-                & (Q(accelerator_milli__lt=1000) | Q(Exact(Mod("accelerator_milli", 1000), 0))),
-                name="task_accelerators_share_or_whole",
-            ),
-            models.CheckConstraint(
-                condition=Q(max_hourly_minor__isnull=True) | Q(max_hourly_minor__gte=0),
-                name="task_max_price_not_negative",
-            ),
-            models.CheckConstraint(
-                condition=Q(finished_at__isnull=True) | Q(started_at__isnull=False),
-                name="task_finished_after_started",
-            ),
-        ]
-        indexes = [models.Index(fields=["state", "priority", "submitted_at"])]
-
-    def __str__(self):
-        return self.name
 
 
 class ApprovalPolicy(models.Model):

@@ -23,13 +23,14 @@ from apps.core.audit import audit_identity, record_event
 from apps.core.errors import DomainError, InvalidTransition
 from apps.core.transactions import lock, on_commit_task
 from apps.core.transitions import transition
-from apps.orchestration.meters import follow_task
+from apps.orchestration.backends.base import Capability
+from apps.orchestration.models import TaskPreference
 from apps.orchestration.selectors import schedulable_nodes, with_free_capacity
 from apps.orchestration.services import (
     NoCapacity,
     place,
     release_capacity,
-    resize_capacity,
+    require_pools_for,
     shape_of,
 )
 from apps.orders import meters
@@ -37,19 +38,15 @@ from apps.orders.models import (
     INSTANCE_TRANSITIONS,
     ORDER_TERMINAL_STATES,
     ORDER_TRANSITIONS,
-    TASK_TRANSITIONS,
     ApprovalPolicy,
     Instance,
     InstanceState,
     Order,
     OrderKind,
     OrderState,
-    Task,
-    TaskPreference,
-    TaskState,
 )
 from apps.orders.validation import validate_hostname, validate_ssh_public_key
-from apps.quotas.services import Usage, demand_for, reserve
+from apps.quotas.services import demand_for, reserve
 from apps.tenants.access import authorize, require_operator
 from apps.tenants.models import Organization
 from apps.tenants.roles import Action
@@ -83,7 +80,7 @@ def move_instance(*, instance: Instance, to: str, actor=None, error_message: str
     if to in (InstanceState.RELEASED, InstanceState.ERROR):
         billing.release_hold(instance)
     meters.follow_instance(instance)
-    _notify(instance.organization, f"instance.{to}", instance_event(instance))
+    notify(instance.organization, f"instance.{to}", instance_event(instance))
     return instance
 
 
@@ -100,7 +97,7 @@ def move_order(*, order: Order, to: str, actor=None, reason: str = "") -> Order:
         changes=changes,
         audit_data={"reason": reason} if reason else None,
     )
-    _notify(order.organization, f"order.{to}", order_event(order))
+    notify(order.organization, f"order.{to}", order_event(order))
     return order
 
 
@@ -124,30 +121,13 @@ def instance_event(instance: Instance) -> dict:
     }
 
 
-def _notify(organization, event_type: str, data: dict) -> None:
+def notify(organization, event_type: str, data: dict) -> None:
     """Partners' webhooks for the events they can subscribe to (delivered after commit)."""
     from apps.webhooks.models import EVENT_TYPES
     from apps.webhooks.services import emit_event
 
     if event_type in EVENT_TYPES:
         emit_event(organization=organization, event_type=event_type, data=data)
-
-
-@transaction.atomic
-def move_task(*, task: Task, to: str, actor=None) -> Task:
-    now = timezone.now()
-
-    def timestamps(locked: Task) -> dict:
-        if to == TaskState.RUNNING:
-            return {"started_at": now}
-        if to in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED):
-            # A task cancelled before it ran still gets a start, so its duration is zero.
-            return {"finished_at": now, "started_at": locked.started_at or now}
-        return {}
-
-    task = transition(task, to, table=TASK_TRANSITIONS, actor=actor, changes=timestamps)
-    follow_task(task)
-    return task
 
 
 # --- Quotes ----------------------------------------------------------------------------------
@@ -239,7 +219,7 @@ class HostRequest:
         )
 
 
-def _not_priced(flavor, region) -> DomainError:
+def not_priced(flavor, region) -> DomainError:
     return DomainError(
         _("%(flavor)s has no price in %(region)s; it is not sold there.")
         % {"flavor": flavor.code, "region": region.name},
@@ -252,7 +232,11 @@ def choose_region(*, organization: Organization, flavor: Flavor) -> Region:
     now, the lower latency breaking ties."""
     shape = shape_of(flavor)
     nodes = with_free_capacity(
-        schedulable_nodes(park=organization.park, accelerator_model_id=shape.accelerator_model_id)
+        schedulable_nodes(
+            park=organization.park,
+            accelerator_model_id=shape.accelerator_model_id,
+            capability=Capability.HOSTS,
+        )
     )
     options = []
     for node in nodes:
@@ -278,7 +262,7 @@ def quote(*, organization: Organization, request: HostRequest) -> Quote:
     region = request.region or choose_region(organization=organization, flavor=request.flavor)
     flavor_price = price_in_force(region=region, kind=PriceKind.FLAVOR_HOUR, flavor=request.flavor)
     if flavor_price is None:
-        raise _not_priced(request.flavor, region)
+        raise not_priced(request.flavor, region)
     disk_price = price_in_force(region=region, kind=PriceKind.DISK_GB_MONTH)
     bandwidth_price = price_in_force(region=region, kind=PriceKind.BANDWIDTH_MBPS_MONTH)
     billed_disk = metering.billed_disk_gb(
@@ -379,6 +363,12 @@ def submit_create(
         if earlier:
             return earlier
     validate_host_request(organization, request)
+    require_pools_for(
+        park=organization.park,
+        accelerator_model_id=request.flavor.family.accelerator_model_id,
+        region=request.region,
+        capability=Capability.HOSTS,
+    )
     quoted = quote(organization=organization, request=request)
     reserve(
         organization=organization,
@@ -412,10 +402,6 @@ def submit_create(
 def _create_key(key: str, index: int) -> str:
     """The stored key of the index-th host of a create: exact, so "job" never finds "job:7"."""
     return f"{key}:{index}"
-
-
-def _operation_key(key: str) -> str:
-    return f"{key}:op"
 
 
 def _orders_for_key(organization, key):
@@ -464,13 +450,13 @@ def _create_order(organization, actor, request, one_host: Quote, name, key) -> O
         target=order,
         data={"kind": order.kind, "instance": instance.name},
     )
-    _notify(organization, "order.submitted", order_event(order))
+    notify(organization, "order.submitted", order_event(order))
     return order
 
 
 def _start_provisioning(order: Order, *, region: Region) -> None:
     """Allocate accelerators and hand the instance to the backend (after commit)."""
-    from apps.orchestration.tasks import provision_instance
+    from apps.orders.tasks import provision_instance
 
     instance = order.instance
     place(
@@ -563,233 +549,6 @@ def _open_orders(instance):
         .filter(state=OrderState.FULFILLING)
         .order_by("pk")
     )
-
-
-# --- Lifecycle operations --------------------------------------------------------------------
-
-# kind -> (states it may start from, transitional state or None, action it needs)
-OPERATIONS = {
-    OrderKind.STOP: ({InstanceState.RUNNING}, InstanceState.STOPPING, Action.ORDER),
-    OrderKind.START: ({InstanceState.STOPPED}, InstanceState.STARTING, Action.ORDER),
-    OrderKind.RESIZE: (
-        {InstanceState.RUNNING, InstanceState.STOPPED},
-        InstanceState.RESIZING,
-        Action.ORDER,
-    ),
-    OrderKind.EXPAND_DISK: ({InstanceState.RUNNING, InstanceState.STOPPED}, None, Action.ORDER),
-    OrderKind.SET_BANDWIDTH: ({InstanceState.RUNNING, InstanceState.STOPPED}, None, Action.ORDER),
-    OrderKind.RELEASE: (
-        {InstanceState.RUNNING, InstanceState.STOPPED, InstanceState.ERROR},
-        InstanceState.RELEASING,
-        Action.RELEASE,
-    ),
-}
-
-
-@transaction.atomic(durable=True)
-def request_operation(
-    *,
-    instance: Instance,
-    actor,
-    kind: str,
-    params: dict | None = None,
-    idempotency_key: str = "",
-    reason: str = "",
-) -> Order:
-    """Stop, start, resize, expand the disk, change bandwidth or release: one order each.
-
-    What the operation needs (quota, accelerators for a larger size) is reserved here, in this
-    transaction; the backend call runs after commit and reports back.
-    """
-    from apps.orchestration.tasks import fulfil_order
-
-    params = params or {}
-    allowed_from, busy_state, action = OPERATIONS[kind]
-    authorize(actor, instance.organization, action)
-    instance = (
-        Instance.objects.select_for_update(no_key=True, of=("self",))
-        .select_related("flavor__family")
-        .get(pk=instance.pk)
-    )
-    if idempotency_key:  # checked under the instance's lock: a concurrent retry replays
-        earlier = Order.objects.filter(
-            organization=instance.organization, idempotency_key=_operation_key(idempotency_key)
-        ).first()
-        if earlier:
-            return earlier
-    if instance.orders.filter(state__in=[OrderState.FULFILLING, OrderState.APPROVED]).exists():
-        raise InvalidTransition(
-            _("%(name)s has an operation in progress; wait for it to finish.")
-            % {"name": instance.name}
-        )
-    if instance.state not in allowed_from:
-        raise InvalidTransition(
-            _("%(name)s is %(state)s, so “%(operation)s” is not possible now.")
-            % {
-                "name": instance.name,
-                "state": instance.get_state_display(),
-                "operation": OrderKind(kind).label,
-            }
-        )
-    if kind in (OrderKind.START, OrderKind.RESIZE):
-        billing.require_funds(instance.organization, 1)  # a positive balance to run on
-    parameters = _reserve_operation(instance, kind, params)
-    order = Order.objects.create(
-        organization=instance.organization,
-        kind=kind,
-        instance=instance,
-        parameters=parameters,
-        currency=instance.organization.park.currency,
-        idempotency_key=_operation_key(idempotency_key) if idempotency_key else "",
-        reason=reason,  # why an operator or a park policy did it, for the tenant to read
-        created_by=audit_identity(actor)[0],
-    )
-    record_event(
-        action="order.submitted",
-        actor=actor,
-        target=order,
-        data={"kind": kind, "instance": instance.name, **parameters},
-    )
-    _notify(instance.organization, "order.submitted", order_event(order))
-    move_order(order=order, to=OrderState.APPROVED)
-    move_order(order=order, to=OrderState.FULFILLING)
-    if busy_state:
-        move_instance(instance=instance, to=busy_state, actor=actor)
-    on_commit_task(fulfil_order, order.pk)
-    return Order.objects.get(pk=order.pk)
-
-
-def _reserve_operation(instance: Instance, kind: str, params: dict) -> dict:
-    """Check an operation's parameters and take what it needs; returns what the order records."""
-    if kind == OrderKind.RESIZE:
-        target = params.get("flavor")
-        if not isinstance(target, Flavor):
-            raise ValidationError({"flavor": _("Choose the size to resize to.")})
-        if target.family_id != instance.flavor.family_id:
-            raise DomainError(
-                _(
-                    "%(target)s is in another spec family than %(current)s: an instance resizes "
-                    "only within its family (%(family)s)."
-                )
-                % {
-                    "target": target.code,
-                    "current": instance.flavor.code,
-                    "family": instance.flavor.family.name,
-                },
-                code="wrong_family",
-                status=422,
-            )
-        if target.pk == instance.flavor_id or not target.is_active:
-            raise ValidationError({"flavor": _("Choose another size that is on sale.")})
-        price = price_in_force(region=instance.region, kind=PriceKind.FLAVOR_HOUR, flavor=target)
-        if price is None:
-            raise _not_priced(target, instance.region)
-        grow = demand_for(flavor=target, system_disk_gb=0, data_disk_gb=0) - demand_for(
-            flavor=instance.flavor, system_disk_gb=0, data_disk_gb=0
-        )
-        reserve(organization=instance.organization, demand=grow.positive())
-        if target.accelerator_count > instance.flavor.accelerator_count:
-            resize_capacity(instance, shape_of(target))
-        # The quota for the larger size is held by this open order (quotas.usage_of).
-        return {
-            "from": instance.flavor.code,
-            "to": target.code,
-            "resume": instance.state,
-            # The new size's price in force now is the one it runs at.
-            "flavor_hourly_minor": price.amount_minor,
-        }
-    if kind == OrderKind.EXPAND_DISK:
-        size = _int_param(params, "data_disk_gb")
-        if size <= instance.data_disk_gb:
-            raise ValidationError(
-                {
-                    "data_disk_gb": _("A cloud disk only grows: choose more than %(size)d GB.")
-                    % {"size": instance.data_disk_gb}
-                }
-            )
-        if size > MAX_DATA_DISK_GB:
-            raise ValidationError(
-                {
-                    "data_disk_gb": _("The cloud disk can be at most %(max)d GB.")
-                    % {"max": MAX_DATA_DISK_GB}
-                }
-            )
-        reserve(
-            organization=instance.organization, demand=Usage(disk_gb=size - instance.data_disk_gb)
-        )
-        return {"from": instance.data_disk_gb, "to": size}
-    if kind == OrderKind.SET_BANDWIDTH:
-        mbps = _int_param(params, "bandwidth_mbps")
-        if not 0 <= mbps <= MAX_BANDWIDTH_MBPS:
-            raise ValidationError(
-                {
-                    "bandwidth_mbps": _("Bandwidth must be 0–%(max)d Mbps.")
-                    % {"max": MAX_BANDWIDTH_MBPS}
-                }
-            )
-        if mbps == instance.bandwidth_mbps:
-            raise ValidationError({"bandwidth_mbps": _("That is the current bandwidth.")})
-        return {"from": instance.bandwidth_mbps, "to": mbps}
-    return {}
-
-
-def _int_param(params: dict, name: str) -> int:
-    try:
-        return int(params.get(name))
-    except (TypeError, ValueError):
-        raise ValidationError({name: _("Enter a whole number.")}) from None
-
-
-@transaction.atomic
-def complete_operation(*, order_id: int) -> Order | None:
-    """The backend did it: apply the change to the instance and close the order."""
-    order = (
-        Order.objects.select_for_update(no_key=True, of=("self",))
-        .select_related("instance__flavor")
-        .get(pk=order_id)
-    )
-    if order.state != OrderState.FULFILLING:
-        return None
-    instance = Instance.objects.select_for_update(no_key=True).get(pk=order.instance_id)
-    kind, to = order.kind, order.parameters.get("to")
-    if kind == OrderKind.STOP:
-        move_instance(instance=instance, to=InstanceState.STOPPED)
-    elif kind == OrderKind.START:
-        move_instance(instance=instance, to=InstanceState.RUNNING)
-    elif kind == OrderKind.RESIZE:
-        target = Flavor.objects.get(family=instance.flavor.family, code=to)
-        resize_capacity(instance, shape_of(target))  # shrinking gives accelerators back now
-        rates = dict(instance.rates)
-        if rates:
-            rates["flavor_hour"] = order.parameters["flavor_hourly_minor"]
-        Instance.objects.filter(pk=instance.pk).update(flavor=target, rates=rates)
-        back_to = order.parameters.get("resume", InstanceState.RUNNING)
-        move_instance(instance=Instance.objects.get(pk=instance.pk), to=back_to)
-    elif kind == OrderKind.EXPAND_DISK:
-        instance.data_disk_gb = to
-        instance.save(update_fields=["data_disk_gb", "updated_at"])
-        meters.follow_instance(instance)
-    elif kind == OrderKind.SET_BANDWIDTH:
-        instance.bandwidth_mbps = to
-        instance.save(update_fields=["bandwidth_mbps", "updated_at"])
-        meters.follow_instance(instance)
-    elif kind == OrderKind.RELEASE:
-        release_capacity(instance)
-        move_instance(instance=instance, to=InstanceState.RELEASED)
-    return move_order(order=order, to=OrderState.DONE)
-
-
-@transaction.atomic
-def fail_operation(*, order_id: int, message: str) -> Order | None:
-    """The backend refused an operation for good. Disk and bandwidth changes fail alone (the
-    host is as it was); a failed stop, start, resize or release leaves the host in error."""
-    order = Order.objects.select_for_update(no_key=True).get(pk=order_id)
-    if order.state != OrderState.FULFILLING:
-        return None
-    if order.kind in (OrderKind.EXPAND_DISK, OrderKind.SET_BANDWIDTH):
-        return move_order(order=order, to=OrderState.FAILED, reason=message)
-    fail_instance(instance_id=order.instance_id, message=message)
-    return Order.objects.get(pk=order.pk)
 
 
 @transaction.atomic

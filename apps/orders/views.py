@@ -8,7 +8,7 @@ from django.views.decorators.http import require_POST
 from apps.catalog.models import Flavor
 from apps.core.errors import DomainError
 from apps.core.web import refusals
-from apps.orders import services
+from apps.orders import operations, services
 from apps.orders.forms import BandwidthForm, DiskForm, InstanceOrderForm, ResizeForm
 from apps.orders.models import INSTANCE_BUSY_STATES, Instance, Order, OrderKind, OrderState
 from apps.orders.selectors import instance_orders, instances_for, orders_for
@@ -119,7 +119,7 @@ OPERATION_FORMS = {
 @organization_view()
 @require_POST
 def instance_operation(request, instance_id, kind):
-    if kind not in services.OPERATIONS:
+    if kind not in operations.OPERATIONS:
         raise Http404
     instance = get_for_organization(Instance, request.organization, pk=instance_id)
     params = {}
@@ -136,7 +136,7 @@ def instance_operation(request, instance_id, kind):
             return redirect("orders:instance_detail", instance_id=instance.pk)
         params = form.cleaned_data
     with refusals(request) as outcome:
-        services.request_operation(
+        operations.request_operation(
             instance=instance,
             actor=request.user,
             kind=kind,

@@ -4,9 +4,8 @@ and another organization's task a 404."""
 
 import pytest
 
-from apps.orchestration.models import Placement
+from apps.orchestration.models import Placement, Task, TaskState
 from apps.orchestration.scheduling import schedule_queue_pass
-from apps.orders.models import Task, TaskState
 from apps.tenants.models import ApiKeyScope
 from tests.api.conftest import ENGLISH, assert_field_errors, assert_problem, bearer, results
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory

@@ -16,8 +16,8 @@ from django.utils import timezone
 from apps.billing import metering
 from apps.billing.models import EntryKind, LedgerEntry, Meter, MeterKind, UsageRecord
 from apps.orchestration.meters import follow_task
-from apps.orchestration.tasks import fulfil_order
 from apps.orders.models import Instance, InstanceState, OrderKind
+from apps.orders.tasks import fulfil_order
 from tests.billing.conftest import local
 from tests.factories import FUNDED_BALANCE_MINOR, PriceFactory
 

@@ -356,7 +356,7 @@ def test_a_top_up_by_the_operator_resumes_the_stopped_hosts(
 def test_a_host_still_stopping_at_the_top_up_is_resumed_by_the_next_run(
     clock, world, nearly_broke, meter, operator, django_capture_on_commit_callbacks
 ):
-    from apps.orchestration.tasks import fulfil_order
+    from apps.orders.tasks import fulfil_order
 
     host = nearly_broke
     clock.shift(5400)
@@ -408,7 +408,7 @@ def test_a_top_up_too_small_to_cover_the_debt_resumes_nothing(
 def test_a_stopped_host_cannot_be_started_without_money(clock, world, nearly_broke, meter, owner):
     clock.shift(5400)
     meter()
-    from apps.orders.services import request_operation
+    from apps.orders.operations import request_operation
 
     with pytest.raises(services.InsufficientFunds):
         request_operation(instance=nearly_broke, actor=owner, kind=OrderKind.START)

@@ -24,7 +24,7 @@ from apps.operations.services.instances import (
 )
 from apps.operations.services.tenants import add_quota_limit
 from apps.orders.models import Instance, Order, OrderKind, OrderState
-from apps.orders.services import request_operation
+from apps.orders.operations import request_operation
 from apps.quotas.models import QuotaLimit
 from apps.quotas.services import organization_usage, set_limit
 from tests.factories import (

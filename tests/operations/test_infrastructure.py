@@ -12,7 +12,7 @@ from django.utils import timezone, translation
 from apps.core.errors import PermissionDenied
 from apps.core.models import AuditEvent
 from apps.operations.models import CapacitySample
-from apps.operations.selectors import pool_capacity
+from apps.operations.selectors import pools_with_allocation
 from apps.operations.selectors.dashboard import capacity_breakdown, capacity_series
 from apps.operations.services.infrastructure import sample_capacity, set_idle_policy, update_pool
 from apps.orchestration.backends.base import BackendError
@@ -332,7 +332,7 @@ def test_capacity_breakdown_by_level_site_and_vendor(console, running):
         backend=console.backend, region=edge, name="edge", accelerator_model=console.model
     )
     with translation.override("en"):
-        breakdown = capacity_breakdown(list(pool_capacity([console.park])))
+        breakdown = capacity_breakdown(list(pools_with_allocation([console.park])))
     by_level = {row.label: (row.total, row.allocated, row.free) for row in breakdown["level"]}
     assert by_level == {"Center": (16, 4, 12), "Edge": (0, 0, 0)}
     assert [(r.label, r.total) for r in breakdown["vendor"]] == [("NVIDIA", 16)]

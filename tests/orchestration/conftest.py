@@ -15,10 +15,9 @@ from django.utils import translation
 
 from apps.catalog.models import ResourceType
 from apps.orchestration.backends.simulator import SimulatorDriver
-from apps.orchestration.models import Accelerator, Allocation
+from apps.orchestration.models import Accelerator, Allocation, Task
 from apps.orchestration.scheduling import schedule_queue_pass, submit_task
 from apps.orchestration.services import register_node
-from apps.orders.models import Task
 from apps.tenants.models import VerificationState
 from tests.factories import (
     AcceleratorModelFactory,

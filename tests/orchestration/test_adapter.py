@@ -9,12 +9,11 @@ from django.test.utils import CaptureQueriesContext
 
 from apps.catalog.models import ResourceType
 from apps.orchestration import adapter
-from apps.orchestration.models import Accelerator, Allocation, Node, SchedulingPolicy
+from apps.orchestration.models import Accelerator, Allocation, Node, SchedulingPolicy, TaskState
 from apps.orchestration.scheduler import Weights
 from apps.orchestration.scheduling import allocate_task
 from apps.orchestration.selectors import with_free_capacity
 from apps.orchestration.services import Shape
-from apps.orders.models import TaskState
 from tests.factories import AllocationFactory, TaskFactory
 from tests.orchestration.test_scheduling import hold_cards
 

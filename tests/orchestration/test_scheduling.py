@@ -15,9 +15,8 @@ from apps.core.models import AuditEvent
 from apps.orchestration import selectors, tasks
 from apps.orchestration.backends.base import BackendError
 from apps.orchestration.backends.simulator import SimulatorDriver
-from apps.orchestration.models import Accelerator, Allocation, Placement
+from apps.orchestration.models import Accelerator, Allocation, Placement, Task, TaskState
 from apps.orchestration.scheduling import cancel_task
-from apps.orders.models import Task, TaskState
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.tenants.models import ApiKeyScope
 from apps.tenants.services import create_api_key

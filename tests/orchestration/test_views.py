@@ -8,9 +8,8 @@ from django.core.exceptions import ValidationError
 
 from apps.core.errors import PermissionDenied
 from apps.core.models import AuditEvent
-from apps.orchestration.models import Placement, SchedulingPolicy
+from apps.orchestration.models import Placement, SchedulingPolicy, Task, TaskState
 from apps.orchestration.scheduling import set_scheduling_policy
-from apps.orders.models import Task, TaskState
 from tests.factories import ParkFactory, ParkOperatorFactory, UserFactory
 from tests.orchestration.test_scheduling import hold_cards, verified_org
 

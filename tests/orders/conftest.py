@@ -20,7 +20,8 @@ from apps.orchestration.backends.simulator import SimulatorDriver
 from apps.orchestration.models import Accelerator, Backend, Pool
 from apps.orchestration.services import register_node
 from apps.orders.models import Instance, Order
-from apps.orders.services import HostRequest, request_operation, submit_create
+from apps.orders.operations import request_operation
+from apps.orders.services import HostRequest, submit_create
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.tenants.models import VerificationState
 from tests.factories import (

@@ -13,7 +13,6 @@ from apps.orchestration.backends.base import BackendError
 from apps.orchestration.backends.simulator import SimulatorDriver
 from apps.orchestration.models import Accelerator, Allocation
 from apps.orchestration.services import NoCapacity
-from apps.orchestration.tasks import fulfil_order, provision_instance
 from apps.orders.models import (
     ORDER_TERMINAL_STATES,
     Instance,
@@ -22,6 +21,7 @@ from apps.orders.models import (
     OrderState,
 )
 from apps.orders.services import fail_instance
+from apps.orders.tasks import fulfil_order, provision_instance
 from apps.quotas.models import QuotaResource
 from apps.quotas.services import QuotaExceeded, Usage, demand_for, organization_usage
 

@@ -5,7 +5,8 @@ import pytest
 from django.db.models import F
 from django.utils import timezone
 
-from apps.orders.models import Instance, InstanceState, Order, OrderKind, Task
+from apps.orchestration.models import Task
+from apps.orders.models import Instance, InstanceState, Order, OrderKind
 from tests.factories import (
     InstanceFactory,
     OrderFactory,

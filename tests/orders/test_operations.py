@@ -8,9 +8,9 @@ from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
 from apps.core.models import AuditEvent
 from apps.orchestration.models import Accelerator, Allocation
 from apps.orchestration.services import NoCapacity
-from apps.orchestration.tasks import fulfil_order
 from apps.orders.models import Instance, InstanceState, Order, OrderState
-from apps.orders.services import request_operation
+from apps.orders.operations import request_operation
+from apps.orders.tasks import fulfil_order
 from apps.quotas.models import QuotaResource
 from apps.quotas.services import QuotaExceeded, Usage, organization_usage
 from tests.factories import ApiKeyFactory

@@ -7,18 +7,17 @@ from django.utils import timezone
 
 from apps.core.errors import InvalidTransition
 from apps.core.models import AuditEvent
+from apps.orchestration.models import TASK_TRANSITIONS, Task, TaskState
+from apps.orchestration.scheduling import move_task
 from apps.orders.models import (
     INSTANCE_TRANSITIONS,
     ORDER_TRANSITIONS,
-    TASK_TRANSITIONS,
     Instance,
     InstanceState,
     Order,
     OrderState,
-    Task,
-    TaskState,
 )
-from apps.orders.services import move_instance, move_order, move_task
+from apps.orders.services import move_instance, move_order
 from tests.factories import InstanceFactory, OrderFactory, TaskFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

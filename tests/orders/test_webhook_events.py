@@ -3,7 +3,8 @@
 import pytest
 
 from apps.orders.models import InstanceState
-from apps.orders.services import request_operation, submit_create
+from apps.orders.operations import request_operation
+from apps.orders.services import submit_create
 from apps.webhooks.models import WebhookDelivery
 from tests.factories import WebhookEndpointFactory
 from tests.worlds import sellable_world

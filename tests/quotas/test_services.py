@@ -7,13 +7,8 @@ import pytest
 from django.conf import settings
 from django.utils import timezone, translation
 
-from apps.orders.models import (
-    INSTANCE_HOLDING_STATES,
-    Instance,
-    InstanceState,
-    OrderState,
-    TaskState,
-)
+from apps.orchestration.models import TaskState
+from apps.orders.models import INSTANCE_HOLDING_STATES, Instance, InstanceState, OrderState
 from apps.orders.selectors import pending_growth, usage_of
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.quotas.services import (

@@ -1,7 +1,8 @@
 from rest_framework import serializers
 
 from apps.catalog.models import Flavor, Image, Region
-from apps.orders.models import Instance, Order, TaskPreference
+from apps.orchestration.models import TaskPreference
+from apps.orders.models import Instance, Order
 from apps.orders.services import (
     MAX_BANDWIDTH_MBPS,
     MAX_COUNT,

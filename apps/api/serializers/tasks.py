@@ -2,6 +2,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.catalog.models import AcceleratorModel, Image, Region
+from apps.orchestration.models import Task, TaskPreference
 from apps.orchestration.scheduling import (
     MAX_ACCELERATOR_MILLI,
     MAX_COMMAND_CHARS,
@@ -11,7 +12,6 @@ from apps.orchestration.scheduling import (
     MAX_VCPU,
     MIN_PRIORITY,
 )
-from apps.orders.models import Task, TaskPreference
 
 
 class TaskRequestSerializer(serializers.Serializer):

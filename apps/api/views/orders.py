@@ -19,7 +19,7 @@ from apps.api.serializers.orders import (
     QuoteSerializer,
     ResizeSerializer,
 )
-from apps.orders import services
+from apps.orders import operations, services
 from apps.orders.models import Instance, Order, OrderKind
 from apps.quotas.models import QuotaLimit
 from apps.quotas.services import organization_usage
@@ -93,7 +93,7 @@ def _operation(kind, serializer_class=None):
             serializer = serializer_class(data=request.data, **kwargs)
             serializer.is_valid(raise_exception=True)
             params = serializer.validated_data
-        order = services.request_operation(
+        order = operations.request_operation(
             instance=instance, actor=current_actor(request), kind=kind, params=params
         )
         return Response(OrderSerializer(order).data, status=status.HTTP_202_ACCEPTED)

@@ -9,7 +9,7 @@ from apps.api.base import LoamAPIMixin
 from apps.api.permissions import current_actor, current_organization
 from apps.api.serializers.tasks import TaskRequestSerializer, TaskSerializer
 from apps.orchestration import scheduling, selectors
-from apps.orders.models import Task
+from apps.orchestration.models import Task
 from apps.tenants.roles import Action
 from apps.tenants.selectors import for_organization
 

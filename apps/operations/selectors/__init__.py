@@ -4,7 +4,7 @@ from apps.core.models import AuditEvent
 from apps.orchestration.models import Pool
 
 
-def pool_capacity(parks):
+def pools_with_allocation(parks):
     """Accelerators total / allocated / free per pool in the given parks, with region and model."""
     return (
         Pool.objects.filter(backend__park__in=parks)

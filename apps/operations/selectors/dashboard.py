@@ -9,8 +9,8 @@ from django.db.models import Avg, Count, DurationField, ExpressionWrapper, F, Mi
 from django.utils import timezone
 
 from apps.operations.models import CapacitySample
-from apps.orchestration.models import Backend
-from apps.orders.models import Order, OrderState, Task, TaskState
+from apps.orchestration.models import Backend, Task, TaskState
+from apps.orders.models import Order, OrderState
 
 RECENT = timedelta(hours=24)
 
@@ -31,7 +31,7 @@ class CapacityRow:
 
 
 def capacity_breakdown(pools) -> dict[str, list[CapacityRow]]:
-    """Totals of annotated pools (`pool_capacity`) by region level, site and vendor."""
+    """Totals of annotated pools (`pools_with_allocation`) by region level, site and vendor."""
     groups = {"level": {}, "region": {}, "vendor": {}}
     for pool in pools:
         keys = {

@@ -17,7 +17,7 @@ from apps.core.transactions import on_commit_task
 from apps.operations.models import IdlePolicy
 from apps.operations.selectors.idle import idle_instances, idle_reading, with_live_devices
 from apps.orders.models import Instance, Order, OrderKind
-from apps.orders.services import request_operation
+from apps.orders.operations import request_operation
 from apps.tenants.access import SystemActor, require_operator
 
 IDLE_POLICY = SystemActor("idle-policy")

@@ -3,7 +3,7 @@ from datetime import timedelta
 from django.shortcuts import render
 from django.utils import timezone
 
-from apps.operations.selectors import pool_capacity
+from apps.operations.selectors import pools_with_allocation
 from apps.operations.selectors.dashboard import (
     backends_with_errors,
     capacity_breakdown,
@@ -21,7 +21,7 @@ PERIODS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta
 @operator_view
 def overview(request):
     parks = parks_of(request)
-    pools = list(pool_capacity(parks))
+    pools = list(pools_with_allocation(parks))
     totals = {
         "total": sum(p.total for p in pools),
         "allocated": sum(p.allocated for p in pools),

@@ -1,12 +1,25 @@
-"""The driver protocol every backend implements (DESIGN.md, Backends).
+"""The driver protocol backends implement (DESIGN.md, Backends), split into capabilities.
 
-Drivers take plain values (specs, handles), never model objects, so a task can call them with
+A driver declares which it has (`capabilities`): every driver reports its inventory; a driver
+with HOSTS runs GPU cloud hosts, one with BATCH runs training tasks (a Slurm cluster has only
+INVENTORY and BATCH). The portal asks a pool's driver only for what it declares, and refuses an
+order its pool's driver cannot do before anything is reserved.
+
+Drivers take plain values (specs, handles), never model objects, so a job can call them with
 what it reloaded from the database and a driver can be tested without Django.
 """
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from datetime import datetime
+from enum import StrEnum
+from typing import ClassVar, Protocol
+
+
+class Capability(StrEnum):
+    INVENTORY = "inventory"  # capacity, telemetry
+    HOSTS = "hosts"  # provision, start/stop, resize, disk, bandwidth, release
+    BATCH = "batch"  # submit, status, logs, cancel
 
 
 class BackendError(Exception):
@@ -28,7 +41,7 @@ class NodeCapacity:
 
 
 @dataclass(frozen=True)
-class PoolCapacity:
+class ReportedPool:
     name: str
     accelerator_model: str
     nodes: tuple[NodeCapacity, ...]
@@ -92,38 +105,54 @@ class TaskSpec:
     command: str
 
 
+TASK_PENDING = "pending"
 TASK_RUNNING = "running"
 TASK_SUCCEEDED = "succeeded"
 TASK_FAILED = "failed"
+TASK_CANCELLED = "cancelled"
+TASK_FINISHED = frozenset({TASK_SUCCEEDED, TASK_FAILED, TASK_CANCELLED})
 
 
 @dataclass(frozen=True)
 class TaskStatus:
-    """Where a task stands on the backend: `state` is one of TASK_RUNNING, TASK_SUCCEEDED,
-    TASK_FAILED; `logs` is everything it printed so far; `message` says why it failed."""
+    """Where a task stands on the backend. `message` says why it failed or why it waits;
+    the rest is what the backend knows of the run (empty where it does not say)."""
 
-    state: str
-    logs: str = ""
+    state: str  # one of the TASK_* states
     message: str = ""
+    exit_code: int | None = None
+    node: str = ""
+    device_indices: tuple[int, ...] = ()
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
 
     @property
     def finished(self) -> bool:
-        return self.state != TASK_RUNNING
+        return self.state in TASK_FINISHED
 
 
 class Driver(Protocol):
-    """Constructed with a Backend row's config."""
+    """What every driver is: constructed with a Backend row's config, named, labelled."""
 
-    name: str
-    is_simulator: bool
+    name: ClassVar[str]
+    is_simulator: ClassVar[bool]  # shown as a simulator wherever its hosts and pools appear
+    capabilities: ClassVar[frozenset[Capability]]
 
-    def capacity(self) -> list[PoolCapacity]: ...
+    def __init__(self, config: dict) -> None: ...
+
+
+class InventoryDriver(Driver, Protocol):
+    def capacity(self) -> list[ReportedPool]:
+        """The pools and nodes the backend has. Raises BackendError when unreachable."""
+        ...
 
     def telemetry(self, hosts: Mapping[str, int]) -> list[NodeTelemetry]:
         """Readings for the given hosts (hostname -> accelerator count the portal knows); a host
         the driver cannot see is left out. Raises BackendError when the backend is unreachable."""
         ...
 
+
+class HostDriver(Driver, Protocol):
     def provision(self, spec: HostSpec) -> HostAccess: ...
 
     def stop(self, handle: str) -> None: ...
@@ -138,12 +167,16 @@ class Driver(Protocol):
 
     def release(self, handle: str) -> None: ...
 
-    def status(self, handle: str) -> str: ...
 
-    def run_task(self, spec: TaskSpec) -> str:
+class BatchDriver(Driver, Protocol):
+    def submit_task(self, spec: TaskSpec) -> str:
         """Start a training task; returns its handle."""
         ...
 
-    def poll_task(self, handle: str) -> TaskStatus: ...
+    def task_status(self, handle: str) -> TaskStatus: ...
+
+    def task_logs(self, handle: str) -> str:
+        """Everything the task printed so far."""
+        ...
 
     def cancel_task(self, handle: str) -> None: ...

@@ -1,29 +1,58 @@
-"""Driver registry: a Backend row names its driver; nothing outside orchestration imports one."""
+"""Driver registry: a Backend row names its driver; nothing outside orchestration imports one.
 
-from apps.orchestration.backends.base import BackendError, Driver
+The drivers a deployment offers are the dotted paths in `settings.LOAM_BACKEND_DRIVERS`, loaded
+by the orchestration app's `ready()`.
+"""
+
+from django.utils.module_loading import import_string
+
+from apps.orchestration.backends.base import BackendError, Capability, Driver
 
 _DRIVERS: dict[str, type] = {}
 
 
+def load_drivers(paths) -> None:
+    """Register the driver classes named by `paths` (dotted, e.g. "pkg.module.Driver")."""
+    for path in paths:
+        register(import_string(path))
+
+
 def register(driver_class: type) -> type:
+    capabilities = frozenset(getattr(driver_class, "capabilities", ()))
+    if Capability.INVENTORY not in capabilities or not capabilities <= set(Capability):
+        raise TypeError(
+            f"{driver_class.__qualname__} must declare `capabilities` from Capability, "
+            "INVENTORY among them"
+        )
     _DRIVERS[driver_class.name] = driver_class
     return driver_class
 
 
 def driver_names() -> list[str]:
-    _load_builtin()
     return sorted(_DRIVERS)
 
 
-def get_driver(name: str, config: dict) -> Driver:
-    _load_builtin()
+def driver_class(name: str) -> type:
     try:
-        driver_class = _DRIVERS[name]
+        return _DRIVERS[name]
     except KeyError:
         known = ", ".join(sorted(_DRIVERS))
         raise BackendError(f"No backend driver named {name!r}; known: {known}") from None
-    return driver_class(config)
 
 
-def _load_builtin():
-    from apps.orchestration.backends import simulator  # noqa: F401
+def get_driver(name: str, config: dict) -> Driver:
+    return driver_class(name)(config)
+
+
+def supports(name: str, capability: Capability) -> bool:
+    driver = _DRIVERS.get(name)
+    return driver is not None and capability in driver.capabilities
+
+
+def drivers_with(capability: Capability) -> list[str]:
+    return sorted(name for name, driver in _DRIVERS.items() if capability in driver.capabilities)
+
+
+def is_simulator(name: str) -> bool:
+    driver = _DRIVERS.get(name)
+    return bool(driver and driver.is_simulator)

@@ -31,15 +31,15 @@ from apps.orchestration.backends.base import (
     TASK_SUCCEEDED,
     AcceleratorReading,
     BackendError,
+    Capability,
     HostAccess,
     HostSpec,
     NodeCapacity,
     NodeTelemetry,
-    PoolCapacity,
+    ReportedPool,
     TaskSpec,
     TaskStatus,
 )
-from apps.orchestration.backends.registry import register
 
 _injected: deque = deque()
 _injected_lock = threading.Lock()
@@ -48,10 +48,10 @@ _injected_lock = threading.Lock()
 _streams: dict = {}
 
 
-@register
 class SimulatorDriver:
     name = "simulator"
     is_simulator = True
+    capabilities = frozenset({Capability.INVENTORY, Capability.HOSTS, Capability.BATCH})
 
     def __init__(self, config: dict):
         self.config = config or {}
@@ -90,10 +90,10 @@ class SimulatorDriver:
 
     # --- the driver protocol -------------------------------------------------------------------
 
-    def capacity(self) -> list[PoolCapacity]:
+    def capacity(self) -> list[ReportedPool]:
         try:
             return [
-                PoolCapacity(
+                ReportedPool(
                     name=pool["name"],
                     accelerator_model=pool["accelerator_model"],
                     nodes=tuple(
@@ -174,25 +174,22 @@ class SimulatorDriver:
     def release(self, handle: str) -> None:
         self._call("release")
 
-    def status(self, handle: str) -> str:
-        return "running"
-
     # --- training tasks --------------------------------------------------------------------------
-    # The handle carries what a later poll needs (drivers are built per call and keep nothing):
+    # The handle carries what a later look needs (drivers are built per call and keep nothing):
     # "simtask-<digest>-<start, epoch seconds>-<run seconds>".
 
     TASK_STEPS = 3
 
-    def run_task(self, spec: TaskSpec) -> str:
-        self._call("run_task")
+    def submit_task(self, spec: TaskSpec) -> str:
+        self._call("submit_task")
         digest = hashlib.sha256(
             f"{self.config.get('seed')}/{spec.node}/{spec.name}/{spec.command}".encode()
         ).hexdigest()[:12]
         seconds = float(self.config.get("task_seconds", 0))
         return f"simtask-{digest}-{int(time.time())}-{seconds:g}"
 
-    def poll_task(self, handle: str) -> TaskStatus:
-        self._call("poll_task")
+    def _run_of(self, handle: str) -> tuple[str, bool, int, bool]:
+        """(digest, done, steps printed, failed) of a simulated run, read off its handle."""
         try:
             _, digest, started, seconds = handle.split("-")
             started, seconds = int(started), float(seconds)
@@ -202,21 +199,31 @@ class SimulatorDriver:
         elapsed = time.time() - started
         done = elapsed >= seconds
         steps = self.TASK_STEPS if done else int(self.TASK_STEPS * elapsed / seconds)
+        failed = done and draw < float(self.config.get("task_failure_rate", 0))
+        return digest, done, steps, failed
+
+    def task_status(self, handle: str) -> TaskStatus:
+        self._call("task_status")
+        _digest, done, _steps, failed = self._run_of(handle)
+        if not done:
+            return TaskStatus(TASK_RUNNING)
+        if failed:
+            return TaskStatus(
+                TASK_FAILED,
+                message="simulator: the task exited with code 1 (simulated)",
+                exit_code=1,
+            )
+        return TaskStatus(TASK_SUCCEEDED, exit_code=0)
+
+    def task_logs(self, handle: str) -> str:
+        digest, done, steps, failed = self._run_of(handle)
         lines = [f"[simulator] task {digest} started"]
         for step in range(1, steps + 1):
             loss = 2.0 / (step + int(digest[4:6], 16) / 255)
             lines.append(f"[simulator] step {step}/{self.TASK_STEPS} loss={loss:.4f}")
-        if not done:
-            return TaskStatus(TASK_RUNNING, logs="\n".join(lines))
-        if draw < float(self.config.get("task_failure_rate", 0)):
-            lines.append("[simulator] exit code 1")
-            return TaskStatus(
-                TASK_FAILED,
-                logs="\n".join(lines),
-                message="simulator: the task exited with code 1 (simulated)",
-            )
-        lines.append("[simulator] exit code 0")
-        return TaskStatus(TASK_SUCCEEDED, logs="\n".join(lines))
+        if done:
+            lines.append(f"[simulator] exit code {1 if failed else 0}")
+        return "\n".join(lines)
 
     def cancel_task(self, handle: str) -> None:
         self._call("cancel_task")

@@ -1,0 +1,27 @@
+"""How a host reaches its backend: its pool's driver and the spec that driver is given."""
+
+from apps.orchestration.backends.base import HostDriver, HostSpec
+from apps.orchestration.backends.registry import get_driver
+from apps.orchestration.services import device_indices
+from apps.orders.models import Instance
+
+
+def host_driver(instance: Instance) -> HostDriver:
+    backend = instance.pool.backend
+    return get_driver(backend.driver, backend.config)
+
+
+def host_spec(instance: Instance, flavor=None) -> HostSpec:
+    flavor = flavor or instance.flavor
+    return HostSpec(
+        name=instance.name,
+        node=instance.node.hostname,
+        accelerator_indices=device_indices(instance),
+        vcpu=flavor.vcpu,
+        ram_gb=flavor.ram_gb,
+        system_disk_gb=instance.system_disk_gb,
+        data_disk_gb=instance.data_disk_gb,
+        bandwidth_mbps=instance.bandwidth_mbps,
+        image=instance.image.code,
+        ssh_public_key=instance.ssh_public_key,
+    )

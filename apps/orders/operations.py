@@ -1,0 +1,352 @@
+"""Lifecycle operations on a host — stop, start, resize, expand the disk, change bandwidth,
+release — as one table: what each may start from, what it reserves, how its backend is called,
+what completing it changes and what a failure gives back. A new operation is one row here.
+
+Each is an Order: reserved in the requesting transaction, called after commit by
+`apps.orders.tasks.fulfil_order`, and reported back with `complete_operation` or
+`fail_operation`.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils.translation import gettext as _
+
+from apps.billing import services as billing
+from apps.catalog.models import Flavor, PriceKind
+from apps.catalog.selectors import price_in_force
+from apps.core.audit import audit_identity, record_event
+from apps.core.errors import DomainError, InvalidTransition
+from apps.core.transactions import on_commit_task
+from apps.orchestration.backends.base import Capability
+from apps.orchestration.services import (
+    release_capacity,
+    require_capability,
+    resize_capacity,
+    shape_of,
+)
+from apps.orders import meters
+from apps.orders.hosts import host_spec
+from apps.orders.models import Instance, InstanceState, Order, OrderKind, OrderState
+from apps.orders.services import (
+    MAX_BANDWIDTH_MBPS,
+    MAX_DATA_DISK_GB,
+    fail_instance,
+    move_instance,
+    move_order,
+    not_priced,
+    notify,
+    order_event,
+)
+from apps.quotas.services import Usage, demand_for, reserve
+from apps.tenants.access import authorize
+from apps.tenants.roles import Action
+
+_I = InstanceState
+UP_OR_DOWN = frozenset({_I.RUNNING, _I.STOPPED})
+
+
+@dataclass(frozen=True)
+class Operation:
+    allowed_from: frozenset
+    busy_state: str | None  # the instance's state while the backend works, if it has one
+    action: str  # what the actor's role must allow
+    # Checks the parameters and reserves what the operation needs (in the requesting
+    # transaction); returns what the order records.
+    reserve: Callable[[Instance, dict], dict]
+    # The backend call: (driver, instance, order).
+    call: Callable
+    # Applies the change to the (locked) instance once the backend did it.
+    complete: Callable[[Instance, Order], None]
+    needs_funds: bool = False  # a positive balance to run on
+    # A failed disk or bandwidth change fails alone (the host is as it was); any other failure
+    # leaves the host in error and gives back its accelerators.
+    fails_alone: bool = False
+
+
+def _nothing_to_reserve(instance: Instance, params: dict) -> dict:
+    return {}
+
+
+def _reserve_resize(instance: Instance, params: dict) -> dict:
+    target = params.get("flavor")
+    if not isinstance(target, Flavor):
+        raise ValidationError({"flavor": _("Choose the size to resize to.")})
+    if target.family_id != instance.flavor.family_id:
+        raise DomainError(
+            _(
+                "%(target)s is in another spec family than %(current)s: an instance resizes "
+                "only within its family (%(family)s)."
+            )
+            % {
+                "target": target.code,
+                "current": instance.flavor.code,
+                "family": instance.flavor.family.name,
+            },
+            code="wrong_family",
+            status=422,
+        )
+    if target.pk == instance.flavor_id or not target.is_active:
+        raise ValidationError({"flavor": _("Choose another size that is on sale.")})
+    price = price_in_force(region=instance.region, kind=PriceKind.FLAVOR_HOUR, flavor=target)
+    if price is None:
+        raise not_priced(target, instance.region)
+    grow = demand_for(flavor=target, system_disk_gb=0, data_disk_gb=0) - demand_for(
+        flavor=instance.flavor, system_disk_gb=0, data_disk_gb=0
+    )
+    reserve(organization=instance.organization, demand=grow.positive())
+    if target.accelerator_count > instance.flavor.accelerator_count:
+        resize_capacity(instance, shape_of(target))
+    # The quota for the larger size is held by this open order (orders.selectors.pending_growth).
+    return {
+        "from": instance.flavor.code,
+        "to": target.code,
+        "resume": instance.state,
+        # The new size's price in force now is the one it runs at.
+        "flavor_hourly_minor": price.amount_minor,
+    }
+
+
+def _reserve_disk(instance: Instance, params: dict) -> dict:
+    size = _int_param(params, "data_disk_gb")
+    if size <= instance.data_disk_gb:
+        raise ValidationError(
+            {
+                "data_disk_gb": _("A cloud disk only grows: choose more than %(size)d GB.")
+                % {"size": instance.data_disk_gb}
+            }
+        )
+    if size > MAX_DATA_DISK_GB:
+        raise ValidationError(
+            {
+                "data_disk_gb": _("The cloud disk can be at most %(max)d GB.")
+                % {"max": MAX_DATA_DISK_GB}
+            }
+        )
+    reserve(organization=instance.organization, demand=Usage(disk_gb=size - instance.data_disk_gb))
+    return {"from": instance.data_disk_gb, "to": size}
+
+
+def _check_bandwidth(instance: Instance, params: dict) -> dict:
+    mbps = _int_param(params, "bandwidth_mbps")
+    if not 0 <= mbps <= MAX_BANDWIDTH_MBPS:
+        raise ValidationError(
+            {"bandwidth_mbps": _("Bandwidth must be 0–%(max)d Mbps.") % {"max": MAX_BANDWIDTH_MBPS}}
+        )
+    if mbps == instance.bandwidth_mbps:
+        raise ValidationError({"bandwidth_mbps": _("That is the current bandwidth.")})
+    return {"from": instance.bandwidth_mbps, "to": mbps}
+
+
+def _int_param(params: dict, name: str) -> int:
+    try:
+        return int(params.get(name))
+    except (TypeError, ValueError):
+        raise ValidationError({name: _("Enter a whole number.")}) from None
+
+
+def _resize_target(instance: Instance, order: Order) -> Flavor:
+    return Flavor.objects.get(family=instance.flavor.family, code=order.parameters["to"])
+
+
+def _complete_resize(instance: Instance, order: Order) -> None:
+    target = _resize_target(instance, order)
+    resize_capacity(instance, shape_of(target))  # shrinking gives accelerators back now
+    rates = dict(instance.rates)
+    if rates:
+        rates["flavor_hour"] = order.parameters["flavor_hourly_minor"]
+    Instance.objects.filter(pk=instance.pk).update(flavor=target, rates=rates)
+    back_to = order.parameters.get("resume", InstanceState.RUNNING)
+    move_instance(instance=Instance.objects.get(pk=instance.pk), to=back_to)
+
+
+def _set_and_meter(field: str) -> Callable[[Instance, Order], None]:
+    def complete(instance: Instance, order: Order) -> None:
+        setattr(instance, field, order.parameters["to"])
+        instance.save(update_fields=[field, "updated_at"])
+        meters.follow_instance(instance)
+
+    return complete
+
+
+def _complete_release(instance: Instance, order: Order) -> None:
+    release_capacity(instance)
+    move_instance(instance=instance, to=InstanceState.RELEASED)
+
+
+def _moves_to(state: str) -> Callable[[Instance, Order], None]:
+    def complete(instance: Instance, order: Order) -> None:
+        move_instance(instance=instance, to=state)
+
+    return complete
+
+
+OPERATIONS: dict[str, Operation] = {
+    OrderKind.STOP: Operation(
+        allowed_from=frozenset({_I.RUNNING}),
+        busy_state=_I.STOPPING,
+        action=Action.ORDER,
+        reserve=_nothing_to_reserve,
+        call=lambda driver, instance, order: driver.stop(instance.backend_handle),
+        complete=_moves_to(_I.STOPPED),
+    ),
+    OrderKind.START: Operation(
+        allowed_from=frozenset({_I.STOPPED}),
+        busy_state=_I.STARTING,
+        action=Action.ORDER,
+        reserve=_nothing_to_reserve,
+        call=lambda driver, instance, order: driver.start(instance.backend_handle),
+        complete=_moves_to(_I.RUNNING),
+        needs_funds=True,
+    ),
+    OrderKind.RESIZE: Operation(
+        allowed_from=UP_OR_DOWN,
+        busy_state=_I.RESIZING,
+        action=Action.ORDER,
+        reserve=_reserve_resize,
+        call=lambda driver, instance, order: driver.resize(
+            instance.backend_handle, host_spec(instance, flavor=_resize_target(instance, order))
+        ),
+        complete=_complete_resize,
+        needs_funds=True,
+    ),
+    OrderKind.EXPAND_DISK: Operation(
+        allowed_from=UP_OR_DOWN,
+        busy_state=None,
+        action=Action.ORDER,
+        reserve=_reserve_disk,
+        call=lambda driver, instance, order: driver.set_disk(
+            instance.backend_handle, order.parameters["to"]
+        ),
+        complete=_set_and_meter("data_disk_gb"),
+        fails_alone=True,
+    ),
+    OrderKind.SET_BANDWIDTH: Operation(
+        allowed_from=UP_OR_DOWN,
+        busy_state=None,
+        action=Action.ORDER,
+        reserve=_check_bandwidth,
+        call=lambda driver, instance, order: driver.set_bandwidth(
+            instance.backend_handle, order.parameters["to"]
+        ),
+        complete=_set_and_meter("bandwidth_mbps"),
+        fails_alone=True,
+    ),
+    OrderKind.RELEASE: Operation(
+        allowed_from=frozenset({_I.RUNNING, _I.STOPPED, _I.ERROR}),
+        busy_state=_I.RELEASING,
+        action=Action.RELEASE,
+        reserve=_nothing_to_reserve,
+        call=lambda driver, instance, order: driver.release(instance.backend_handle),
+        complete=_complete_release,
+    ),
+}
+
+
+def operation_key(key: str) -> str:
+    return f"{key}:op"
+
+
+@transaction.atomic(durable=True)
+def request_operation(
+    *,
+    instance: Instance,
+    actor,
+    kind: str,
+    params: dict | None = None,
+    idempotency_key: str = "",
+    reason: str = "",
+) -> Order:
+    """Stop, start, resize, expand the disk, change bandwidth or release: one order each.
+
+    What the operation needs (quota, accelerators for a larger size) is reserved here, in this
+    transaction; the backend call runs after commit and reports back.
+    """
+    from apps.orders.tasks import fulfil_order
+
+    params = params or {}
+    operation = OPERATIONS[kind]
+    authorize(actor, instance.organization, operation.action)
+    instance = (
+        Instance.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("flavor__family", "pool__backend")
+        .get(pk=instance.pk)
+    )
+    if idempotency_key:  # checked under the instance's lock: a concurrent retry replays
+        earlier = Order.objects.filter(
+            organization=instance.organization, idempotency_key=operation_key(idempotency_key)
+        ).first()
+        if earlier:
+            return earlier
+    if instance.orders.filter(state__in=[OrderState.FULFILLING, OrderState.APPROVED]).exists():
+        raise InvalidTransition(
+            _("%(name)s has an operation in progress; wait for it to finish.")
+            % {"name": instance.name}
+        )
+    if instance.state not in operation.allowed_from:
+        raise InvalidTransition(
+            _("%(name)s is %(state)s, so “%(operation)s” is not possible now.")
+            % {
+                "name": instance.name,
+                "state": instance.get_state_display(),
+                "operation": OrderKind(kind).label,
+            }
+        )
+    if instance.pool is not None:
+        require_capability(instance.pool.backend, Capability.HOSTS)
+    if operation.needs_funds:
+        billing.require_funds(instance.organization, 1)
+    parameters = operation.reserve(instance, params)
+    order = Order.objects.create(
+        organization=instance.organization,
+        kind=kind,
+        instance=instance,
+        parameters=parameters,
+        currency=instance.organization.park.currency,
+        idempotency_key=operation_key(idempotency_key) if idempotency_key else "",
+        reason=reason,  # why an operator or a park policy did it, for the tenant to read
+        created_by=audit_identity(actor)[0],
+    )
+    record_event(
+        action="order.submitted",
+        actor=actor,
+        target=order,
+        data={"kind": kind, "instance": instance.name, **parameters},
+    )
+    notify(instance.organization, "order.submitted", order_event(order))
+    move_order(order=order, to=OrderState.APPROVED)
+    move_order(order=order, to=OrderState.FULFILLING)
+    if operation.busy_state:
+        move_instance(instance=instance, to=operation.busy_state, actor=actor)
+    on_commit_task(fulfil_order, order.pk)
+    return Order.objects.get(pk=order.pk)
+
+
+@transaction.atomic
+def complete_operation(*, order_id: int) -> Order | None:
+    """The backend did it: apply the change to the instance and close the order."""
+    order = (
+        Order.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("instance__flavor")
+        .get(pk=order_id)
+    )
+    if order.state != OrderState.FULFILLING:
+        return None
+    instance = Instance.objects.select_for_update(no_key=True).get(pk=order.instance_id)
+    OPERATIONS[order.kind].complete(instance, order)
+    return move_order(order=order, to=OrderState.DONE)
+
+
+@transaction.atomic
+def fail_operation(*, order_id: int, message: str) -> Order | None:
+    """The backend refused an operation for good. Disk and bandwidth changes fail alone (the
+    host is as it was); a failed stop, start, resize or release leaves the host in error."""
+    order = Order.objects.select_for_update(no_key=True).get(pk=order_id)
+    if order.state != OrderState.FULFILLING:
+        return None
+    if OPERATIONS[order.kind].fails_alone:
+        return move_order(order=order, to=OrderState.FAILED, reason=message)
+    fail_instance(instance_id=order.instance_id, message=message)
+    return Order.objects.get(pk=order.pk)
