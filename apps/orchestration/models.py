@@ -11,6 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import AcceleratorModel, Image, Region
 from apps.core.money import format_money
+from apps.orchestration.backends.registry import is_simulator
 from apps.tenants.models import Organization, Park
 
 
@@ -37,6 +38,11 @@ class Backend(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.driver})"
+
+    @property
+    def is_simulator(self) -> bool:
+        """Its driver simulates: every page that shows its pools and hosts says so."""
+        return is_simulator(self.driver)
 
 
 class Pool(models.Model):
