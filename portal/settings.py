@@ -187,10 +187,10 @@ CELERY_BEAT_SCHEDULE = {
     },
     "issue-due-invoices": {"task": "apps.billing.tasks.issue_due_invoices", "schedule": 3600},
     "schedule-task-queues": {"task": "apps.orchestration.tasks.schedule_queues", "schedule": 30},
-    "probe-backends": {"task": "apps.operations.tasks.probe_backends", "schedule": 60},
-    "sample-capacity": {"task": "apps.operations.tasks.sample_capacity", "schedule": 300},
+    "probe-backends": {"task": "apps.orchestration.tasks.probe_backends", "schedule": 60},
+    "sample-capacity": {"task": "apps.orchestration.tasks.sample_capacity", "schedule": 300},
     "enforce-idle-policies": {
-        "task": "apps.operations.tasks.enforce_idle_policies",
+        "task": "apps.orders.tasks.enforce_idle_policies",
         "schedule": 300,
     },
 }

@@ -54,11 +54,11 @@ from apps.catalog.models import (
 )
 from apps.core.models import AuditEvent
 from apps.core.money import Currency
-from apps.operations.models import CapacitySample, IdlePolicy
 from apps.orchestration.models import (
     Accelerator,
     Allocation,
     Backend,
+    CapacitySample,
     Node,
     NodeHealth,
     Placement,
@@ -68,7 +68,15 @@ from apps.orchestration.models import (
     TaskPreference,
     TaskState,
 )
-from apps.orders.models import ApprovalPolicy, Instance, InstanceState, Order, OrderKind, OrderState
+from apps.orders.models import (
+    ApprovalPolicy,
+    IdlePolicy,
+    Instance,
+    InstanceState,
+    Order,
+    OrderKind,
+    OrderState,
+)
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.tenants.credit_code import check_character
 from apps.tenants.models import (

@@ -85,7 +85,7 @@ def test_only_orchestration_names_a_backend_driver():
         for module in _imported_modules(path):
             parts = module.split(".")
             # apps.orchestration.backends.<driver module>: base and registry are the protocol.
-            if parts[:3] == ["apps", "orchestration", "backends"] and len(parts) > 3:
-                if parts[3] not in ("base", "registry"):
-                    outside.append(f"{path.relative_to(APPS)}: {module}")
+            driver_module = parts[:3] == ["apps", "orchestration", "backends"] and len(parts) > 3
+            if driver_module and parts[3] not in ("base", "registry"):
+                outside.append(f"{path.relative_to(APPS)}: {module}")
     assert outside == []

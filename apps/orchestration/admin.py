@@ -4,6 +4,7 @@ from apps.orchestration.models import (
     Accelerator,
     Allocation,
     Backend,
+    CapacitySample,
     Node,
     Placement,
     Pool,
@@ -97,3 +98,26 @@ class TaskAdmin(admin.ModelAdmin):
     list_filter = ["state", "preference"]
     readonly_fields = ["state", "started_at", "finished_at"]
     raw_id_fields = ["node", "pool"]
+
+
+@admin.register(CapacitySample)
+class CapacitySampleAdmin(admin.ModelAdmin):
+    list_display = [
+        "taken_at",
+        "park",
+        "pool",
+        "accelerators_total",
+        "accelerators_allocated",
+        "accelerators_idle",
+        "utilization_pct",
+        "watts",
+    ]
+    list_filter = ["park"]
+    date_hierarchy = "taken_at"
+    list_select_related = ["park", "pool__region"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -1,4 +1,6 @@
 from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -8,6 +10,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from apps.catalog.models import AcceleratorModel
+from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.transactions import lock
 from apps.orchestration.backends.base import BackendError, Capability, NodeTelemetry, ReportedPool
@@ -274,6 +277,8 @@ def device_indices(instance) -> tuple[int, ...]:
 
 # An accelerator whose utilization reads below this counts as idle (see `probe_backend`).
 IDLE_BELOW_PCT = 5
+# Telemetry older than this proves nothing: no accelerator is called idle (or busy) on it.
+TELEMETRY_FRESH_FOR = timedelta(minutes=30)
 
 
 # What each capability lets a pool run, as refusals name it.
@@ -358,8 +363,6 @@ def register_backend(
 ) -> Backend:
     """Register a backend once its driver has answered for its capacity. The pools and nodes
     it reports are registered too, in `region` (the operator moves pools later)."""
-    from apps.core.audit import record_event
-
     _require_operator(operator, park)
     name = (name or "").strip()
     if not name:
@@ -471,8 +474,6 @@ def _sync_reported_nodes(backend: Backend, reported: list[ReportedPool]) -> list
 
 
 def _record_telemetry(backend, nodes, readings: list[NodeTelemetry], now) -> None:
-    from apps.core.audit import record_event
-
     by_host = {reading.hostname: reading for reading in readings}
     changed = []
     for node in nodes:
@@ -517,8 +518,6 @@ def merged_telemetry(previous: dict, reading: NodeTelemetry, now) -> dict:
 
 
 def _backend_checked(backend: Backend, *, error: str, now) -> Backend:
-    from apps.core.audit import record_event
-
     error = error[:2000]
     if error != backend.last_error:
         record_event(
@@ -546,8 +545,6 @@ def undrain_node(*, node: Node, operator) -> Node:
 
 
 def _set_drained(*, node: Node, operator, drained: bool, reason: str) -> Node:
-    from apps.core.audit import record_event
-
     park = Node.objects.select_related("pool__backend__park").get(pk=node.pk).pool.backend.park
     _require_operator(operator, park)
     lock(Node, node.pk)
@@ -565,3 +562,42 @@ def _set_drained(*, node: Node, operator, drained: bool, reason: str) -> Node:
         data={"reason": reason.strip(), "running": running} if drained else {},
     )
     return node
+
+
+# --- pools -----------------------------------------------------------------------------------
+
+POOL_FIELDS = ("region", "pue", "power_price_minor_per_kwh", "carbon_g_per_kwh", "is_schedulable")
+
+
+@transaction.atomic
+def update_pool(*, pool: Pool, operator, **changes) -> Pool:
+    """Change a pool's site (and so its level) and energy facts: PUE, power price, carbon."""
+    park = Pool.objects.select_related("backend__park").get(pk=pool.pk).backend.park
+    require_operator(operator, park, _("Only this park's operators may change its pools."))
+    unknown = set(changes) - set(POOL_FIELDS)
+    if unknown:
+        raise ValueError(f"update_pool cannot change {sorted(unknown)}")
+    region = changes.get("region")
+    if region is not None and region.park_id != park.pk:
+        raise ValidationError({"region": _("This region is not in the park.")})
+    lock(Pool, pool.pk)
+    pool = Pool.objects.select_related("region").get(pk=pool.pk)
+    before = {name: getattr(pool, name) for name in changes}
+    for name, value in changes.items():
+        setattr(pool, name, value)
+    pool.full_clean(exclude=["backend", "accelerator_model", "name"])
+    pool.save(update_fields=list(changes))
+    diff = {
+        name: {"from": _plain(before[name]), "to": _plain(value)}
+        for name, value in changes.items()
+        if before[name] != value
+    }
+    if diff:
+        record_event(action="pool.updated", actor=operator, target=pool, park=park, data=diff)
+    return pool
+
+
+def _plain(value):
+    if hasattr(value, "pk"):
+        return str(value)
+    return str(value) if isinstance(value, Decimal) else value

@@ -1,5 +1,6 @@
-"""Jobs that hand training tasks to their backend driver and follow them there, and the queue
-passes that place them (apps.orchestration.scheduling).
+"""Jobs that hand training tasks to their backend driver and follow them there, the queue
+passes that place them (apps.orchestration.scheduling), and the backends' periodic probes and
+capacity samples (beat: every minute, every 5 minutes).
 
 Each job reloads its rows by primary key and re-checks their state (it may run late, or twice).
 Transient backend errors are retried with exponential backoff; a permanent one fails the task
@@ -8,7 +9,7 @@ with the backend's message.
 
 from celery import shared_task
 
-from apps.orchestration import scheduling
+from apps.orchestration import capacity, scheduling, services
 from apps.orchestration.backends.base import (
     TASK_PENDING,
     TASK_SUCCEEDED,
@@ -17,7 +18,7 @@ from apps.orchestration.backends.base import (
     TaskSpec,
 )
 from apps.orchestration.backends.registry import get_driver
-from apps.orchestration.models import Task, TaskState
+from apps.orchestration.models import Backend, Task, TaskState
 from apps.tenants.models import Park
 
 MAX_RETRIES = 5
@@ -138,3 +139,18 @@ def schedule_queues() -> int:
         scheduling.schedule_queue_pass(park=park)
         count += 1
     return count
+
+
+@shared_task
+def probe_backends() -> int:
+    """Capacity, health and accelerator telemetry of each enabled backend (idle detection and
+    the node pages read it)."""
+    backends = list(Backend.objects.filter(is_enabled=True).order_by("pk"))
+    for backend in backends:
+        services.probe_backend(backend=backend)
+    return len(backends)
+
+
+@shared_task
+def sample_capacity() -> int:
+    return len(capacity.sample_capacity())

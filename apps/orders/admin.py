@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from apps.orders.models import Instance, Order
+from apps.orders.models import IdlePolicy, Instance, Order
 
 # State fields are read-only here: every transition goes through apps.orders.services.
 
@@ -20,3 +20,15 @@ class OrderAdmin(admin.ModelAdmin):
     list_filter = ["kind", "state"]
     readonly_fields = ["state", "decided_by", "decided_at"]
     raw_id_fields = ["instance"]
+
+
+@admin.register(IdlePolicy)
+class IdlePolicyAdmin(admin.ModelAdmin):
+    list_display = ["park", "threshold_minutes", "auto_stop", "updated_at"]
+
+    # Changed on the park's idle-capacity page (audited), not here.
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

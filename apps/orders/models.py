@@ -290,3 +290,34 @@ class ApprovalPolicy(models.Model):
 
     def __str__(self):
         return f"{self.park}"
+
+
+class IdlePolicy(models.Model):
+    """How a park treats hosts whose accelerators stay idle: after how long they count as
+    idle, and whether they are stopped on their own (their owners are told either way)."""
+
+    park = models.OneToOneField(
+        Park, on_delete=models.CASCADE, related_name="idle_policy", verbose_name=_("park")
+    )
+    threshold_minutes = models.PositiveIntegerField(
+        _("idle after (minutes)"),
+        default=120,
+        help_text=_("An instance counts as idle once all its accelerators stayed idle this long."),
+    )
+    auto_stop = models.BooleanField(_("stop idle instances automatically"), default=False)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        # Moved from the operations app; the table keeps its name (a state-only migration).
+        db_table = "operations_idlepolicy"
+        verbose_name = _("idle policy")
+        verbose_name_plural = _("idle policies")
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(threshold_minutes__gte=10, threshold_minutes__lte=10080),
+                name="idle_policy_threshold_range",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.park}"

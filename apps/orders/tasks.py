@@ -1,4 +1,5 @@
-"""Jobs that call a host's backend driver and report the outcome to the order services.
+"""Jobs that call a host's backend driver and report the outcome to the order services, the
+idle policy's pass (beat, every 5 minutes) and the owners' notices about their hosts.
 
 Each job reloads its rows by primary key and re-checks their state (it may run late, or twice).
 Transient backend errors are retried with exponential backoff; a permanent one is reported as
@@ -6,12 +7,20 @@ the instance's error, with the backend's message.
 """
 
 from celery import shared_task
+from django.conf import settings
+from django.core.mail import send_mail
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import translation
 
 from apps.orchestration.backends.base import BackendError
 from apps.orchestration.tasks import MAX_RETRIES, retry_if_transient
-from apps.orders import operations, services
+from apps.orders import idle, operations, services
 from apps.orders.hosts import host_driver, host_spec
 from apps.orders.models import Instance, InstanceState, Order, OrderState
+from apps.tenants.models import Role
+
+NOTICE_KINDS = ("idle", "idle_stopped", "force_released")
 
 
 @shared_task(bind=True, acks_late=True, max_retries=MAX_RETRIES)
@@ -55,3 +64,50 @@ def fulfil_order(self, order_id: int) -> None:
             operations.fail_operation(order_id=order_id, message=str(exc))
             return
     operations.complete_operation(order_id=order_id)
+
+
+@shared_task
+def enforce_idle_policies() -> int:
+    """Stop hosts idle past their park's threshold where its idle policy says so."""
+    return len(idle.enforce_idle_policies())
+
+
+@shared_task(autoretry_for=(OSError,), retry_backoff=True, max_retries=5)
+def send_instance_notice(instance_id: int, kind: str, reason: str = "") -> int:
+    """Mail the organization's owners about their instance; returns how many were written to.
+    `reason` is the operator's (force_released) or the policy's threshold in minutes
+    (idle_stopped)."""
+    if kind not in NOTICE_KINDS:
+        raise ValueError(f"unknown notice {kind!r}")
+    instance = (
+        Instance.objects.select_related("organization__park", "node", "flavor")
+        .filter(pk=instance_id)
+        .first()
+    )
+    if instance is None:
+        return 0
+    recipients = sorted(
+        {
+            m.user.email
+            for m in instance.organization.memberships.filter(role=Role.OWNER).select_related(
+                "user"
+            )
+            if m.user.email
+        }
+    )
+    if not recipients:
+        return 0
+    reading = idle.idle_reading(instance) if kind == "idle" else None
+    with translation.override(settings.LANGUAGE_CODE):
+        context = {
+            "instance": instance,
+            "kind": kind,
+            "reason": reason,
+            "idle_since": reading[0] if reading else None,
+            "url": settings.LOAM_BASE_URL
+            + reverse("orders:instance_detail", kwargs={"instance_id": instance.pk}),
+        }
+        subject = render_to_string("orders/email/instance_notice_subject.txt", context)
+        body = render_to_string("orders/email/instance_notice_body.txt", context)
+    send_mail(" ".join(subject.split()), body, None, recipients)
+    return len(recipients)

@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
+from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.extensions import ExtensionPoint
 from apps.core.transactions import lock
@@ -207,8 +209,6 @@ def apply_default_limits(*, organization: Organization, tier: str) -> None:
 @transaction.atomic
 def set_limit(*, limit: QuotaLimit, operator, value: int) -> QuotaLimit:
     """An operator changes one limit of their park (audited with the old and new value)."""
-    from apps.core.audit import record_event
-
     require_operator(operator, limit.park, _("Only this park's operators may change its quotas."))
     if value < 0:
         raise DomainError(_("A limit cannot be negative."), code="limit")
@@ -222,5 +222,51 @@ def set_limit(*, limit: QuotaLimit, operator, value: int) -> QuotaLimit:
         actor=operator,
         target=limit.organization or limit.park,
         data={"resource": limit.resource, "from": previous, "to": value},
+    )
+    return limit
+
+
+@transaction.atomic
+def add_quota_limit(
+    *, organization: Organization, operator, resource: str, value: int, accelerator_model=None
+) -> QuotaLimit:
+    require_operator(
+        operator, organization.park, _("Only this park's operators may change its quotas.")
+    )
+    if resource == QuotaResource.MODEL_ACCELERATORS and accelerator_model is None:
+        raise ValidationError({"accelerator_model": _("Choose the accelerator model.")})
+    if resource != QuotaResource.MODEL_ACCELERATORS:
+        accelerator_model = None
+    lock(Organization, organization.pk)
+    limit = QuotaLimit(
+        park=organization.park,
+        organization=organization,
+        resource=resource,
+        accelerator_model=accelerator_model,
+        limit=value,
+    )
+    limit.full_clean(validate_constraints=False)
+    exists = QuotaLimit.objects.filter(
+        organization=organization, resource=resource, accelerator_model=accelerator_model
+    ).exists()
+    if exists:
+        raise ValidationError(
+            _("The organization already has this limit: change it in the table above.")
+        )
+    try:
+        with transaction.atomic():
+            limit.save()
+    except IntegrityError:
+        raise ValidationError(_("The organization already has this limit.")) from None
+    record_event(
+        action="quota.changed",
+        actor=operator,
+        target=organization,
+        data={
+            "resource": resource,
+            "accelerator_model": accelerator_model.slug if accelerator_model else None,
+            "from": None,
+            "to": value,
+        },
     )
     return limit

@@ -19,7 +19,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from apps.operations import demo
-from apps.operations.services.infrastructure import sample_capacity
+from apps.orchestration.capacity import sample_capacity
 from apps.orchestration.models import Allocation, Backend, Node
 from apps.orchestration.services import probe_backend
 from apps.orders.models import ApprovalPolicy, Order, OrderState

@@ -8,25 +8,23 @@ from django.core import mail
 from django.core.exceptions import ValidationError
 from django.utils import timezone, translation
 
+from apps.catalog import services as catalog
 from apps.catalog.models import Flavor, Price, PriceKind
 from apps.catalog.selectors import price_in_force
 from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
 from apps.core.models import AuditEvent
-from apps.operations.models import IdlePolicy
 from apps.operations.selectors import lists
 from apps.operations.selectors.dashboard import queues
-from apps.operations.selectors.idle import idle_instances
-from apps.operations.services import catalog
-from apps.operations.services.instances import (
+from apps.orders.idle import (
     enforce_idle_policies,
     force_release,
+    idle_instances,
     send_idle_notice,
 )
-from apps.operations.services.tenants import add_quota_limit
-from apps.orders.models import Instance, Order, OrderKind, OrderState
+from apps.orders.models import IdlePolicy, Instance, Order, OrderKind, OrderState
 from apps.orders.operations import request_operation
 from apps.quotas.models import QuotaLimit
-from apps.quotas.services import organization_usage, set_limit
+from apps.quotas.services import add_quota_limit, organization_usage, set_limit
 from tests.factories import (
     AcceleratorModelFactory,
     FlavorFactory,

@@ -11,9 +11,8 @@ from django.utils import timezone
 from apps.billing.models import Wallet
 from apps.catalog.models import Flavor, FlavorFamily, Image, Price
 from apps.core.models import AuditEvent
-from apps.operations.models import CapacitySample, IdlePolicy
-from apps.orchestration.models import Backend, Node, Pool
-from apps.orders.models import Instance, OrderState
+from apps.orchestration.models import Backend, CapacitySample, Node, Pool
+from apps.orders.models import IdlePolicy, Instance, OrderState
 from apps.quotas.models import QuotaLimit
 from tests.factories import (
     ApprovalPolicyFactory,

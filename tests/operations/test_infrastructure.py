@@ -11,13 +11,12 @@ from django.utils import timezone, translation
 
 from apps.core.errors import PermissionDenied
 from apps.core.models import AuditEvent
-from apps.operations.models import CapacitySample
 from apps.operations.selectors import pools_with_allocation
 from apps.operations.selectors.dashboard import capacity_breakdown, capacity_series
-from apps.operations.services.infrastructure import sample_capacity, set_idle_policy, update_pool
 from apps.orchestration.backends.base import BackendError
 from apps.orchestration.backends.simulator import SimulatorDriver
-from apps.orchestration.models import Backend, Node, NodeHealth, Pool
+from apps.orchestration.capacity import sample_capacity
+from apps.orchestration.models import Backend, CapacitySample, Node, NodeHealth, Pool
 from apps.orchestration.services import (
     IDLE_BELOW_PCT,
     NoCapacity,
@@ -25,7 +24,9 @@ from apps.orchestration.services import (
     probe_backend,
     register_backend,
     undrain_node,
+    update_pool,
 )
+from apps.orders.idle import set_idle_policy
 from apps.orders.services import submit_create
 from tests.factories import ParkFactory, ParkOperatorFactory, RegionFactory, UserFactory
 

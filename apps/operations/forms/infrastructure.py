@@ -2,8 +2,8 @@ from django import forms
 from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
-from apps.operations.models import IdlePolicy
 from apps.orchestration.backends.registry import driver_names
+from apps.orders.models import IdlePolicy
 
 
 class BackendForm(forms.Form):

@@ -8,8 +8,7 @@ from decimal import Decimal
 from django.db.models import Avg, Count, DurationField, ExpressionWrapper, F, Min, Sum
 from django.utils import timezone
 
-from apps.operations.models import CapacitySample
-from apps.orchestration.models import Backend, Task, TaskState
+from apps.orchestration.models import Backend, CapacitySample, Task, TaskState
 from apps.orders.models import Order, OrderState
 
 RECENT = timedelta(hours=24)

@@ -5,11 +5,11 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 
+from apps.catalog import services
 from apps.catalog.models import Flavor, FlavorFamily, Image, Price, Region
 from apps.operations.forms.catalog import FamilyForm, FlavorForm, ImageForm, PriceForm
 from apps.operations.forms.filters import PriceFilterForm
 from apps.operations.selectors import lists
-from apps.operations.services import catalog as services
 from apps.operations.views._common import (
     form_refusals,
     outcome_of,

@@ -9,13 +9,6 @@ from apps.catalog.models import Region
 from apps.operations.forms.filters import IdleFilterForm, NodeFilterForm
 from apps.operations.forms.infrastructure import BackendForm, IdlePolicyForm, PoolForm
 from apps.operations.selectors import lists
-from apps.operations.selectors.idle import (
-    DEFAULT_THRESHOLD_MINUTES,
-    idle_instances,
-    idle_policies,
-)
-from apps.operations.services import infrastructure as services
-from apps.operations.services.instances import send_idle_notice
 from apps.operations.views._common import (
     form_refusals,
     outcome_of,
@@ -24,6 +17,13 @@ from apps.operations.views._common import (
 )
 from apps.orchestration import services as orchestration
 from apps.orchestration.models import Backend, Node, Pool
+from apps.orders.idle import (
+    DEFAULT_THRESHOLD_MINUTES,
+    idle_instances,
+    idle_policies,
+    send_idle_notice,
+    set_idle_policy,
+)
 from apps.orders.models import Instance
 from apps.tenants.decorators import operator_view
 from apps.tenants.selectors import operated_park
@@ -95,7 +95,7 @@ def pool_list(request, park_id):
         if form.is_valid():
             changes = {k: v for k, v in form.cleaned_data.items() if k != "pool"}
             with form_refusals(form) as outcome:
-                services.update_pool(pool=pool, operator=request.user, **changes)
+                orchestration.update_pool(pool=pool, operator=request.user, **changes)
             if not outcome.refused:
                 messages.success(request, _("%(name)s saved.") % {"name": pool.name})
                 return redirect("operations:pool_list", park_id=park.pk)
@@ -191,9 +191,7 @@ def idle_capacity(request, park_id):
             raise Http404
         if policy_form.is_valid():
             with form_refusals(policy_form) as outcome:
-                services.set_idle_policy(
-                    park=park, operator=request.user, **policy_form.cleaned_data
-                )
+                set_idle_policy(park=park, operator=request.user, **policy_form.cleaned_data)
             if not outcome.refused:
                 messages.success(request, _("Idle policy saved."))
                 return redirect("operations:idle_capacity", park_id=park.pk)

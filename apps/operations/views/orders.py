@@ -8,9 +8,9 @@ from django.views.decorators.http import require_POST
 from apps.catalog.models import Region
 from apps.operations.forms.filters import InstanceFilterForm, OrderFilterForm
 from apps.operations.selectors import lists
-from apps.operations.services.instances import force_release
 from apps.operations.views._common import back_to, outcome_of, page_of, parks_of, posted_object
 from apps.orders import services as order_services
+from apps.orders.idle import force_release
 from apps.orders.models import Instance, Order, OrderState
 from apps.tenants.decorators import operator_view
 from apps.tenants.selectors import get_for_operator, organizations_for_operator

@@ -7,12 +7,11 @@ from apps.core.web import refusals
 from apps.operations.forms.filters import OrganizationFilterForm
 from apps.operations.forms.tenants import QuotaAddForm, QuotaChangeForm
 from apps.operations.selectors import audit_events, lists
-from apps.operations.services.tenants import add_quota_limit
 from apps.operations.views._common import form_refusals, outcome_of, page_of, parks_of
 from apps.orders.models import INSTANCE_HOLDING_STATES
 from apps.quotas.models import QuotaLimit
 from apps.quotas.selectors import quota_rows
-from apps.quotas.services import organization_usage, set_limit
+from apps.quotas.services import add_quota_limit, organization_usage, set_limit
 from apps.tenants import services as tenant_services
 from apps.tenants.decorators import operator_view
 from apps.tenants.forms import RejectForm

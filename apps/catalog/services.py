@@ -1,6 +1,6 @@
-"""The operators' catalog editor: flavor families and flavors, images, and prices per region
-with the date they take effect. Every write is checked by the model's own validation (the
-database constraints, as form errors) and recorded in the audit log.
+"""Catalog writes, which the operators' catalog editor makes: flavor families and flavors, images,
+and prices per region with the date they take effect. Every write is checked by the model's own
+validation (the database constraints, as form errors) and recorded in the audit log.
 
 A flavor's shape (accelerators, vCPU, RAM) never changes once created: running hosts were
 sold that shape. It is taken off sale instead, and a new flavor created. A price is never
