@@ -27,29 +27,36 @@ class NodeRoom:
 FREE_ROOM = ExtensionPoint("free room of schedulable nodes, by accelerator model")
 
 
-def current_flavor_prices(at=None) -> dict[int, list[Price]]:
-    """The price in force per flavor and region (latest `effective_from` not in the future)."""
+def _in_force(*, kind: str, at=None, **filters):
+    """Prices of `kind` that have started by `at` (default now), the latest start first: the
+    one in force for a flavor (or a resource) and region is the first of its group."""
     at = at or timezone.now()
-    prices = (
-        Price.objects.filter(kind=PriceKind.FLAVOR_HOUR, effective_from__lte=at)
-        .select_related("region")
-        .order_by("flavor_id", "region_id", "-effective_from")
+    return Price.objects.filter(kind=kind, effective_from__lte=at, **filters).order_by(
+        "flavor_id", "region_id", "-effective_from"
     )
-    seen, by_flavor = set(), defaultdict(list)
+
+
+def prices_in_force(*, kind: str = PriceKind.FLAVOR_HOUR, at=None, **filters) -> list[Price]:
+    """The price in force per flavor and region (one query), with region and flavor family."""
+    prices = _in_force(kind=kind, at=at, **filters).select_related("region", "flavor__family")
+    seen, current = set(), []
     for price in prices:
         if (price.flavor_id, price.region_id) not in seen:
             seen.add((price.flavor_id, price.region_id))
-            by_flavor[price.flavor_id].append(price)
+            current.append(price)
+    return current
+
+
+def current_flavor_prices(at=None) -> dict[int, list[Price]]:
+    """The flavor-hour prices in force, per flavor."""
+    by_flavor = defaultdict(list)
+    for price in prices_in_force(at=at):
+        by_flavor[price.flavor_id].append(price)
     return by_flavor
 
 
 def price_in_force(*, region, kind: str, flavor=None, at=None) -> Price | None:
-    at = at or timezone.now()
-    return (
-        Price.objects.filter(region=region, kind=kind, flavor=flavor, effective_from__lte=at)
-        .order_by("-effective_from")
-        .first()
-    )
+    return _in_force(kind=kind, at=at, region=region, flavor=flavor).first()
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Helpers shared by the HTMX/page views of every app."""
 
+from collections.abc import Mapping
 from contextlib import contextmanager
 from types import SimpleNamespace
 
@@ -11,9 +12,10 @@ from apps.core.errors import DomainError, PermissionDenied
 
 
 @contextmanager
-def refusals(request, form=None):
+def refusals(request, form=None, *, field_names: Mapping | None = None):
     """Turn a service's refusal into a form error (or a message), and a domain permission error
-    into a 403; `outcome.refused` tells the view which way it went."""
+    into a 403; `outcome.refused` tells the view which way it went. `field_names` maps a
+    service's parameter to the form field that holds it, where their names differ."""
     outcome = SimpleNamespace(refused=False)
     try:
         yield outcome
@@ -22,7 +24,7 @@ def refusals(request, form=None):
     except ValidationError as exc:
         outcome.refused = True
         if form is not None:
-            _add_errors(form, exc)
+            _add_errors(form, exc, field_names or {})
         else:
             messages.error(request, " ".join(exc.messages))
     except DomainError as exc:
@@ -33,13 +35,14 @@ def refusals(request, form=None):
             messages.error(request, exc.message)
 
 
-def _add_errors(form, exc: ValidationError) -> None:
+def _add_errors(form, exc: ValidationError, field_names: Mapping) -> None:
     """Field errors land on the form's fields; those naming a service parameter the form
     does not have (e.g. `amount_minor` behind an `amount` field) are shown above the form."""
     if not hasattr(exc, "error_dict"):
         form.add_error(None, exc)
         return
     for field, errors in exc.error_dict.items():
+        field = field_names.get(field, field)
         form.add_error(field if field in form.fields else None, errors)
 
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.db.models import Sum
-from django.utils import timezone
 
-from apps.catalog.models import Price, PriceKind, ResourceType
+from apps.catalog.models import ResourceType
+from apps.catalog.selectors import prices_in_force
 from apps.orchestration.models import Accelerator, Allocation, NodeHealth, SchedulingPolicy
 from apps.orchestration.scheduler import MILLI, Decision, NodeState, TaskRequest, Weights
 from apps.orchestration.scheduler.fragmentation import ShapeDistribution
@@ -147,33 +147,6 @@ def node_views(nodes, *, prices: dict) -> list[NodeView]:
 # --- prices ----------------------------------------------------------------------------------
 
 
-def _prices_in_force(at=None, **filters) -> list[dict]:
-    """Flavor-hour prices in force (the latest start not in the future), one per flavor and
-    region, with what choosing among them needs."""
-    at = at or timezone.now()
-    rows = (
-        Price.objects.filter(kind=PriceKind.FLAVOR_HOUR, effective_from__lte=at, **filters)
-        .order_by("flavor_id", "region_id", "-effective_from")
-        .values(
-            "flavor_id",
-            "region_id",
-            "amount_minor",
-            "currency",
-            "flavor__accelerator_count",
-            "flavor__family__accelerator_model_id",
-            "flavor__family__resource_type",
-            "flavor__is_active",
-        )
-    )
-    seen, current = set(), []
-    for row in rows:
-        key = (row["flavor_id"], row["region_id"])
-        if key not in seen:
-            seen.add(key)
-            current.append(row)
-    return current
-
-
 def per_card_hour(amount_minor, accelerators: int) -> Decimal:
     return Decimal(amount_minor) / accelerators
 
@@ -186,31 +159,31 @@ def task_prices(pools, at=None) -> dict[int, Decimal | None]:
     rate of the model's flavors in the region. One query for all pools.
     """
     pools = list(pools)
-    rows = _prices_in_force(
-        at,
+    offered = prices_in_force(
+        at=at,
         region_id__in={p.region_id for p in pools},
         flavor__family__accelerator_model_id__in={p.accelerator_model_id for p in pools},
         flavor__is_active=True,
     )
     by_place = defaultdict(list)
-    for row in rows:
-        by_place[(row["region_id"], row["flavor__family__accelerator_model_id"])].append(row)
+    for price in offered:
+        by_place[(price.region_id, price.flavor.family.accelerator_model_id)].append(price)
     prices = {}
     for pool in pools:
         offers = by_place.get((pool.region_id, pool.accelerator_model_id), [])
-        single = [r for r in offers if r["flavor__accelerator_count"] == 1]
+        single = [p for p in offers if p.flavor.accelerator_count == 1]
         if single:
             best = min(
                 single,
-                key=lambda r: (
-                    r["flavor__family__resource_type"] != ResourceType.TRAINING_TASK,
-                    r["amount_minor"],
+                key=lambda p: (
+                    p.flavor.family.resource_type != ResourceType.TRAINING_TASK,
+                    p.amount_minor,
                 ),
             )
-            prices[pool.pk] = Decimal(best["amount_minor"])
+            prices[pool.pk] = Decimal(best.amount_minor)
         elif offers:
             prices[pool.pk] = min(
-                per_card_hour(r["amount_minor"], r["flavor__accelerator_count"]) for r in offers
+                per_card_hour(p.amount_minor, p.flavor.accelerator_count) for p in offers
             )
         else:
             prices[pool.pk] = None
@@ -220,8 +193,8 @@ def task_prices(pools, at=None) -> dict[int, Decimal | None]:
 def flavor_prices(flavor, pools, at=None) -> dict[int, Decimal | None]:
     """{pool id: the flavor's price in the pool's region per accelerator-hour, or None}."""
     pools = list(pools)
-    rows = _prices_in_force(at, flavor=flavor, region_id__in={p.region_id for p in pools})
-    by_region = {row["region_id"]: row["amount_minor"] for row in rows}
+    offered = prices_in_force(at=at, flavor=flavor, region_id__in={p.region_id for p in pools})
+    by_region = {price.region_id: price.amount_minor for price in offered}
     return {
         pool.pk: (
             per_card_hour(by_region[pool.region_id], flavor.accelerator_count)

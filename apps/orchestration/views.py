@@ -3,14 +3,12 @@ policy with its preview, one decision with every candidate)."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.exceptions import PermissionDenied as HttpPermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from apps.core.errors import DomainError, PermissionDenied
 from apps.core.web import refusals
 from apps.orchestration import scheduling, selectors
 from apps.orchestration.forms import SchedulingPolicyForm, TaskForm
@@ -45,18 +43,11 @@ def task_list(request):
 def task_create(request):
     form = TaskForm(request.POST or None, park=request.organization.park)
     if request.method == "POST" and form.is_valid():
-        task = None
-        try:
+        with refusals(request, form, field_names=FORM_FIELDS) as outcome:
             task = scheduling.submit_task(
                 organization=request.organization, actor=request.user, data=form.task_data()
             )
-        except PermissionDenied as exc:
-            raise HttpPermissionDenied(exc.message) from exc
-        except ValidationError as exc:
-            _add_service_errors(form, exc)
-        except DomainError as exc:
-            form.add_error(None, exc.message)
-        if task is not None:
+        if not outcome.refused:
             messages.success(request, _("Submitted: the task is queued."))
             return redirect("tasks:task_detail", task_id=task.pk)
     return render(
@@ -65,17 +56,6 @@ def task_create(request):
         {"form": form},
         status=422 if form.errors else 200,
     )
-
-
-def _add_service_errors(form, exc: ValidationError) -> None:
-    if not hasattr(exc, "error_dict"):
-        form.add_error(None, exc)
-        return
-    for name, errors in exc.error_dict.items():
-        name = FORM_FIELDS.get(name, name)
-        target = name if name in form.fields and name != NON_FIELD_ERRORS else None
-        for error in errors:
-            form.add_error(target, error)
 
 
 @organization_view()
@@ -140,17 +120,16 @@ def scheduling_policy(request, park_id):
             )
         else:
             try:
-                scheduling.set_scheduling_policy(
-                    park=park,
-                    operator=request.user,
-                    operator_share=form.cleaned_data["operator_share"],
-                    **form.weights(),
-                )
-            except PermissionDenied as exc:
+                with refusals(request, form, field_names=FORM_FIELDS) as outcome:
+                    scheduling.set_scheduling_policy(
+                        park=park,
+                        operator=request.user,
+                        operator_share=form.cleaned_data["operator_share"],
+                        **form.weights(),
+                    )
+            except HttpPermissionDenied as exc:  # not this park's operator: as if no such park
                 raise Http404 from exc
-            except ValidationError as exc:
-                _add_service_errors(form, exc)
-            else:
+            if not outcome.refused:
                 messages.success(request, _("Scheduling policy saved."))
                 return redirect("tasks_ops:scheduling_policy", park_id=park.pk)
     context = {

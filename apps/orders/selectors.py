@@ -45,14 +45,6 @@ def instance_orders(instance):
     )
 
 
-def orders_awaiting_approval(parks):
-    return (
-        Order.objects.filter(organization__park__in=parks, state=OrderState.AWAITING_APPROVAL)
-        .select_related("organization", "instance__flavor", "instance__region")
-        .order_by("created_at")
-    )
-
-
 # --- What instances hold against quotas ------------------------------------------------------
 
 

@@ -4,8 +4,8 @@ them (another park's object is a 404), pagination, and outcomes an HTMX row show
 from contextlib import contextmanager
 from types import SimpleNamespace
 
-from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.exceptions import PermissionDenied as HttpPermissionDenied
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -57,29 +57,6 @@ def outcome_of():
         outcome.refused, outcome.error = True, " ".join(exc.messages)
     except DomainError as exc:
         outcome.refused, outcome.error = True, exc.message
-
-
-@contextmanager
-def form_refusals(form):
-    """A service's refusal as errors on the form: on the fields it names where the form has
-    them, otherwise above the form (a model's field the form does not show, a constraint)."""
-    outcome = SimpleNamespace(refused=False)
-    try:
-        yield outcome
-    except PermissionDenied as exc:
-        raise HttpPermissionDenied(exc.message) from exc
-    except ValidationError as exc:
-        outcome.refused = True
-        if hasattr(exc, "error_dict"):
-            for field, errors in exc.error_dict.items():
-                target = field if field in form.fields and field != NON_FIELD_ERRORS else None
-                for error in errors:
-                    form.add_error(target, error)
-        else:
-            form.add_error(None, exc)
-    except DomainError as exc:
-        outcome.refused = True
-        form.add_error(None, exc.message)
 
 
 def parks_of(request):

@@ -7,11 +7,11 @@ from django.utils.translation import gettext as _
 
 from apps.catalog import services
 from apps.catalog.models import Flavor, FlavorFamily, Image, Price, Region
+from apps.core.web import refusals
 from apps.operations.forms.catalog import FamilyForm, FlavorForm, ImageForm, PriceForm
 from apps.operations.forms.filters import PriceFilterForm
 from apps.operations.selectors import lists
 from apps.operations.views._common import (
-    form_refusals,
     outcome_of,
     page_of,
     posted_object,
@@ -35,13 +35,13 @@ def catalog_flavors(request, park_id):
         if action == "toggle_flavor":
             return _toggle_flavor(request, park)
         if action == "create_family" and family_form.is_valid():
-            with form_refusals(family_form) as outcome:
+            with refusals(request, family_form) as outcome:
                 services.create_family(park=park, operator=request.user, **family_form.cleaned_data)
             if not outcome.refused:
                 messages.success(request, _("Family created."))
                 return redirect("operations:catalog_flavors", park_id=park.pk)
         elif action == "create_flavor" and flavor_form.is_valid():
-            with form_refusals(flavor_form) as outcome:
+            with refusals(request, flavor_form) as outcome:
                 services.create_flavor(operator=request.user, **flavor_form.cleaned_data)
             if not outcome.refused:
                 messages.success(request, _("Flavor created."))
@@ -101,7 +101,7 @@ def catalog_images(request, park_id):
         if action != "create_image":
             raise Http404
         if form.is_valid():
-            with form_refusals(form) as outcome:
+            with refusals(request, form) as outcome:
                 services.create_image(park=park, operator=request.user, **form.cleaned_data)
             if not outcome.refused:
                 messages.success(request, _("Image added."))
@@ -135,7 +135,7 @@ def catalog_prices(request, park_id):
             raise Http404
         if form.is_valid():
             data = form.cleaned_data
-            with form_refusals(form) as outcome:
+            with refusals(request, form) as outcome:
                 services.schedule_price(
                     region=data["region"],
                     operator=request.user,

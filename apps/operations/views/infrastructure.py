@@ -6,11 +6,11 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 
 from apps.catalog.models import Region
+from apps.core.web import refusals
 from apps.operations.forms.filters import IdleFilterForm, NodeFilterForm
 from apps.operations.forms.infrastructure import BackendForm, IdlePolicyForm, PoolForm
 from apps.operations.selectors import lists
 from apps.operations.views._common import (
-    form_refusals,
     outcome_of,
     page_of,
     posted_object,
@@ -62,7 +62,7 @@ def backend_list(request, park_id):
         if action != "register":
             raise Http404
         if form.is_valid():
-            with form_refusals(form) as outcome:
+            with refusals(request, form) as outcome:
                 backend = orchestration.register_backend(
                     park=park, operator=request.user, **form.cleaned_data
                 )
@@ -94,7 +94,7 @@ def pool_list(request, park_id):
         )
         if form.is_valid():
             changes = {k: v for k, v in form.cleaned_data.items() if k != "pool"}
-            with form_refusals(form) as outcome:
+            with refusals(request, form) as outcome:
                 orchestration.update_pool(pool=pool, operator=request.user, **changes)
             if not outcome.refused:
                 messages.success(request, _("%(name)s saved.") % {"name": pool.name})
@@ -190,7 +190,7 @@ def idle_capacity(request, park_id):
         if action != "policy":
             raise Http404
         if policy_form.is_valid():
-            with form_refusals(policy_form) as outcome:
+            with refusals(request, policy_form) as outcome:
                 set_idle_policy(park=park, operator=request.user, **policy_form.cleaned_data)
             if not outcome.refused:
                 messages.success(request, _("Idle policy saved."))

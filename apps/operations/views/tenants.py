@@ -7,7 +7,7 @@ from apps.core.web import refusals
 from apps.operations.forms.filters import OrganizationFilterForm
 from apps.operations.forms.tenants import QuotaAddForm, QuotaChangeForm
 from apps.operations.selectors import audit_events, lists
-from apps.operations.views._common import form_refusals, outcome_of, page_of, parks_of
+from apps.operations.views._common import outcome_of, page_of, parks_of
 from apps.orders.models import INSTANCE_HOLDING_STATES
 from apps.quotas.models import QuotaLimit
 from apps.quotas.selectors import quota_rows
@@ -130,7 +130,7 @@ def organization_quotas(request, organization_id):
         if action != "add":
             raise Http404
         if add_form.is_valid():
-            with form_refusals(add_form) as outcome:
+            with refusals(request, add_form) as outcome:
                 add_quota_limit(
                     organization=organization,
                     operator=request.user,

@@ -94,15 +94,6 @@ def fits(task: TaskRequest, node: NodeState) -> bool:
     return check(task, node) is None
 
 
-def gpus_fit(task: TaskRequest, gpus) -> bool:
-    """Do these per-GPU free shares (any order) hold the task's GPU part?"""
-    if task.num_gpu == 0:
-        return True
-    if task.gpu_milli < MILLI:
-        return any(g >= task.gpu_milli for g in gpus)
-    return sum(1 for g in gpus if g == MILLI) >= task.num_gpu
-
-
 def sig_fits(task: TaskRequest, sig: NodeSig) -> bool:
     """``fits`` on a signature (the engine's fast path; drained nodes never get one).
 

@@ -1,0 +1,1 @@
+"""Slurm backend: runs tasks as Slurm batch jobs through slurmrestd (see client.py)."""
