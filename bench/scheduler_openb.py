@@ -48,10 +48,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from apps.orchestration.scheduler.baselines import POLICY_NAMES, make_policy  # noqa: E402
 from apps.orchestration.scheduler.engine import Cluster  # noqa: E402
 from apps.orchestration.scheduler.fragmentation import ShapeDistribution, gpu_only  # noqa: E402
 from apps.orchestration.scheduler.model import MILLI, NodeState, TaskRequest  # noqa: E402
-from apps.orchestration.scheduler.policies import POLICY_NAMES, make_policy  # noqa: E402
 
 DATA = Path("/work/shared/data/openb")
 DEFAULT_NODES = DATA / "openb_node_list_all_node.csv"

@@ -7,8 +7,8 @@ a node of whole accelerators) and calls:
   portal placement with its explanation, then ``place(task, decision)``;
 - ``plan(queued, nodes, usage_by_org)`` / ``queue_positions(queued, usage_by_org)`` for the
   training queue;
-- ``make_policy(name, workload=...)`` with ``Policy.schedule(task, nodes)``, or ``Cluster``
-  for many placements at once.
+- ``Loam(distribution)`` with ``Policy.schedule(task, nodes)``, or ``Cluster`` for many
+  placements at once (the benchmark's baselines and ``make_policy`` are in ``baselines``).
 """
 
 from .engine import Cluster
@@ -16,37 +16,23 @@ from .filters import REASON_TEXT, check, fits, reasons
 from .fragmentation import ShapeDistribution, cluster_fragmentation
 from .loam import Loam
 from .model import MILLI, NodeState, Placement, TaskRequest, apply, release
-from .policies import (
-    FGD,
-    POLICY_NAMES,
-    BestFit,
-    DotProduct,
-    GpuPacking,
-    Policy,
-    RandomPolicy,
-    make_policy,
-)
+from .policies import FGD, Policy
 from .queue import QueuePlan, fair_order, plan, queue_positions, schedule_queue
 from .scoring import PRESETS, Candidate, Decision, Weights, combine, decide, place
 
 __all__ = [
     "FGD",
     "MILLI",
-    "POLICY_NAMES",
     "PRESETS",
     "REASON_TEXT",
-    "BestFit",
     "Candidate",
     "Cluster",
     "Decision",
-    "DotProduct",
-    "GpuPacking",
     "Loam",
     "NodeState",
     "Placement",
     "Policy",
     "QueuePlan",
-    "RandomPolicy",
     "ShapeDistribution",
     "TaskRequest",
     "Weights",
@@ -57,7 +43,6 @@ __all__ = [
     "decide",
     "fair_order",
     "fits",
-    "make_policy",
     "place",
     "plan",
     "queue_positions",

@@ -6,18 +6,18 @@ from collections import Counter
 
 import pytest
 
-from apps.orchestration.scheduler.engine import Cluster
-from apps.orchestration.scheduler.fragmentation import ShapeDistribution
-from apps.orchestration.scheduler.loam import Loam
-from apps.orchestration.scheduler.model import signature
-from apps.orchestration.scheduler.policies import (
-    FGD,
+from apps.orchestration.scheduler.baselines import (
     BestFit,
     DotProduct,
     GpuPacking,
     RandomPolicy,
     make_policy,
 )
+from apps.orchestration.scheduler.engine import Cluster
+from apps.orchestration.scheduler.fragmentation import ShapeDistribution
+from apps.orchestration.scheduler.loam import Loam
+from apps.orchestration.scheduler.model import signature
+from apps.orchestration.scheduler.policies import FGD
 
 from .helpers import node, task
 

@@ -1,0 +1,164 @@
+"""Baselines for the openb benchmark (bench/scheduler_openb.py), not used by the portal:
+random, best fit, GPU packing and dot product as in the FGD paper's simulator, and
+``make_policy`` to build any policy by name (these, FGD and loam).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+from . import filters
+from .fragmentation import ShapeDistribution
+from .model import MILLI, TaskRequest
+from .policies import FGD, Policy, best_fit_share
+
+
+class RandomPolicy(Policy):
+    """A uniformly random feasible node (seeded), and a random GPU that holds a share."""
+
+    name = "random"
+    randomized = True
+
+    def __init__(self, seed: int = 0):
+        self.rng = random.Random(seed)
+
+    def rank(self, task, sig):
+        if task.is_share:
+            return (0,), self.rng.choice([g for g in sig[6] if g >= task.gpu_milli])
+        return (0,), None
+
+    def choose(self, task, nodes):
+        feasible = [n for n in nodes if filters.check(task, n) is None]
+        return self.rng.choice(feasible) if feasible else None
+
+
+class BestFit(Policy):
+    """Least resources left after placing (the simulator's ``BestFitScore``):
+    ``left = 0.5 * CPU left / max CPU + 0.5 * GPU left / max GPU``, maxima over the cluster's
+    nodes (so a small node the task fills beats a big one); node score
+    ``int(100 * (1 - left))``, highest wins. Sharing tasks take the fullest GPU that holds
+    them."""
+
+    name = "best_fit"
+
+    def __init__(self, cpu_weight=0.5, gpu_weight=0.5):
+        self.weights = (cpu_weight, gpu_weight)
+        self.max_cpu = self.max_gpu = 1
+
+    def prepare(self, nodes):
+        super().prepare(nodes)
+        self.max_cpu = max((n.cpu_milli_total for n in nodes), default=1) or 1
+        self.max_gpu = max((n.gpu_milli_total for n in nodes), default=1) or 1
+
+    def rank(self, task, sig):
+        wc, wg = self.weights
+        left = (
+            wc * (sig[4] - task.cpu_milli) / self.max_cpu
+            + wg * (sum(sig[6]) - task.gpu_request_milli) / self.max_gpu
+        )
+        return (-int((1.0 - left) * 100),), self.default_pick(task, sig)
+
+
+class GpuPacking(Policy):
+    """The paper's GPU packing baseline (the simulator's ``GpuPackingScore``): first GPUs that
+    are already shared, then fully free GPUs on a node already in use, and only then an idle
+    node, the one with fewest GPUs. Node scores, highest wins:
+
+    - the task fits on shared GPUs: ``max(100 - free% of those GPUs / 10, 50)``;
+    - it needs fully free GPUs on a used node: ``max(50 - GPUs it takes, 33)``;
+    - the node is idle: ``max(33 - its GPUs, its GPUs)``;
+    - a CPU task scores 0 everywhere (it does not care).
+    """
+
+    name = "gpu_packing"
+
+    def rank(self, task, sig):
+        gpus = sig[6]
+        if task.num_gpu == 0:
+            return (0,), None
+        full = sum(1 for g in gpus if g == MILLI)
+        if full == len(gpus):
+            return (-max(33 - full, full),), (MILLI if task.is_share else None)
+        if task.is_share:
+            pick = best_fit_share(task, gpus)  # least room first, as the simulator sorts
+            if pick < MILLI:
+                return (-max(100 - (pick * 100 // MILLI) // 10, 50),), pick
+            return (-max(50 - 1, 33),), pick
+        return (-max(50 - task.num_gpu, 33),), None
+
+
+class DotProduct(Policy):
+    """Tetris-style alignment (the simulator's ``DotProductScore``, max normalisation): the dot
+    product of the task's demand and the node's free vector over (CPU, GPU), each normalised
+    by the largest node's capacity, averaged over the dimensions.
+
+    As in the simulator ("the larger the dot product, the lower the score": node score
+    ``int(100 * (1 - dot))``), the *smallest* product wins: the task goes where there is least
+    free of what it needs, which packs. For a sharing task the GPU dimension is the chosen
+    GPU's share (per-GPU free / 1000), and the fullest GPU that holds it gives the smallest
+    product.
+    """
+
+    name = "dot_product"
+
+    def __init__(self):
+        self.max_cpu = self.max_gpu = 1
+
+    def prepare(self, nodes):
+        super().prepare(nodes)
+        self.max_cpu = max((n.cpu_milli_total for n in nodes), default=1) or 1
+        self.max_gpu = max((n.gpu_milli_total for n in nodes), default=1) or 1
+
+    def rank(self, task, sig):
+        cpu = (task.cpu_milli / self.max_cpu) * (sig[4] / self.max_cpu)
+        gpus = sig[6]
+        pick = None
+        if task.num_gpu == 0:
+            gpu = 0.0
+        elif task.is_share:
+            pick = best_fit_share(task, gpus)
+            gpu = (task.gpu_milli / MILLI) * (pick / MILLI)
+        else:
+            gpu = (task.gpu_request_milli / self.max_gpu) * (sum(gpus) / self.max_gpu)
+        return (-int(100 * (1.0 - (cpu + gpu) / 2)),), pick
+
+
+POLICY_NAMES = ("random", "best_fit", "gpu_packing", "dot_product", "fgd", "loam")
+
+
+def make_policy(
+    name: str,
+    *,
+    seed: int = 0,
+    workload: Iterable[TaskRequest] | None = None,
+    distribution: ShapeDistribution | None = None,
+) -> Policy:
+    """A fresh policy by name.
+
+    FGD and loam score against a task-type distribution: pass ``distribution``, or the
+    ``workload`` to learn it from (FGD as the simulator: the 95 % most popular (CPU, GPU)
+    types; loam: ``Loam.distribution_for``).
+    """
+    if name == "random":
+        return RandomPolicy(seed)
+    if name == "best_fit":
+        return BestFit()
+    if name == "gpu_packing":
+        return GpuPacking()
+    if name == "dot_product":
+        return DotProduct()
+    if name in ("fgd", "loam"):
+        from .loam import Loam
+
+        if distribution is None:
+            if workload is None:
+                raise ValueError(f"{name} needs a workload or a ShapeDistribution")
+            workload = list(workload)
+            distribution = (
+                ShapeDistribution.from_tasks(workload, coverage=0.95, include_memory=False)
+                if name == "fgd"
+                else Loam.distribution_for(workload)
+            )
+        return FGD(distribution) if name == "fgd" else Loam(distribution)
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
