@@ -1,7 +1,7 @@
 """Training tasks end to end through apps.orchestration.scheduling: submitting (validation and
 roles), the queue pass (price fixed at placement, shares that never oversell a card, whole
 cards that avoid shared ones, fair share, backfill, queue positions, deadlines, maximum
-prices, quota), cancelling, and the backend's run through the Celery tasks."""
+prices, quota), cancelling, and the backend's run through the Celery jobs."""
 
 from datetime import timedelta
 
