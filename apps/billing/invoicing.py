@@ -26,6 +26,7 @@ from apps.core.transactions import lock
 from apps.core.transitions import transition
 from apps.tenants.access import require_operator
 from apps.tenants.models import Organization
+from apps.webhooks.services import emit_event
 
 
 class NothingToInvoice(DomainError):
@@ -91,8 +92,6 @@ def issue_invoice(*, organization: Organization, period_end: datetime, actor=Non
         organization=organization,
         data={"number": invoice.number, "total_minor": invoice.total_minor},
     )
-    from apps.webhooks.services import emit_event
-
     emit_event(
         organization=organization,
         event_type="invoice.issued",

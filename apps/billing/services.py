@@ -22,6 +22,7 @@ from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.extensions import ExtensionPoint
 from apps.core.money import format_money
+from apps.core.transactions import on_commit_task
 from apps.tenants.access import SystemActor, require_operator
 from apps.tenants.models import Organization, Role
 
@@ -140,7 +141,6 @@ def credit(wallet: Wallet, *, amount_minor: int, kind: str, description: str = "
 
 def _resume_after_commit(organization_id: int) -> None:
     from apps.billing.tasks import resume_suspended
-    from apps.core.transactions import on_commit_task
 
     on_commit_task(resume_suspended, organization_id)
 

@@ -24,7 +24,7 @@ from django.db.models import Count
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from apps.core.audit import audit_identity
+from apps.core.audit import audit_identity, record_event
 from apps.core.money import format_money
 from apps.core.transactions import lock, on_commit_task
 from apps.core.transitions import transition
@@ -47,7 +47,7 @@ from apps.orchestration.models import (
 from apps.orchestration.scheduler import PRESETS, filters, schedule_queue
 from apps.orchestration.selectors import with_free_capacity
 from apps.quotas.services import QuotaExceeded, Usage, reserve
-from apps.tenants.access import SystemActor, authorize
+from apps.tenants.access import SystemActor, authorize, require_operator
 from apps.tenants.roles import Action
 
 MAX_ACCELERATOR_MILLI = 8000
@@ -233,8 +233,6 @@ def move_task(*, task: Task, to: str, actor=None, at=None) -> Task:
 @transaction.atomic(durable=True)
 def submit_task(*, organization, actor, data) -> Task:
     """Queue a training task; a queue pass runs after commit and places it if it fits now."""
-    from apps.core.audit import record_event
-
     authorize(actor, organization, Action.ORDER)
     task_input = data if isinstance(data, TaskInput) else TaskInput.from_data(data)
     validate_task(organization, task_input)
@@ -627,9 +625,6 @@ def set_scheduling_policy(*, park, operator, operator_share=None, **weights) -> 
     """An operator sets how much each score part weighs in the park (region, performance,
     energy, price, fragmentation; 0–100 each, not all 0) and the share of the say the park
     keeps over the tenant's preference (0–1). Parts not given keep their value. Audited."""
-    from apps.core.audit import record_event
-    from apps.tenants.access import require_operator
-
     require_operator(
         operator, park, _("Only this park's operators may change its scheduling policy.")
     )

@@ -13,6 +13,7 @@ from apps.catalog.models import AcceleratorModel
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.transactions import lock
+from apps.orchestration import adapter
 from apps.orchestration.backends.base import BackendError, Capability, NodeTelemetry, ReportedPool
 from apps.orchestration.backends.registry import driver_names, get_driver, supports
 from apps.orchestration.models import (
@@ -24,6 +25,7 @@ from apps.orchestration.models import (
     Placement,
     Pool,
 )
+from apps.orchestration.scheduler import decide
 from apps.orchestration.selectors import schedulable_nodes, with_free_capacity
 from apps.tenants.access import require_operator
 
@@ -151,9 +153,6 @@ def place(
 
 def _decide_placement(instance, shape: Shape, nodes, *, region, preference: str):
     """The scorer's decision for one host over `nodes`, and how it is kept."""
-    from apps.orchestration import adapter
-    from apps.orchestration.scheduler import decide
-
     prices = adapter.flavor_prices(instance.flavor, {node.pool for node in nodes})
     if any(price is None for price in prices.values()):
         # Unpriced somewhere (the order's region is always priced): price says nothing here.

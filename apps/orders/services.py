@@ -50,6 +50,8 @@ from apps.quotas.services import demand_for, reserve
 from apps.tenants.access import authorize, require_operator
 from apps.tenants.models import Organization
 from apps.tenants.roles import Action
+from apps.webhooks.models import EVENT_TYPES
+from apps.webhooks.services import emit_event
 
 HOURS_PER_MONTH = metering.HOURS_PER_MONTH
 MAX_COUNT = 10
@@ -123,9 +125,6 @@ def instance_event(instance: Instance) -> dict:
 
 def notify(organization, event_type: str, data: dict) -> None:
     """Partners' webhooks for the events they can subscribe to (delivered after commit)."""
-    from apps.webhooks.models import EVENT_TYPES
-    from apps.webhooks.services import emit_event
-
     if event_type in EVENT_TYPES:
         emit_event(organization=organization, event_type=event_type, data=data)
 

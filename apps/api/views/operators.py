@@ -13,6 +13,7 @@ from apps.api.serializers.tenants import OrganizationSerializer
 from apps.orders import services as order_services
 from apps.orders.models import Order
 from apps.quotas.models import QuotaLimit
+from apps.quotas.services import set_limit
 from apps.tenants import services as tenant_services
 from apps.tenants.models import ApiKey, Organization
 from apps.tenants.selectors import is_operator, organizations_for_operator, parks_operated_by
@@ -123,8 +124,6 @@ class OperatorQuotaViewSet(
         )
 
     def perform_update(self, serializer):
-        from apps.quotas.services import set_limit
-
         serializer.instance = set_limit(
             limit=serializer.instance,
             operator=self.request.user,

@@ -115,8 +115,9 @@ class SlurmError(Exception):
 
 # One GRES entry: name[:type][:count][(extra)], e.g. "gpu:a100:4(S:0)" or "gpu(IDX:0,2)".
 _GRES_ENTRY = re.compile(
-    r"^(?P<name>[^:()]+)(?::(?P<type>[^:()]+))??(?::(?P<count>\d+))?(?:\((?P<extra>[^)]*)\))?$"
+    r"^(?P<name>[^:()]+)(?::(?P<type>[^:()]+))??(?::(?P<count>\d+))?(?P<extra>(?:\([^)]*\))*)$"
 )
+_IDX = re.compile(r"IDX:([^)]*)")
 UNTYPED_GPU = "gpu"  # the key for GPUs whose GRES has no type ("gpu:4")
 
 
@@ -180,11 +181,9 @@ def parse_gpu_indices(gres_detail: list[str] | str | None) -> tuple[int, ...]:
     for detail in entries:
         for entry in _split_gres(detail):
             m = _GRES_ENTRY.match(entry)
-            if not m or m["name"] != "gpu" or not m["extra"]:
-                continue
-            for item in m["extra"].split("IDX:")[1:]:
-                # "IDX:0-1" possibly followed by other fields after a comma-free separator.
-                indices.extend(parse_index_list(item.split(")")[0]))
+            if m and m["name"] == "gpu":
+                for idx in _IDX.findall(m["extra"]):
+                    indices.extend(parse_index_list(idx))
     return tuple(sorted(set(indices)))
 
 
