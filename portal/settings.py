@@ -280,8 +280,14 @@ LOGGING = {
 # The backend drivers this deployment offers (dotted paths, loaded by the orchestration app).
 LOAM_BACKEND_DRIVERS = env.list(
     "LOAM_BACKEND_DRIVERS",
-    default=["apps.orchestration.backends.simulator.SimulatorDriver"],
+    default=[
+        "apps.orchestration.backends.simulator.SimulatorDriver",
+        "apps.orchestration.backends.slurm.driver.SlurmDriver",
+    ],
 )
+# A training task its backend keeps waiting (Slurm: pending) longer than this is reported in
+# the audit log; the task page shows the backend's reason all along.
+LOAM_TASK_PENDING_REPORT_S = env.int("LOAM_TASK_PENDING_REPORT_S", default=600)
 
 # --- Product rules ----------------------------------------------------------------------------
 # Where links in emails point (no request to read the host from in a worker).

@@ -659,6 +659,8 @@ class Task(models.Model):
         verbose_name=_("node"),
     )
     backend_handle = models.CharField(_("backend handle"), max_length=200, blank=True)
+    # What the backend said last: {"state", "message", "node", "devices", "exit_code"}.
+    backend_status = models.JSONField(_("backend status"), default=dict, blank=True)
     logs = models.TextField(_("logs"), blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,

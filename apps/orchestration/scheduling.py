@@ -16,8 +16,10 @@ the node; orders lock the organization, then the node.
 
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count
@@ -29,7 +31,7 @@ from apps.core.money import format_money
 from apps.core.transactions import lock, on_commit_task
 from apps.core.transitions import transition
 from apps.orchestration import adapter, selectors
-from apps.orchestration.backends.base import Capability
+from apps.orchestration.backends.base import TASK_PENDING, Capability
 from apps.orchestration.meters import follow_task
 from apps.orchestration.models import (
     REJECTION_REASONS,
@@ -581,10 +583,33 @@ def task_started(*, task_id: int, at=None) -> Task | None:
 
 
 @transaction.atomic
-def task_progress(*, task_id: int, logs: str) -> None:
-    Task.objects.filter(pk=task_id, state__in=(TaskState.PLACED, TaskState.RUNNING)).update(
-        logs=_clip(logs)
+def task_progress(*, task_id: int, logs: str, backend_status: dict, now=None) -> None:
+    """What the backend says of a task it has: its output so far and its own view of the run
+    (state, node, devices, exit code, why it waits). A task the backend keeps waiting longer
+    than LOAM_TASK_PENDING_REPORT_S is reported once in the audit log, not left silent."""
+    now = now or timezone.now()
+    task = (
+        Task.objects.select_for_update(no_key=True)
+        .filter(pk=task_id, state__in=(TaskState.PLACED, TaskState.RUNNING))
+        .first()
     )
+    if task is None:
+        return
+    status = dict(backend_status)
+    earlier = task.backend_status or {}
+    if status.get("state") == TASK_PENDING:
+        status["pending_since"] = earlier.get("pending_since") or now.isoformat()
+        status["reported"] = earlier.get("reported", False)
+        waited = now - datetime.fromisoformat(status["pending_since"])
+        if not status["reported"] and waited.total_seconds() > settings.LOAM_TASK_PENDING_REPORT_S:
+            status["reported"] = True
+            record_event(
+                action="task.pending_at_backend",
+                actor=SCHEDULER,
+                target=task,
+                data={"minutes": int(waited.total_seconds() // 60), "why": status["message"]},
+            )
+    Task.objects.filter(pk=task_id).update(logs=_clip(logs), backend_status=status)
 
 
 @transaction.atomic

@@ -550,6 +550,19 @@ def _set_drained(*, node: Node, operator, drained: bool, reason: str) -> Node:
     node = Node.objects.select_related("pool__backend__park", "pool__region").get(pk=node.pk)
     if node.is_drained == drained:
         return node
+    backend = node.pool.backend
+    try:  # the backend's own scheduler first (Slurm's), so both agree or nothing changes
+        driver = get_driver(backend.driver, backend.config)
+        if drained:
+            driver.drain_node(node.hostname, reason.strip())
+        else:
+            driver.resume_node(node.hostname)
+    except BackendError as exc:
+        raise DomainError(
+            _("%(backend)s refused: %(error)s") % {"backend": backend.name, "error": exc},
+            code="backend_error",
+            status=502,
+        ) from exc
     node.is_drained = drained
     node.save(update_fields=["is_drained"])
     running = node.allocations.filter(released_at__isnull=True).count()

@@ -7,7 +7,10 @@ Transient backend errors are retried with exponential backoff; a permanent one f
 with the backend's message.
 """
 
+import math
+
 from celery import shared_task
+from django.utils import timezone
 
 from apps.orchestration import capacity, scheduling, services
 from apps.orchestration.backends.base import (
@@ -47,7 +50,14 @@ def task_spec(task: Task) -> TaskSpec:
         ram_gb=task.ram_gb,
         image=task.image.code,
         command=task.command,
+        time_limit_min=_minutes_until(task.deadline),
     )
+
+
+def _minutes_until(deadline) -> int | None:
+    if deadline is None:
+        return None
+    return max(1, math.ceil((deadline - timezone.now()).total_seconds() / 60))
 
 
 def _load_task(task_id: int) -> Task:
@@ -88,21 +98,29 @@ def follow_task(task_id: int) -> None:
         if not exc.transient:
             scheduling.finish_task(task_id=task_id, succeeded=False, message=str(exc))
         return
+    scheduling.task_progress(
+        task_id=task_id,
+        logs=logs,
+        backend_status={
+            "state": status.state,
+            "message": status.message,
+            "node": status.node,
+            "devices": list(status.device_indices),
+            "exit_code": status.exit_code,
+        },
+    )
     if status.state == TASK_PENDING:
-        scheduling.task_progress(task_id=task_id, logs=logs)
-        return
+        return  # the task page shows why it waits (Slurm's reason)
     if task.state == TaskState.PLACED:
         scheduling.task_started(task_id=task_id, at=status.started_at)
-    if not status.finished:
-        scheduling.task_progress(task_id=task_id, logs=logs)
-        return
-    scheduling.finish_task(
-        task_id=task_id,
-        succeeded=status.state == TASK_SUCCEEDED,
-        logs=logs,
-        message=status.message,
-        at=status.finished_at,
-    )
+    if status.finished:
+        scheduling.finish_task(
+            task_id=task_id,
+            succeeded=status.state == TASK_SUCCEEDED,
+            logs=logs,
+            message=status.message,
+            at=status.finished_at,
+        )
 
 
 @shared_task(bind=True, acks_late=True, max_retries=MAX_RETRIES)

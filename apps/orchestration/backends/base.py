@@ -103,6 +103,7 @@ class TaskSpec:
     ram_gb: int
     image: str
     command: str
+    time_limit_min: int | None = None  # until the task's deadline, where it has one
 
 
 TASK_PENDING = "pending"
@@ -150,6 +151,12 @@ class InventoryDriver(Driver, Protocol):
         """Readings for the given hosts (hostname -> accelerator count the portal knows); a host
         the driver cannot see is left out. Raises BackendError when the backend is unreachable."""
         ...
+
+    def drain_node(self, hostname: str, reason: str) -> None:
+        """Take no new work on the node (what runs there goes on)."""
+        ...
+
+    def resume_node(self, hostname: str) -> None: ...
 
 
 class HostDriver(Driver, Protocol):

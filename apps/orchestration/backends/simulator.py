@@ -142,6 +142,13 @@ class SimulatorDriver:
             )
         return readings
 
+    # The simulated cluster has no scheduler of its own: a drain lives in the portal alone.
+    def drain_node(self, hostname: str, reason: str) -> None:
+        pass
+
+    def resume_node(self, hostname: str) -> None:
+        pass
+
     def _steady_utilization(self, host: str, index: int, idle_share: float) -> float:
         digest = hashlib.sha256(f"{self.config.get('seed')}/{host}/{index}".encode()).digest()
         draw, spread = digest[0] / 255, digest[1] / 255

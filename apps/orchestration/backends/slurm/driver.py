@@ -1,0 +1,271 @@
+"""The `slurm` driver: a Slurm cluster's GPU nodes as pools, training tasks as Slurm jobs.
+
+It talks to slurmrestd (OpenAPI v0.0.38, `client.py`). Capabilities: inventory and batch; a
+Slurm cluster runs jobs, not GPU cloud hosts, so host orders are refused before anything is
+reserved.
+
+Config (a Backend row's JSON):
+    url            slurmrestd's base URL, e.g. "http://127.0.0.1:6820"            (required)
+    user           the Unix user jobs run as, named in X-SLURM-USER-NAME          (required)
+    key_file       path of the cluster's HS256 JWT key (`jwt_key` in slurm.conf): the driver
+                   mints its own short-lived tokens; or
+    token          a ready token (`scontrol token`), for a key the portal may not read
+    jobs_dir       a directory the jobs run in and write their output to, which the portal
+                   can read (the same path on the portal's machine: a shared filesystem)
+                                                                                  (required)
+    partition      the partition to submit to (default: the cluster's default)
+    pool_prefix    pools are named "<pool_prefix><gpu model>" (default "slurm-")
+    gpu_models     {GRES type: accelerator model slug}, e.g. {"a100": "a100-sxm-80gb"};
+                   a GRES type not mapped is passed on as is, and the catalog must know it
+                   (an unknown model is reported at registration, never guessed)
+    slurm_conf     path of slurm.conf, for `scontrol` (node drain and resume: REST v0.0.38 has
+                   no endpoint for them)
+    timeout_s      seconds per REST call (default 30)
+
+A job is pinned to the node Loam's scheduler chose with `constraints` naming the node: v0.0.38
+rejects `required_nodes`, so every node carries a feature named after itself.
+"""
+
+import os
+import shlex
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from apps.orchestration.backends.base import (
+    TASK_CANCELLED,
+    TASK_FAILED,
+    TASK_PENDING,
+    TASK_RUNNING,
+    TASK_SUCCEEDED,
+    BackendError,
+    Capability,
+    NodeCapacity,
+    NodeTelemetry,
+    ReportedPool,
+    TaskSpec,
+    TaskStatus,
+)
+from apps.orchestration.backends.slurm.client import (
+    JobRequest,
+    SlurmClient,
+    SlurmError,
+    SlurmJob,
+    SlurmNode,
+)
+
+MILLI = 1000
+LOG_LIMIT_BYTES = 256 * 1024  # the tail of a job's output the portal keeps
+# Slurm states that end a job without it having exited by itself (or that it failed).
+_FAILED = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+_UNHEALTHY = {"DOWN", "FAIL", "FAILING", "UNKNOWN", "NOT_RESPONDING", "FUTURE"}
+
+
+class SlurmDriver:
+    name = "slurm"
+    is_simulator = False
+    capabilities = frozenset({Capability.INVENTORY, Capability.BATCH})
+
+    def __init__(self, config: dict):
+        config = config or {}
+        missing = [key for key in ("url", "user", "jobs_dir") if not config.get(key)]
+        if not config.get("key_file") and not config.get("token"):
+            missing.append("key_file or token")
+        if missing:
+            raise BackendError(f"Slurm config is missing {', '.join(missing)}")
+        self.config = config
+        self.jobs_dir = str(config["jobs_dir"]).rstrip("/")
+        self.gpu_models: Mapping[str, str] = config.get("gpu_models") or {}
+        self.pool_prefix = str(config.get("pool_prefix", "slurm-"))
+
+    # --- the client ------------------------------------------------------------------------------
+
+    def _client(self) -> SlurmClient:
+        key = None
+        if self.config.get("key_file"):
+            try:
+                key = Path(self.config["key_file"]).read_bytes()
+            except OSError as exc:
+                raise BackendError(f"cannot read the Slurm JWT key file: {exc}") from exc
+        return SlurmClient(
+            self.config["url"],
+            self.config["user"],
+            key=key,
+            token=None if key else self.config["token"],
+            timeout=float(self.config.get("timeout_s", 30)),
+        )
+
+    def _call(self, method: str, *args):
+        """One client call, Slurm's errors as BackendError (transient ones retried)."""
+        try:
+            with self._client() as client:
+                return getattr(client, method)(*args)
+        except SlurmError as exc:
+            raise BackendError(f"Slurm: {exc}", transient=exc.transient) from exc
+
+    # --- inventory -------------------------------------------------------------------------------
+
+    def _model(self, gres_type: str) -> str:
+        return self.gpu_models.get(gres_type, gres_type)
+
+    def capacity(self) -> list[ReportedPool]:
+        """A pool per GPU model; a node's GPUs of one model are its accelerators. Nodes without
+        GPUs are left out (Loam schedules GPU work)."""
+        by_model: dict[str, list[NodeCapacity]] = {}
+        for node in self._call("nodes"):
+            for gres_type, count in node.gpus.items():
+                by_model.setdefault(gres_type, []).append(
+                    NodeCapacity(
+                        hostname=node.name,
+                        accelerators=count,
+                        vcpu=node.cpus,
+                        ram_gb=node.memory_mb // 1024,
+                        healthy=_healthy(node),
+                        telemetry={"slurm_state": node.state, "drained": node.drained},
+                    )
+                )
+        return [
+            ReportedPool(
+                name=f"{self.pool_prefix}{gres_type}",
+                accelerator_model=self._model(gres_type),
+                nodes=tuple(nodes),
+            )
+            for gres_type, nodes in sorted(by_model.items())
+        ]
+
+    def telemetry(self, hosts: Mapping[str, int]) -> list[NodeTelemetry]:
+        """Health from Slurm's node state. Slurm measures no GPU utilization, so no card
+        reading is reported (idle detection never calls a Slurm card idle or busy)."""
+        return [
+            NodeTelemetry(hostname=node.name, healthy=_healthy(node))
+            for node in self._call("nodes")
+            if node.name in hosts
+        ]
+
+    def drain_node(self, hostname: str, reason: str) -> None:
+        self._scontrol(
+            "update", f"nodename={hostname}", "state=drain", f"reason={reason or 'loam'}"
+        )
+
+    def resume_node(self, hostname: str) -> None:
+        self._scontrol("update", f"nodename={hostname}", "state=resume")
+
+    def _scontrol(self, *args: str) -> None:
+        env = dict(os.environ)
+        if self.config.get("slurm_conf"):
+            env["SLURM_CONF"] = self.config["slurm_conf"]
+        try:
+            done = subprocess.run(
+                ["scontrol", *args], env=env, capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BackendError(
+                f"scontrol {shlex.join(args)} failed: {exc}", transient=True
+            ) from exc
+        if done.returncode != 0:
+            raise BackendError(f"scontrol {shlex.join(args)}: {done.stderr.strip()}")
+
+    # --- batch -----------------------------------------------------------------------------------
+
+    def submit_task(self, spec: TaskSpec) -> str:
+        if spec.accelerator_milli % MILLI:
+            raise BackendError(
+                "Slurm pools run whole GPUs only: a share of a card cannot be given to a job"
+            )
+        job = JobRequest(
+            script=f"#!/bin/bash\n{spec.command}\n",
+            working_dir=self.jobs_dir,
+            name=spec.name,
+            partition=self.config.get("partition"),
+            cpus_per_task=spec.vcpu,
+            memory_mb=spec.ram_gb * 1024,
+            gpus=spec.accelerator_milli // MILLI,
+            time_limit_min=spec.time_limit_min,
+            constraints=spec.node,
+            standard_output=f"{self.jobs_dir}/loam-%j.out",
+            environment={
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "LOAM_TASK": spec.name,
+                "LOAM_IMAGE": spec.image,
+            },
+        )
+        return str(self._call("submit", job))
+
+    def task_status(self, handle: str) -> TaskStatus:
+        job_id = _job_id(handle)
+        try:
+            job = self._call("job", job_id)
+        except BackendError as exc:
+            # slurmctld forgets a job MinJobAge after it ends: accounting still has it.
+            if exc.transient:
+                raise
+            job = None
+        record = self._call("accounting", job_id) if job is None or job.finished else None
+        if job is None and record is None:
+            raise BackendError(f"Slurm knows no job {job_id}")
+        return _status(job, record)
+
+    def task_logs(self, handle: str) -> str:
+        path = f"{self.jobs_dir}/loam-{_job_id(handle)}.out"
+        try:
+            with open(path, "rb") as output:
+                output.seek(0, os.SEEK_END)
+                size = output.tell()
+                output.seek(max(0, size - LOG_LIMIT_BYTES))
+                return output.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""  # not started yet
+        except OSError as exc:
+            raise BackendError(f"cannot read the job's output {path}: {exc}") from exc
+
+    def cancel_task(self, handle: str) -> None:
+        self._call("cancel", _job_id(handle))
+
+
+def _healthy(node: SlurmNode) -> bool:
+    return not node.drained and not (set(node.state.split("+")) & _UNHEALTHY)
+
+
+def _job_id(handle: str) -> int:
+    try:
+        return int(handle)
+    except ValueError:
+        raise BackendError(f"not a Slurm job id: {handle!r}") from None
+
+
+def _status(job: SlurmJob | None, record: SlurmJob | None) -> TaskStatus:
+    """The task's state from slurmctld's view of the job, with the accounting record's start and
+    end times and exit code once it has ended (Slurm's own, which metering follows)."""
+    current = job or record
+    state = current.state
+    started = (record.start_time if record else None) or current.start_time
+    ended = (record.end_time if record else None) or current.end_time
+    exit_code = (
+        job.exit_code if job and job.exit_code is not None else (record and record.exit_code)
+    )
+    signal = (job and job.signal) or (record and record.signal)
+    common = {
+        "node": current.node or "",
+        "device_indices": job.gpu_indices if job else (),
+        "started_at": started,
+        "exit_code": exit_code,
+    }
+    if state in ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD"):
+        reason = current.reason or "waiting"
+        return TaskStatus(TASK_PENDING, message=f"Slurm: pending ({reason})", **common)
+    if not current.finished:
+        return TaskStatus(TASK_RUNNING, **common)
+    if state == "COMPLETED":
+        return TaskStatus(TASK_SUCCEEDED, finished_at=ended, **common)
+    if state == "CANCELLED":
+        return TaskStatus(TASK_CANCELLED, message="Slurm: cancelled", finished_at=ended, **common)
+    if exit_code is not None:
+        why = f"exit code {exit_code}"
+    elif signal:
+        why = f"killed by signal {signal}"
+    else:
+        why = (current.reason or state).lower()
+    message = f"Slurm: the job ended {state} ({why})"
+    if state not in _FAILED:
+        message = f"Slurm: the job ended {state}"
+    return TaskStatus(TASK_FAILED, message=message, finished_at=ended, **common)
