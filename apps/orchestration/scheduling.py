@@ -595,8 +595,12 @@ def task_progress(*, task_id: int, logs: str, backend_status: dict, now=None) ->
     )
     if task is None:
         return
-    status = dict(backend_status)
     earlier = task.backend_status or {}
+    status = dict(backend_status)
+    # A backend forgets where a job ran once it ended (Slurm's gres_detail): keep the last seen.
+    for key in ("node", "devices"):
+        if not status.get(key) and earlier.get(key):
+            status[key] = earlier[key]
     if status.get("state") == TASK_PENDING:
         status["pending_since"] = earlier.get("pending_since") or now.isoformat()
         status["reported"] = earlier.get("reported", False)

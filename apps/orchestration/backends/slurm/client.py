@@ -52,7 +52,15 @@ _TRANSIENT_HTTP = frozenset({502, 503, 504})
 
 # Job states in which Slurm's start/end times are still estimates, and exit codes meaningless.
 _NOT_STARTED = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
-_NOT_ENDED = _NOT_STARTED | {"RUNNING", "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+# COMPLETING: the job is ending (a cancel shows it for a couple of seconds); not over yet.
+_NOT_ENDED = _NOT_STARTED | {
+    "RUNNING",
+    "SUSPENDED",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "COMPLETING",
+}
 
 DEFAULT_ENVIRONMENT: Mapping[str, str] = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 

@@ -1,0 +1,86 @@
+"""Time from submitting a training task to Slurm until it runs, through Loam's Slurm driver.
+
+Needs the test cluster (bash deploy/slurm/start.sh). Submits --jobs one-GPU jobs, one at a time
+(each waits for the previous to be running), round-robin over the nodes, polls each every
+--poll seconds, cancels it once running, and prints p50/p95/max of submit → running. No
+database is needed.
+
+    python bench/slurm_submit.py --jobs 20
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from apps.orchestration.backends.base import TASK_PENDING, TaskSpec  # noqa: E402
+from apps.orchestration.backends.registry import get_driver  # noqa: E402
+
+
+def cluster_settings() -> dict:
+    env_file = Path(os.environ.get("LOAM_SLURM_ROOT", REPO / "var" / "slurm")) / "env"
+    settings = {}
+    if env_file.is_file():
+        for line in env_file.read_text().splitlines():
+            name, sep, value = line.partition("=")
+            if sep:
+                settings[name] = value
+    settings.update({k: v for k, v in os.environ.items() if k.startswith("LOAM_SLURM_")})
+    return settings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--poll", type=float, default=0.1)
+    args = parser.parse_args()
+    s = cluster_settings()
+    driver = get_driver(
+        "slurm",
+        {
+            "url": s["LOAM_SLURM_URL"],
+            "user": s["LOAM_SLURM_USER"],
+            "key_file": s["LOAM_SLURM_JWT_KEY"],
+            "jobs_dir": s["LOAM_SLURM_JOBS_DIR"],
+        },
+    )
+    nodes = sorted(n.hostname for pool in driver.capacity() for n in pool.nodes)
+    to_running = []
+    for i in range(args.jobs):
+        spec = TaskSpec(
+            name=f"bench-{i}",
+            node=nodes[i % len(nodes)],
+            accelerator_indices=(),
+            accelerator_milli=1000,
+            vcpu=1,
+            ram_gb=1,
+            image="bench",
+            command="sleep 30",
+        )
+        start = time.perf_counter()
+        handle = driver.submit_task(spec)
+        while driver.task_status(handle).state == TASK_PENDING:
+            time.sleep(args.poll)
+        to_running.append(time.perf_counter() - start)
+        driver.cancel_task(handle)
+    to_running.sort()
+    p95 = to_running[max(0, round(0.95 * len(to_running)) - 1)]
+    print(f"jobs: {len(to_running)} over {len(nodes)} nodes, polled every {args.poll:g} s")
+    print(
+        f"submit -> running: p50 {statistics.median(to_running):.3f} s, "
+        f"p95 {p95:.3f} s, max {to_running[-1]:.3f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()

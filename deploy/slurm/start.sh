@@ -1,0 +1,273 @@
+#!/usr/bin/env bash
+# Starts a single-machine Slurm 22.05 test cluster for Loam's Slurm backend (issue 13), built
+# from Debian's packages (deploy/slurm/install.sh):
+#   - its own munged (own key and socket: the system /run/munge is never used),
+#   - slurmdbd accounting on MariaDB (a running one on 127.0.0.1:$MYSQL_PORT, else a private one),
+#   - slurmctld and three `slurmd -N gpu-nodeN`, each with 4 fake A100s (device files made with
+#     mknod; gres.conf has AutoDetect=off, so no driver or NVML is needed),
+#   - slurmrestd (REST OpenAPI v0.0.38, JWT auth) on 127.0.0.1:$REST_PORT as a non-root user.
+# Everything lives under $LOAM_SLURM_ROOT (default var/slurm in the repo, git-ignored); /etc/slurm
+# is never read (SLURM_CONF points at our own slurm.conf). Stop with deploy/slurm/stop.sh.
+#
+# Writes $LOAM_SLURM_ROOT/env (KEY=value lines; `set -a; . env` in bash) for the tests and the
+# driver: LOAM_SLURM_URL, LOAM_SLURM_USER, LOAM_SLURM_JWT_KEY, LOAM_SLURM_JOBS_DIR, SLURM_CONF.
+#
+# Env knobs: LOAM_SLURM_ROOT, LOAM_SLURM_REST_PORT (6820), LOAM_SLURM_USER (loam-slurm: the Unix
+# user that jobs run as and that the REST client names), LOAM_SLURM_MYSQL_PORT (3306),
+# LOAM_SLURM_DB (loam_slurm_acct), LOAM_SLURM_CTLD_PORT (6817), LOAM_SLURM_DBD_PORT (6819),
+# LOAM_SLURM_SLURMD_PORT0 (17000: node N listens on PORT0+N).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+
+R=${LOAM_SLURM_ROOT:-$repo/var/slurm}
+mkdir -p "$R"
+R=$(cd "$R" && pwd)  # Slurm's config files need absolute paths.
+case "$R" in *[[:space:]]*)
+  echo "deploy/slurm/start.sh: the run dir must not contain whitespace: '$R'" >&2; exit 1 ;;
+esac
+REST_PORT=${LOAM_SLURM_REST_PORT:-6820}
+CTLD_PORT=${LOAM_SLURM_CTLD_PORT:-6817}
+DBD_PORT=${LOAM_SLURM_DBD_PORT:-6819}
+SLURMD_PORT0=${LOAM_SLURM_SLURMD_PORT0:-17000}
+MYSQL_PORT=${LOAM_SLURM_MYSQL_PORT:-3306}
+DB=${LOAM_SLURM_DB:-loam_slurm_acct}
+DB_USER=loam_slurm
+JOB_USER=${LOAM_SLURM_USER:-loam-slurm}
+REST_DAEMON_USER=slurmrest  # slurmrestd refuses to run as root or as SlurmUser
+CLUSTER=loam
+NODES=3 GPUS=4
+# Fake node sizes: SlurmdParameters=config_overrides makes slurmd trust these over the hardware.
+NODE_CPUS=16 NODE_MEM_MB=64000
+
+export SLURM_CONF=$R/etc/slurm.conf
+t0=$(date +%s%N)
+elapsed() { local ms=$((($(date +%s%N) - t0) / 1000000)); printf '%d.%03ds' $((ms / 1000)) $((ms % 1000)); }
+stamp() { printf '[%8s] %s\n' "$(elapsed)" "$*"; }
+wait_for() {  # wait_for SECONDS WHAT CMD...: poll CMD every 0.2 s; fail after SECONDS
+  local end=$((SECONDS + $1)) what=$2; shift 2
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS > end)); then
+      echo "deploy/slurm/start.sh: timed out waiting for $what (logs: $R/log)" >&2; return 1
+    fi
+    sleep 0.2
+  done
+}
+alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+port_busy() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
+# --- already up? ---------------------------------------------------------------------------------
+if alive "$R/pids/slurmrestd.pid" && alive "$R/pids/slurmctld.pid" && [ -s "$R/env" ] \
+  && scontrol ping 2>/dev/null | grep -q UP; then
+  echo "Slurm test cluster already up under $R (env: $R/env)"
+  exit 0
+fi
+# Leftovers of an earlier run that died half-way (some PID files alive): stop them, start clean.
+if compgen -G "$R/pids/*.pid" >/dev/null || [ -s "$R/munge/munged.pid" ]; then
+  bash "$here/stop.sh" >/dev/null
+fi
+rm -f "$R/env"  # written again only once the cluster answers
+# A port taken by someone else would make a daemon exit with only a line in its log.
+for p in "$REST_PORT" "$CTLD_PORT" "$DBD_PORT" $(seq $((SLURMD_PORT0 + 1)) $((SLURMD_PORT0 + NODES))); do
+  if port_busy "$p"; then
+    echo "deploy/slurm/start.sh: port $p on 127.0.0.1 is already in use" >&2; exit 1
+  fi
+done
+
+# --- users and directories -----------------------------------------------------------------------
+# Jobs run as JOB_USER (the user named in the JWT), so it must be a real Unix user;
+# slurmrestd runs as its own system user.
+for u in "$JOB_USER" "$REST_DAEMON_USER"; do
+  id "$u" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$u"
+done
+mkdir -p "$R"/{etc,state,log,dev,munge,pids,spool,jobs}
+chmod 755 "$R" "$R/etc"  # the job user and slurmrestd read slurm.conf and reach jobs/
+chmod 700 "$R/state"     # the JWT key and the DB password live here
+# Job scripts run with jobs/ as their working dir and write their output there.
+chown "$JOB_USER:" "$R/jobs"
+for n in $(seq 1 "$NODES"); do mkdir -p "$R/spool/gpu-node$n"; done
+# Fake GPUs: character devices with NVIDIA's major number; Slurm only needs the files to exist
+# (they are never opened here) to hand out indices and set CUDA_VISIBLE_DEVICES.
+for i in $(seq 0 $((GPUS - 1))); do
+  [ -e "$R/dev/nvidia$i" ] || mknod "$R/dev/nvidia$i" c 195 "$i"
+done
+# HS256 key shared by slurmctld/slurmdbd (to check tokens) and Loam (to mint them).
+[ -s "$R/state/jwt_hs256.key" ] || head -c 32 /dev/urandom >"$R/state/jwt_hs256.key"
+chmod 600 "$R/state/jwt_hs256.key"
+[ -s "$R/state/db.pass" ] || head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$R/state/db.pass"
+chmod 600 "$R/state/db.pass"
+
+# --- munge: own daemon, key and socket -----------------------------------------------------------
+# munged insists that its key is owned by it and that no one else can write its directories.
+[ -s "$R/munge/munge.key" ] || head -c 1024 /dev/urandom >"$R/munge/munge.key"
+chown -R munge:munge "$R/munge"
+chmod 400 "$R/munge/munge.key"
+chmod 711 "$R/munge"  # other users (slurmrestd, job steps) must reach the socket
+rm -f "$R/munge/munge.sock"*
+runuser -u munge -- /usr/sbin/munged --socket="$R/munge/munge.sock" --key-file="$R/munge/munge.key" \
+  --pid-file="$R/munge/munged.pid" --log-file="$R/munge/munged.log" --seed-file="$R/munge/munged.seed" \
+  </dev/null
+stamp "munged up"
+
+# --- configuration -------------------------------------------------------------------------------
+cat >"$R/etc/slurm.conf" <<CONF
+# Generated by deploy/slurm/start.sh; edit that script instead.
+ClusterName=$CLUSTER
+SlurmctldHost=localhost
+SlurmctldPort=$CTLD_PORT
+# Everything runs as root on this machine; jobs still run as the submitting user.
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$R/munge/munge.sock
+CredType=cred/munge
+# slurmrestd's tokens: HS256 JWTs checked against this key.
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$R/state/jwt_hs256.key
+StateSaveLocation=$R/state
+SlurmdSpoolDir=$R/spool/%n
+SlurmctldPidFile=$R/pids/slurmctld.pid
+SlurmdPidFile=$R/pids/slurmd-%n.pid
+SlurmctldLogFile=$R/log/slurmctld.log
+SlurmdLogFile=$R/log/slurmd-%n.log
+# Our own (empty) SPANK config: the default would read /etc/slurm/plugstack.conf.
+PlugStackConfig=$R/etc/plugstack.conf
+# The nodes are fake: trust slurm.conf's CPUs/memory, not this machine's.
+SlurmdParameters=config_overrides
+# No cgroups in this container: track processes by parent PID, no task binding.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=1000
+GresTypes=gpu
+SchedulerType=sched/backfill
+MpiDefault=none
+# A node that was down comes back by itself once its slurmd registers again.
+ReturnToService=2
+# Keep finished jobs visible to GET /job/{id} for 10 minutes.
+MinJobAge=600
+# A cancelled job gets SIGKILL 2 s after SIGTERM (default 30 s), to keep tests fast.
+KillWait=2
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$DBD_PORT
+# For slurmdbd connections Slurm reads the munge socket from here, not from AuthInfo.
+AccountingStoragePass=$R/munge/munge.sock
+AccountingStorageTRES=gres/gpu
+PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+CONF
+# Feature=<own name>: REST v0.0.38 rejects "required_nodes", so a job is pinned to a node with
+# "constraints": "gpu-nodeN" instead.
+for n in $(seq 1 "$NODES"); do
+  echo "NodeName=gpu-node$n NodeHostname=$(hostname) NodeAddr=127.0.0.1 Port=$((SLURMD_PORT0 + n))" \
+    "CPUs=$NODE_CPUS RealMemory=$NODE_MEM_MB Gres=gpu:a100:$GPUS Feature=gpu-node$n,a100 State=UNKNOWN"
+done >>"$R/etc/slurm.conf"
+cat >"$R/etc/gres.conf" <<CONF
+# No NVML here: list the fake device files instead of detecting GPUs.
+AutoDetect=off
+NodeName=gpu-node[1-$NODES] Name=gpu Type=a100 File=$R/dev/nvidia[0-$((GPUS - 1))]
+CONF
+: >"$R/etc/plugstack.conf"
+chmod 644 "$R"/etc/*.conf
+cat >"$R/etc/slurmdbd.conf" <<CONF
+# Generated by deploy/slurm/start.sh; edit that script instead.
+AuthType=auth/munge
+AuthInfo=socket=$R/munge/munge.sock
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$R/state/jwt_hs256.key
+DbdHost=localhost
+DbdPort=$DBD_PORT
+SlurmUser=root
+LogFile=$R/log/slurmdbd.log
+PidFile=$R/pids/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$MYSQL_PORT
+StorageUser=$DB_USER
+StoragePass=$(cat "$R/state/db.pass")
+StorageLoc=$DB
+CONF
+chmod 600 "$R/etc/slurmdbd.conf"  # slurmdbd refuses a config others can read (it has a password)
+
+# --- MariaDB: reuse the one on 127.0.0.1:$MYSQL_PORT, else start a private one ------------------
+sql() { mariadb -h 127.0.0.1 -P "$MYSQL_PORT" -u root -e "$1"; }
+if mariadb-admin -h 127.0.0.1 -P "$MYSQL_PORT" -u root ping >/dev/null 2>&1; then
+  # mariadb-admin ping succeeds even when the login is refused: check that root can log in.
+  if ! sql "SELECT 1" >/dev/null 2>&1; then
+    echo "deploy/slurm/start.sh: MariaDB on 127.0.0.1:$MYSQL_PORT does not let root in without" \
+      "a password; set LOAM_SLURM_MYSQL_PORT to a free port to use a private one" >&2
+    exit 1
+  fi
+  stamp "reusing MariaDB on 127.0.0.1:$MYSQL_PORT"
+else
+  mkdir -p "$R/mysql"
+  chown mysql:mysql "$R/mysql"
+  [ -d "$R/mysql/mysql" ] || mariadb-install-db --no-defaults --user=mysql --datadir="$R/mysql" \
+    --auth-root-authentication-method=normal >"$R/log/mariadb-install.log" 2>&1
+  # --no-defaults: ignore /etc/mysql (the system server's config and socket).
+  setpriv --reuid=mysql --regid=mysql --init-groups /usr/sbin/mariadbd --no-defaults \
+    --datadir="$R/mysql" --bind-address=127.0.0.1 --port="$MYSQL_PORT" \
+    --socket="$R/mysql/mysqld.sock" --pid-file="$R/mysql/mariadbd.pid" --skip-log-bin \
+    --innodb-buffer-pool-size=64M --innodb-log-file-size=16M \
+    </dev/null >"$R/log/mariadb.log" 2>&1 &
+  echo $! >"$R/pids/mariadb.pid"
+  wait_for 60 "MariaDB on 127.0.0.1:$MYSQL_PORT" sql "SELECT 1"
+  stamp "private MariaDB up on 127.0.0.1:$MYSQL_PORT"
+fi
+# The accounting DB belongs to this run dir: with no saved controller state (a new run dir), job
+# ids restart at 1, so old accounting rows would be mistaken for new jobs; start it afresh.
+[ -e "$R/state/job_state" ] || sql "DROP DATABASE IF EXISTS \`$DB\`"
+pass=$(cat "$R/state/db.pass")
+sql "CREATE DATABASE IF NOT EXISTS \`$DB\`;
+  CREATE USER IF NOT EXISTS '$DB_USER'@'localhost'; ALTER USER '$DB_USER'@'localhost' IDENTIFIED BY '$pass';
+  CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1'; ALTER USER '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$pass';
+  GRANT ALL ON \`$DB\`.* TO '$DB_USER'@'localhost'; GRANT ALL ON \`$DB\`.* TO '$DB_USER'@'127.0.0.1';"
+
+# --- slurmdbd, then the controller and the nodes -------------------------------------------------
+slurmdbd </dev/null
+wait_for 60 slurmdbd sacctmgr -n show cluster
+# slurmctld must find its cluster in the accounting DB.
+sacctmgr -n -P show cluster format=cluster | grep -qx "$CLUSTER" || sacctmgr -i add cluster "$CLUSTER" >/dev/null
+stamp "slurmdbd up (database $DB)"
+
+slurmctld </dev/null
+ctld_up() { scontrol ping | grep -q UP; }
+wait_for 30 slurmctld ctld_up
+stamp "slurmctld up on port $CTLD_PORT"
+for n in $(seq 1 "$NODES"); do slurmd -N "gpu-node$n" </dev/null; done
+# Ready when every node answers; jobs recovered from saved state may keep one mixed/allocated.
+nodes_up() {
+  local states; states=$(sinfo -h -N -o %T | sort -u)
+  [ -n "$states" ] && ! grep -qvxE 'idle|mixed|allocated|completing' <<<"$states"
+}
+wait_for 60 "the $NODES nodes" nodes_up
+stamp "$NODES slurmd up ($(sinfo -h -o '%N %T' | tr '\n' ' '))"
+
+# --- slurmrestd ----------------------------------------------------------------------------------
+# SLURM_JWT=daemon: slurmrestd passes each request's token on instead of using munge itself.
+# It does not daemonize: run it in the background and record its PID.
+SLURM_JWT=daemon setpriv --reuid="$REST_DAEMON_USER" --regid="$REST_DAEMON_USER" --init-groups \
+  /usr/sbin/slurmrestd -a rest_auth/jwt -s openapi/v0.0.38,openapi/dbv0.0.38 "127.0.0.1:$REST_PORT" \
+  </dev/null >"$R/log/slurmrestd.log" 2>&1 &
+echo $! >"$R/pids/slurmrestd.pid"
+# Ready only when a real token for JOB_USER works (proves the JWT setup end to end).
+token=$(scontrol token username="$JOB_USER" lifespan=60 | sed -n 's/^SLURM_JWT=//p')
+rest_ok() {
+  curl -sf -o /dev/null -H "X-SLURM-USER-NAME: $JOB_USER" -H "X-SLURM-USER-TOKEN: $token" \
+    "http://127.0.0.1:$REST_PORT/slurm/v0.0.38/ping"
+}
+wait_for 30 "slurmrestd on 127.0.0.1:$REST_PORT" rest_ok
+stamp "slurmrestd up on 127.0.0.1:$REST_PORT"
+
+cat >"$R/env.tmp" <<ENV
+LOAM_SLURM_URL=http://127.0.0.1:$REST_PORT
+LOAM_SLURM_USER=$JOB_USER
+LOAM_SLURM_JWT_KEY=$R/state/jwt_hs256.key
+LOAM_SLURM_JOBS_DIR=$R/jobs
+SLURM_CONF=$SLURM_CONF
+ENV
+mv "$R/env.tmp" "$R/env"
+echo "Slurm test cluster up in $(elapsed) under $R (env: $R/env)"

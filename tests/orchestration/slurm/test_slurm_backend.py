@@ -1,0 +1,293 @@
+"""A Slurm cluster as a Loam backend, for real (deploy/slurm/start.sh): registered by an
+operator, its GPU nodes synced as a pool, training tasks run as Slurm jobs on the node Loam's
+scheduler chose, followed to the end, cancelled, failed, and billed from Slurm's accounting."""
+
+import time
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from apps.billing.metering import meter_organization
+from apps.billing.models import Meter, UsageRecord
+from apps.catalog.models import ResourceType
+from apps.core.errors import DomainError
+from apps.orchestration import tasks as jobs
+from apps.orchestration.backends.base import TASK_FAILED, TASK_SUCCEEDED, BackendError, TaskSpec
+from apps.orchestration.backends.registry import get_driver
+from apps.orchestration.models import Node, Task, TaskState
+from apps.orchestration.scheduling import cancel_task, submit_task
+from apps.orchestration.services import drain_node, probe_backend, register_backend, undrain_node
+from apps.orders.models import Instance
+from apps.orders.services import HostRequest, submit_create
+from apps.tenants.models import VerificationState
+from tests.factories import (
+    AcceleratorModelFactory,
+    FlavorFactory,
+    FlavorFamilyFactory,
+    ImageFactory,
+    PriceFactory,
+    RegionFactory,
+)
+from tests.worlds import SSH_KEY
+
+pytestmark = pytest.mark.slurm
+
+A100 = "a100-sxm-80gb"
+
+
+def driver_config(cluster) -> dict:
+    return {
+        "url": cluster.url,
+        "user": cluster.user,
+        "key_file": str(cluster.key_path),
+        "jobs_dir": str(cluster.jobs_dir),
+        "gpu_models": {"a100": A100},
+        "slurm_conf": cluster.slurm_conf,
+    }
+
+
+def wait_for(condition, *, seconds=30.0, every=0.25):
+    """Poll `condition()` until it returns something truthy; fail after `seconds`."""
+    end = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > end:
+            pytest.fail(f"not within {seconds} s")
+        time.sleep(every)
+
+
+# --- the driver alone ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def driver(slurm_cluster):
+    return get_driver("slurm", driver_config(slurm_cluster))
+
+
+def spec(node="gpu-node2", command="echo CUDA=$CUDA_VISIBLE_DEVICES", milli=2000, **fields):
+    return TaskSpec(
+        name=fields.pop("name", "loam-test"),
+        node=node,
+        accelerator_indices=(),
+        accelerator_milli=milli,
+        vcpu=fields.pop("vcpu", 2),
+        ram_gb=fields.pop("ram_gb", 2),
+        image="pytorch",
+        command=command,
+        **fields,
+    )
+
+
+def finished(driver, handle):
+    status = driver.task_status(handle)
+    return status if status.finished else None
+
+
+def test_capacity_is_a_pool_of_the_mapped_model(driver):
+    [pool] = driver.capacity()
+    assert (pool.name, pool.accelerator_model) == ("slurm-a100", A100)
+    nodes = {node.hostname: node for node in pool.nodes}
+    assert set(nodes) >= {"gpu-node1", "gpu-node2", "gpu-node3"}
+    assert nodes["gpu-node2"].accelerators == 4
+    assert nodes["gpu-node2"].vcpu == 16
+
+
+def test_a_job_runs_on_the_chosen_node_with_its_gpus(driver):
+    handle = driver.submit_task(spec(command="echo CUDA=$CUDA_VISIBLE_DEVICES; sleep 1"))
+    running = wait_for(
+        lambda: driver.task_status(handle).device_indices and driver.task_status(handle)
+    )
+    assert running.node == "gpu-node2"
+    assert len(running.device_indices) == 2
+
+    done = wait_for(lambda: finished(driver, handle))
+    assert (done.state, done.exit_code) == (TASK_SUCCEEDED, 0)
+    assert done.started_at <= done.finished_at
+    logs = wait_for(lambda: driver.task_logs(handle))
+    assert f"CUDA={','.join(map(str, running.device_indices))}" in logs
+
+
+def test_a_job_that_exits_3_fails_with_exit_code_3(driver):
+    handle = driver.submit_task(spec(command="echo bye; exit 3", milli=1000))
+    done = wait_for(lambda: finished(driver, handle))
+    assert (done.state, done.exit_code) == (TASK_FAILED, 3)
+    assert "exit code 3" in done.message
+
+
+def test_a_share_of_a_card_and_an_impossible_job_are_refused(driver):
+    with pytest.raises(BackendError, match="whole GPUs"):
+        driver.submit_task(spec(milli=500))
+    with pytest.raises(BackendError) as excinfo:
+        driver.submit_task(spec(milli=64000))
+    assert not excinfo.value.transient
+
+
+def test_an_unreadable_key_is_a_clear_error(slurm_cluster, tmp_path):
+    config = {**driver_config(slurm_cluster), "key_file": str(tmp_path / "nope.key")}
+    with pytest.raises(BackendError, match="JWT key file"):
+        get_driver("slurm", config).capacity()
+
+
+# --- the portal: an operator registers it, tenants' tasks run on it --------------------------
+
+
+@pytest.fixture
+def slurm_world(db, park, organization, owner, operator, slurm_cluster):
+    type(organization).objects.filter(pk=organization.pk).update(
+        verification_state=VerificationState.VERIFIED
+    )
+    region = RegionFactory(park=park, code="hpc", name="HPC centre", latency_ms=5)
+    model = AcceleratorModelFactory(name="A100 SXM 80GB", slug=A100, tdp_w=400)
+    image = ImageFactory(park=park, code="pytorch", compatible_accelerators=[model])
+    family = FlavorFamilyFactory(
+        park=park, accelerator_model=model, resource_type=ResourceType.TRAINING_TASK
+    )
+    flavor = FlavorFactory(family=family, accelerator_count=1, vcpu=4, ram_gb=16)
+    PriceFactory(region=region, flavor=flavor, amount_minor=3600)  # 1 minor unit a second
+    backend = register_backend(
+        park=park,
+        operator=operator,
+        name="hpc",
+        driver="slurm",
+        config=driver_config(slurm_cluster),
+        region=region,
+    )
+    return backend, image
+
+
+def submit(world, organization, owner, **fields):
+    _backend, image = world
+    data = {
+        "name": "train",
+        "image": image,
+        "command": "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; sleep 2",
+        "accelerator_milli": 2000,
+        "vcpu": 2,
+        "ram_gb": 2,
+        **fields,
+    }
+    return submit_task(organization=organization, actor=owner, data=data)
+
+
+def follow_until(task, states, seconds=40.0):
+    def reached():
+        jobs.follow_task(task.pk)
+        task.refresh_from_db()
+        return task.state in states
+
+    wait_for(reached, seconds=seconds, every=0.5)
+    return task
+
+
+def test_registration_syncs_the_nodes_and_refuses_host_orders(slurm_world):
+    backend, _image = slurm_world
+    [pool] = backend.pools.all()
+    assert pool.name == "slurm-a100"
+    assert Node.objects.filter(pool=pool).count() >= 3
+    assert pool.nodes.get(hostname="gpu-node1").accelerators.count() == 4
+    probe_backend(backend=backend)
+    backend.refresh_from_db()
+    assert backend.last_error == ""
+
+
+def test_a_task_runs_as_a_slurm_job_and_is_billed_from_accounting(
+    slurm_world, organization, owner, client, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        task = submit(slurm_world, organization, owner)
+    task.refresh_from_db()
+    assert task.state in (TaskState.PLACED, TaskState.RUNNING)
+    assert task.backend_handle.isdigit()  # the Slurm job id
+
+    follow_until(task, {TaskState.RUNNING, TaskState.SUCCEEDED})
+    follow_until(task, {TaskState.SUCCEEDED})
+    status = task.backend_status
+    assert status["node"] == task.node.hostname  # where Loam's scheduler put it
+    assert len(status["devices"]) == 2
+    assert status["exit_code"] == 0
+    assert "CUDA_VISIBLE_DEVICES=" + ",".join(map(str, status["devices"])) in task.logs
+
+    # Metering follows Slurm's own start and end (whole seconds), not when Loam looked.
+    [meter] = Meter.objects.filter(task=task)
+    assert (meter.started_at, meter.ended_at) == (task.started_at, task.finished_at)
+    assert task.started_at.microsecond == 0 and task.finished_at.microsecond == 0
+    meter_organization(organization.pk, until=timezone.now())
+    seconds = int((task.finished_at - task.started_at).total_seconds())
+    records = UsageRecord.objects.filter(task=task)
+    assert sum(r.seconds for r in records) == seconds
+    assert sum(r.amount_minor for r in records) == seconds * 2  # 2 cards × 1 minor unit / s
+
+    client.force_login(owner)
+    page = client.get(reverse("tasks:task_detail", args=[task.pk])).content.decode()
+    assert task.backend_handle in page and task.node.hostname in page
+    assert ", ".join(map(str, status["devices"])) in page
+
+
+def test_a_failing_task_shows_slurms_exit_code(
+    slurm_world, organization, owner, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        task = submit(slurm_world, organization, owner, command="echo oops; exit 3")
+    follow_until(task, {TaskState.FAILED})
+    assert task.backend_status["exit_code"] == 3
+    assert "exit code 3" in task.logs
+    assert (
+        Task.objects.get(pk=task.pk).node.accelerators.filter(allocation__isnull=False).count() == 0
+    )
+
+
+def test_cancelling_a_task_cancels_its_slurm_job(
+    slurm_world, slurm, organization, owner, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        task = submit(slurm_world, organization, owner, command="sleep 120")
+    follow_until(task, {TaskState.RUNNING})
+    with django_capture_on_commit_callbacks(execute=True):
+        cancel_task(task=task, actor=owner)
+    # Right after a cancel Slurm says COMPLETING for a moment, then CANCELLED.
+    wait_for(lambda: slurm.job(int(task.backend_handle)).state == "CANCELLED")
+    task.refresh_from_db()
+    assert task.state == TaskState.CANCELLED
+
+
+def test_draining_a_node_drains_it_in_slurm(slurm_world, slurm, operator):
+    backend, _image = slurm_world
+    node = Node.objects.get(pool__backend=backend, hostname="gpu-node3")
+    try:
+        drain_node(node=node, operator=operator, reason="maintenance")
+        assert next(n for n in slurm.nodes() if n.name == "gpu-node3").drained
+    finally:
+        undrain_node(node=node, operator=operator)
+    assert not next(n for n in slurm.nodes() if n.name == "gpu-node3").drained
+
+
+def test_a_host_order_on_a_slurm_only_model_is_refused_before_anything_is_held(
+    slurm_world, organization, owner
+):
+    backend, image = slurm_world
+    pool = backend.pools.get()
+    family = FlavorFamilyFactory(
+        park=organization.park,
+        accelerator_model=pool.accelerator_model,
+        resource_type=ResourceType.CLOUD_HOST,
+    )
+    flavor = FlavorFactory(family=family, accelerator_count=1)
+    PriceFactory(region=pool.region, flavor=flavor, amount_minor=1000)
+    request = HostRequest(
+        flavor=flavor,
+        image=image,
+        region=None,
+        system_disk_gb=flavor.system_disk_gb,
+        ssh_public_key=SSH_KEY,
+        name="host",
+    )
+
+    with pytest.raises(DomainError) as excinfo:
+        submit_create(organization=organization, actor=owner, request=request)
+
+    assert excinfo.value.code == "not_supported"
+    assert "slurm" in excinfo.value.message
+    assert not Instance.objects.filter(organization=organization).exists()
