@@ -65,6 +65,15 @@ class DeliveryState(models.TextChoices):
     FAILED = "failed", _("Failed")
 
 
+_D = DeliveryState
+DELIVERY_TRANSITIONS = {
+    _D.PENDING: frozenset({_D.DELIVERED, _D.FAILED}),
+    # A redelivery starts a new series of attempts.
+    _D.DELIVERED: frozenset({_D.PENDING}),
+    _D.FAILED: frozenset({_D.PENDING}),
+}
+
+
 class WebhookDelivery(models.Model):
     """One event sent to one endpoint, with the outcome of its latest attempt. All endpoints
     that receive the same event share its `event_id`, which receivers use to deduplicate."""
@@ -113,3 +122,8 @@ class WebhookDelivery(models.Model):
 
     def __str__(self):
         return f"{self.event_type} → {self.endpoint} ({self.get_state_display()})"
+
+    @property
+    def organization(self):
+        """Whose delivery it is (the audit log files its state changes under it)."""
+        return self.endpoint.organization

@@ -31,11 +31,18 @@ from django.utils.translation import gettext as _
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.transactions import on_commit_task
+from apps.core.transitions import transition
 from apps.tenants.access import authorize
 from apps.tenants.models import Organization
 from apps.tenants.roles import Action
 from apps.webhooks import conf
-from apps.webhooks.models import EVENT_TYPES, DeliveryState, WebhookDelivery, WebhookEndpoint
+from apps.webhooks.models import (
+    DELIVERY_TRANSITIONS,
+    EVENT_TYPES,
+    DeliveryState,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 from apps.webhooks.validators import validate_event_types, validate_url
 
 SECRET_PREFIX = "whsec_"
@@ -228,21 +235,18 @@ def redeliver(*, delivery: WebhookDelivery, actor) -> WebhookDelivery:
             _("Turn the endpoint on before redelivering to it."), code="endpoint_inactive"
         )
     previous = {"state": delivery.state, "attempts": delivery.attempts}
-    delivery.state = DeliveryState.PENDING
-    delivery.attempts = 0
-    delivery.last_status_code = None
-    delivery.last_error = ""
-    delivery.delivered_at = None
-    delivery.next_attempt_at = timezone.now()
-    delivery.save(
-        update_fields=[
-            "state",
-            "attempts",
-            "last_status_code",
-            "last_error",
-            "delivered_at",
-            "next_attempt_at",
-        ]
+    delivery = transition(
+        delivery,
+        DeliveryState.PENDING,
+        table=DELIVERY_TRANSITIONS,
+        actor=actor,
+        changes={
+            "attempts": 0,
+            "last_status_code": None,
+            "last_error": "",
+            "delivered_at": None,
+            "next_attempt_at": timezone.now(),
+        },
     )
     record_event(
         action="webhook.redelivered",
@@ -278,40 +282,45 @@ def record_attempt(
     if delivery is None:
         return None
     now = timezone.now()
-    delivery.attempts = attempt + 1
-    delivery.last_status_code = status_code
-    delivery.last_error = error
+    outcome = {"attempts": attempt + 1, "last_status_code": status_code, "last_error": error}
     if status_code is not None and 200 <= status_code < 300 and not error:
-        delivery.state = DeliveryState.DELIVERED
-        delivery.delivered_at = now
-        delivery.next_attempt_at = None
-    elif delivery.attempts >= conf.max_attempts():
-        delivery.state = DeliveryState.FAILED
-        delivery.next_attempt_at = None
-    else:
-        countdown = backoff_s(delivery.attempts)
-        delivery.next_attempt_at = now + timedelta(seconds=countdown)
-        pk = delivery.pk
-        transaction.on_commit(lambda: deliver.apply_async((pk,), countdown=countdown))
-    delivery.save(
-        update_fields=[
-            "attempts",
-            "last_status_code",
-            "last_error",
-            "state",
-            "delivered_at",
-            "next_attempt_at",
-        ]
-    )
+        return transition(
+            delivery,
+            DeliveryState.DELIVERED,
+            table=DELIVERY_TRANSITIONS,
+            changes={**outcome, "delivered_at": now, "next_attempt_at": None},
+        )
+    if outcome["attempts"] >= conf.max_attempts():
+        return transition(
+            delivery,
+            DeliveryState.FAILED,
+            table=DELIVERY_TRANSITIONS,
+            changes={**outcome, "next_attempt_at": None},
+        )
+    countdown = backoff_s(outcome["attempts"])
+    for name, value in {**outcome, "next_attempt_at": now + timedelta(seconds=countdown)}.items():
+        setattr(delivery, name, value)
+    delivery.save(update_fields=[*outcome, "next_attempt_at"])
+    pk = delivery.pk
+    transaction.on_commit(lambda: deliver.apply_async((pk,), countdown=countdown))
     return delivery
 
 
 @transaction.atomic(durable=True)
 def fail_delivery(*, delivery_id: int, error: str) -> None:
     """A pending delivery that can no longer be attempted (its endpoint was turned off)."""
-    WebhookDelivery.objects.filter(pk=delivery_id, state=DeliveryState.PENDING).update(
-        state=DeliveryState.FAILED, last_error=error, next_attempt_at=None
+    delivery = (
+        WebhookDelivery.objects.select_for_update(no_key=True)
+        .filter(pk=delivery_id, state=DeliveryState.PENDING)
+        .first()
     )
+    if delivery is not None:
+        transition(
+            delivery,
+            DeliveryState.FAILED,
+            table=DELIVERY_TRANSITIONS,
+            changes={"last_error": error, "next_attempt_at": None},
+        )
 
 
 def blocked_destination(url: str) -> str:

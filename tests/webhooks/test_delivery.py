@@ -272,3 +272,24 @@ def test_a_delivery_to_an_internal_address_fails_without_a_request(
 def test_blocked_destinations(settings, url, blocked):
     settings.LOAM_WEBHOOKS_ALLOW_PRIVATE = False
     assert bool(services.blocked_destination(url)) is blocked
+
+
+# --- state changes go through the transition table -------------------------------------------
+
+
+def test_a_delivery_moves_only_as_its_table_allows_and_each_move_is_audited():
+    from apps.core.errors import InvalidTransition
+    from apps.core.transitions import transition
+    from apps.webhooks.models import DELIVERY_TRANSITIONS
+    from tests.factories import WebhookDeliveryFactory
+
+    delivery = WebhookDeliveryFactory(state=DeliveryState.PENDING)
+    services.record_attempt(delivery_id=delivery.pk, attempt=0, status_code=200, error="")
+
+    delivery.refresh_from_db()
+    assert delivery.state == DeliveryState.DELIVERED
+    event = AuditEvent.objects.get(action="webhookdelivery.delivered")
+    assert event.organization == delivery.endpoint.organization
+    assert event.data["from"] == DeliveryState.PENDING
+    with pytest.raises(InvalidTransition):
+        transition(delivery, DeliveryState.FAILED, table=DELIVERY_TRANSITIONS)
