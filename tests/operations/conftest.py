@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from apps.orchestration.models import Allocation, Backend, Node, Pool
 from apps.orchestration.services import probe_backend, register_node
@@ -56,7 +56,10 @@ class Console:
 
 @pytest.fixture(autouse=True)
 def english(client):
+    """Pages in English, and the services' messages too (whatever ran before in the process)."""
     client.cookies["django_language"] = "en"
+    with translation.override("en"):
+        yield
 
 
 @pytest.fixture

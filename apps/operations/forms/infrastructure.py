@@ -1,8 +1,10 @@
+import json
+
 from django import forms
 from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
-from apps.orchestration.backends.registry import driver_names
+from apps.orchestration.backends.registry import config_examples, driver_names
 from apps.orders.models import IdlePolicy
 
 
@@ -26,6 +28,11 @@ class BackendForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["driver"].choices = [(name, name) for name in driver_names()]
         self.fields["region"].queryset = regions
+
+    @staticmethod
+    def config_examples() -> dict[str, str]:
+        """Each driver's example configuration, as the JSON an operator adapts."""
+        return {name: json.dumps(example, indent=2) for name, example in config_examples().items()}
 
 
 class PoolForm(forms.Form):

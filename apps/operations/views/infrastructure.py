@@ -69,7 +69,12 @@ def backend_list(request, park_id):
             if not outcome.refused:
                 messages.success(request, _("%(name)s is registered.") % {"name": backend.name})
                 return redirect("operations:backend_list", park_id=park.pk)
-    context = {"park": park, "backends": lists.backends(park), "form": form}
+    context = {
+        "park": park,
+        "backends": lists.backends(park),
+        "form": form,
+        "config_examples": form.config_examples(),
+    }
     return render(
         request, "operations/backend_list.html", context, status=422 if form.errors else 200
     )

@@ -138,6 +138,7 @@ class Driver(Protocol):
     name: ClassVar[str]
     is_simulator: ClassVar[bool]  # shown as a simulator wherever its hosts and pools appear
     capabilities: ClassVar[frozenset[Capability]]
+    config_example: ClassVar[dict]  # what an operator fills in, shown on the registration form
 
     def __init__(self, config: dict) -> None: ...
 

@@ -53,6 +53,13 @@ def drivers_with(capability: Capability) -> list[str]:
     return sorted(name for name, driver in _DRIVERS.items() if capability in driver.capabilities)
 
 
+def config_examples() -> dict[str, dict]:
+    """{driver name: an example of its config}, for the operator registering a backend."""
+    return {
+        name: getattr(driver, "config_example", {}) for name, driver in sorted(_DRIVERS.items())
+    }
+
+
 def is_simulator(name: str) -> bool:
     driver = _DRIVERS.get(name)
     return bool(driver and driver.is_simulator)

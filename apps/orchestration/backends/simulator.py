@@ -52,6 +52,15 @@ class SimulatorDriver:
     name = "simulator"
     is_simulator = True
     capabilities = frozenset({Capability.INVENTORY, Capability.HOSTS, Capability.BATCH})
+    config_example = {
+        "pools": [
+            {
+                "name": "sim-h200",
+                "accelerator_model": "h200-sxm",
+                "nodes": [{"hostname": "sim-1", "accelerators": 8, "vcpu": 128, "ram_gb": 1024}],
+            }
+        ]
+    }
 
     def __init__(self, config: dict):
         self.config = config or {}

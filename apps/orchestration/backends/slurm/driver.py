@@ -65,6 +65,13 @@ class SlurmDriver:
     name = "slurm"
     is_simulator = False
     capabilities = frozenset({Capability.INVENTORY, Capability.BATCH})
+    config_example = {
+        "url": "http://slurm-head:6820",
+        "user": "loam",
+        "key_file": "/etc/loam/slurm_jwt_hs256.key",
+        "jobs_dir": "/shared/loam/jobs",
+        "gpu_models": {"a100": "a100-sxm-80gb"},
+    }
 
     def __init__(self, config: dict):
         config = config or {}
