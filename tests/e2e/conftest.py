@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm import slurm_cluster  # noqa: F401  (fixture)
+
 # Playwright's sync API runs an event loop in the test thread; the ORM calls the tests make
 # there (factories, assertions) are still synchronous.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")

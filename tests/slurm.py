@@ -1,0 +1,87 @@
+"""The test Slurm cluster of deploy/slurm/start.sh, as fixtures (`slurm_cluster`, `slurm`) that the
+conftests of the tests needing it import.
+
+Its settings come from the environment (LOAM_SLURM_URL, LOAM_SLURM_USER, LOAM_SLURM_JWT_KEY,
+LOAM_SLURM_JOBS_DIR; .ci/run exports them) or else from var/slurm/env, which start.sh writes.
+Without a reachable cluster the tests that use it are skipped, except in CI
+(LOAM_REQUIRE_SERVICES=1), where they fail: CI must not pass by skipping them.
+"""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from apps.orchestration.backends.slurm.client import SlurmClient, SlurmError
+
+REPO = Path(__file__).resolve().parents[1]
+ENV_FILE = Path(os.environ.get("LOAM_SLURM_ROOT", REPO / "var" / "slurm")) / "env"
+KEYS = ("LOAM_SLURM_URL", "LOAM_SLURM_USER", "LOAM_SLURM_JWT_KEY")
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    url: str
+    user: str
+    key: bytes
+    key_path: Path
+    jobs_dir: Path
+    slurm_conf: str  # for Slurm's command-line tools (scontrol), as SLURM_CONF
+
+    def client(self, **kwargs) -> SlurmClient:
+        return SlurmClient(self.url, self.user, key=self.key, **kwargs)
+
+
+def _settings() -> dict[str, str]:
+    settings = {}
+    if ENV_FILE.is_file():
+        for line in ENV_FILE.read_text().splitlines():
+            name, sep, value = line.partition("=")
+            if sep and not line.startswith("#"):
+                settings[name.strip()] = value.strip()
+    settings.update(
+        {k: v for k, v in os.environ.items() if k.startswith("LOAM_SLURM_") or k == "SLURM_CONF"}
+    )
+    return settings
+
+
+def _unavailable(reason: str):
+    if os.environ.get("LOAM_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"the test Slurm cluster is required in CI: {reason}", pytrace=False)
+    pytest.skip(f"needs the test Slurm cluster (bash deploy/slurm/start.sh): {reason}")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> SlurmCluster:
+    settings = _settings()
+    missing = [k for k in KEYS if not settings.get(k)]
+    if missing:
+        _unavailable(f"{', '.join(missing)} not set and no {ENV_FILE}")
+    key_path = Path(settings["LOAM_SLURM_JWT_KEY"])
+    try:
+        key = key_path.read_bytes()
+    except OSError as exc:
+        _unavailable(f"cannot read the JWT key {key_path}: {exc}")
+    run_dir = key_path.parent.parent  # start.sh keeps the key in <run dir>/state
+    cluster = SlurmCluster(
+        url=settings["LOAM_SLURM_URL"],
+        user=settings["LOAM_SLURM_USER"],
+        key=key,
+        key_path=key_path,
+        jobs_dir=Path(settings.get("LOAM_SLURM_JOBS_DIR") or run_dir / "jobs"),
+        slurm_conf=settings.get("SLURM_CONF") or str(run_dir / "etc" / "slurm.conf"),
+    )
+    with cluster.client(timeout=10) as client:
+        try:
+            client.ping()
+        except SlurmError as exc:
+            _unavailable(f"{cluster.url} does not answer: {exc}")
+    return cluster
+
+
+@pytest.fixture
+def slurm(slurm_cluster):
+    """A client for the test cluster, closed after the test."""
+    with slurm_cluster.client() as client:
+        yield client
