@@ -291,3 +291,29 @@ def test_a_host_order_on_a_slurm_only_model_is_refused_before_anything_is_held(
     assert excinfo.value.code == "not_supported"
     assert "slurm" in excinfo.value.message
     assert not Instance.objects.filter(organization=organization).exists()
+
+
+def test_an_operator_registers_a_slurm_backend_in_the_console(
+    db, park, operator, client, slurm_cluster
+):
+    import json
+
+    from apps.orchestration.models import Backend
+
+    region = RegionFactory(park=park, code="hpc", name="HPC centre")
+    AcceleratorModelFactory(name="A100 SXM 80GB", slug=A100)
+    client.force_login(operator)
+    url = reverse("operations:backend_list", args=[park.pk])
+    form = {"action": "register", "name": "hpc", "driver": "slurm", "region": region.pk}
+
+    broken = {**driver_config(slurm_cluster), "key_file": "/nonexistent/jwt.key"}
+    refused = client.post(url, {**form, "config": json.dumps(broken)})
+    assert refused.status_code == 422
+    assert "JWT key file" in refused.content.decode()
+    assert not Backend.objects.filter(park=park).exists()
+
+    answered = client.post(url, {**form, "config": json.dumps(driver_config(slurm_cluster))})
+    assert answered.status_code == 302
+    backend = Backend.objects.get(park=park, name="hpc")
+    assert backend.driver == "slurm"
+    assert backend.pools.get().nodes.count() >= 3
