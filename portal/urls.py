@@ -13,9 +13,13 @@ urlpatterns = [
     path("accounts/", include("allauth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
     path("catalog/", include("apps.catalog.urls")),
+    # The back office lives under /ops/: the operations console here, and the scheduling
+    # (/ops/tasks/) and billing (/ops/billing/) pages from their apps' URLconfs, which are
+    # mounted at the root because each also serves tenant pages (/tasks/, /billing/) and the
+    # redirects from the back office's old paths (/tasks/ops/…, /billing/ops/…).
     path("ops/", include("apps.operations.urls")),
-    path("tasks/", include("apps.orchestration.urls")),
-    path("billing/", include("apps.billing.urls")),
+    path("", include("apps.orchestration.urls")),
+    path("", include("apps.billing.urls")),
     path("api/", include("apps.api.urls")),
     path("", include("apps.tenants.urls")),
     path("", include("apps.orders.urls")),

@@ -69,7 +69,7 @@ class PlacementAdmin(admin.ModelAdmin):
 
 @admin.register(SchedulingPolicy)
 class SchedulingPolicyAdmin(admin.ModelAdmin):
-    """Operators change it at /tasks/ops/policy/<park>/ (audited); here for platform admins."""
+    """Operators change it at /ops/tasks/policy/<park>/ (audited); here for platform admins."""
 
     list_display = [
         "park",

@@ -22,15 +22,15 @@ from tests.factories import (
 pytestmark = pytest.mark.django_db
 
 OVERVIEW = "/billing/"
-OPS = "/billing/ops/"
+OPS = "/ops/billing/"
 
 
 def ops_organization(organization) -> str:
-    return f"/billing/ops/organizations/{organization.pk}/"
+    return f"/ops/billing/organizations/{organization.pk}/"
 
 
 def ops_invoice(invoice) -> str:
-    return f"/billing/ops/invoices/{invoice.pk}/"
+    return f"/ops/billing/invoices/{invoice.pk}/"
 
 
 @pytest.fixture(autouse=True)

@@ -180,7 +180,7 @@ def test_an_operator_member_gets_the_link_to_every_candidate(client, task_world,
     html = client.get(f"/tasks/{task.pk}/", **ENGLISH).content.decode()
 
     placement = Placement.objects.get(task=task)
-    assert f'href="/tasks/ops/decisions/{placement.pk}/"' in html
+    assert f'href="/ops/tasks/decisions/{placement.pk}/"' in html
 
 
 def test_the_htmx_poll_gets_the_status_alone_and_stops_when_done(
@@ -250,7 +250,7 @@ def policy_data(**fields):
 
 
 def test_the_policy_page_shows_the_defaults(ops, task_world):
-    response = ops.get(f"/tasks/ops/policy/{task_world.park.pk}/", **ENGLISH)
+    response = ops.get(f"/ops/tasks/policy/{task_world.park.pk}/", **ENGLISH)
 
     assert response.status_code == 200
     assert 'id="policy-default"' in response.content.decode()
@@ -259,7 +259,7 @@ def test_the_policy_page_shows_the_defaults(ops, task_world):
 
 def test_saving_the_policy(ops, task_world, operator):
     response = ops.post(
-        f"/tasks/ops/policy/{task_world.park.pk}/",
+        f"/ops/tasks/policy/{task_world.park.pk}/",
         policy_data(price="4", energy="0", operator_share="0.8", action="save"),
         **ENGLISH,
     )
@@ -292,7 +292,7 @@ def test_saving_the_policy(ops, task_world, operator):
 )
 def test_a_bad_policy_is_refused(ops, task_world, fields, error):
     response = ops.post(
-        f"/tasks/ops/policy/{task_world.park.pk}/", policy_data(**fields), **ENGLISH
+        f"/ops/tasks/policy/{task_world.park.pk}/", policy_data(**fields), **ENGLISH
     )
 
     assert response.status_code == 422
@@ -329,7 +329,7 @@ def test_the_preview_rescores_the_last_decisions_without_saving(ops, task_world,
     assert chosen == {"a": "eco-1", "b": "eco-1", "c": "fast-1", "d": "eco-1"}
 
     response = ops.post(
-        f"/tasks/ops/policy/{task_world.park.pk}/",
+        f"/ops/tasks/policy/{task_world.park.pk}/",
         policy_data(
             region="0",
             energy="0",
@@ -357,7 +357,7 @@ def test_the_preview_rescores_the_last_decisions_without_saving(ops, task_world,
 
 def test_the_preview_for_htmx_is_the_table_alone(ops, task_world, decided):
     response = ops.post(
-        f"/tasks/ops/policy/{task_world.park.pk}/",
+        f"/ops/tasks/policy/{task_world.park.pk}/",
         policy_data(action="preview"),
         HTTP_HX_REQUEST="true",
         **ENGLISH,
@@ -390,7 +390,7 @@ def test_the_policy_page_is_for_this_parks_operators_only(client, task_world, wh
         user = UserFactory()
     client.force_login(user)
 
-    url = f"/tasks/ops/policy/{task_world.park.pk}/"
+    url = f"/ops/tasks/policy/{task_world.park.pk}/"
     assert client.get(url).status_code == 404
     assert client.post(url, policy_data(action="save")).status_code == 404
     assert not SchedulingPolicy.objects.exists()
@@ -440,7 +440,7 @@ def test_the_saved_policy_changes_the_next_placement(task_world, operator):
 def test_an_operator_sees_every_candidate_of_a_decision(ops, task_world, decided):
     placement = decided["a"]
 
-    response = ops.get(f"/tasks/ops/decisions/{placement.pk}/", **ENGLISH)
+    response = ops.get(f"/ops/tasks/decisions/{placement.pk}/", **ENGLISH)
 
     html = response.content.decode()
     assert response.status_code == 200
@@ -460,7 +460,7 @@ def test_an_operator_sees_a_hosts_decision_too(ops, task_world):
     PriceFactory(region=task_world.east, flavor=task_world.flavor, amount_minor=2100)
     _, placement = order_host(task_world)
 
-    response = ops.get(f"/tasks/ops/decisions/{placement.pk}/", **ENGLISH)
+    response = ops.get(f"/ops/tasks/decisions/{placement.pk}/", **ENGLISH)
 
     assert response.status_code == 200
     assert 'data-chosen="yes" data-node="h1"' in response.content.decode()
@@ -475,4 +475,4 @@ def test_a_decision_is_404_to_anyone_but_its_parks_operators(client, task_world,
         user = task_world.owner
     client.force_login(user)
 
-    assert client.get(f"/tasks/ops/decisions/{decided['a'].pk}/").status_code == 404
+    assert client.get(f"/ops/tasks/decisions/{decided['a'].pk}/").status_code == 404
