@@ -193,7 +193,17 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.orders.tasks.enforce_idle_policies",
         "schedule": 300,
     },
+    # Work left waiting (a killed worker, a lost message, a failed dispatch) is sent again.
+    "reconcile-hosts": {"task": "apps.orders.tasks.reconcile_hosts", "schedule": 60},
+    "reconcile-tasks": {"task": "apps.orchestration.tasks.reconcile_tasks", "schedule": 60},
+    "reconcile-webhook-deliveries": {
+        "task": "apps.webhooks.tasks.reconcile_deliveries",
+        "schedule": 60,
+    },
 }
+# How long a host, an operation, a task hand-over or a webhook attempt may wait for its job
+# before the reconciliation sweep sends it again.
+LOAM_RECONCILE_AFTER_S = env.int("LOAM_RECONCILE_AFTER_S", default=300)
 
 # --- REST API ---------------------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -1,12 +1,26 @@
 """One after-commit helper: side effects run only once the transaction that caused them commits."""
 
+import logging
+
 from django.db import transaction
+from kombu.exceptions import OperationalError
+
+log = logging.getLogger(__name__)
 
 
 def on_commit_task(task, *args, **kwargs):
     """Schedule `task.delay(*args)` after commit. Pass primary keys, never model objects: the task
     reloads the row and re-checks its state, because it may run late or twice."""
-    transaction.on_commit(lambda: task.delay(*args, **kwargs))
+    transaction.on_commit(lambda: _dispatch(task, args, kwargs))
+
+
+def _dispatch(task, args, kwargs) -> None:
+    """Send the job; a broker that cannot be reached does not fail the request that committed
+    the work: each app's reconciliation sweep finds the rows left waiting and sends it again."""
+    try:
+        task.delay(*args, **kwargs)
+    except OperationalError:
+        log.exception("could not send %s%r to the broker; the sweep will", task.name, args)
 
 
 def lock(model, pk) -> None:

@@ -8,8 +8,11 @@ with the backend's message.
 """
 
 import math
+from datetime import timedelta
 
 from celery import shared_task
+from django.conf import settings
+from django.db.models import Max
 from django.utils import timezone
 
 from apps.orchestration import capacity, scheduling, services
@@ -157,6 +160,25 @@ def schedule_queues() -> int:
         scheduling.schedule_queue_pass(park=park)
         count += 1
     return count
+
+
+@shared_task
+def reconcile_tasks() -> int:
+    """Beat, every minute: hand again to their backend the tasks placed longer than
+    LOAM_RECONCILE_AFTER_S ago that it never named (the job was lost or its worker killed
+    before the backend answered); `run_task` re-checks, so one already handed over is left
+    alone. Returns how many it sent."""
+    stuck_before = timezone.now() - timedelta(seconds=settings.LOAM_RECONCILE_AFTER_S)
+    lost = (
+        Task.objects.filter(state=TaskState.PLACED, backend_handle="")
+        .annotate(placed_at=Max("placements__created_at"))
+        .filter(placed_at__lt=stuck_before)
+        .values_list("pk", flat=True)
+    )
+    lost = list(lost)
+    for task_id in lost:
+        run_task.delay(task_id)
+    return len(lost)
 
 
 @shared_task

@@ -342,11 +342,12 @@ def complete_operation(*, order_id: int) -> Order | None:
 @transaction.atomic
 def fail_operation(*, order_id: int, message: str) -> Order | None:
     """The backend refused an operation for good. Disk and bandwidth changes fail alone (the
-    host is as it was); a failed stop, start, resize or release leaves the host in error."""
+    host is as it was); a failed stop, start, resize or release leaves the host in error,
+    holding its cards until a release of it succeeds (the backend may still run it)."""
     order = Order.objects.select_for_update(no_key=True).get(pk=order_id)
     if order.state != OrderState.FULFILLING:
         return None
     if OPERATIONS[order.kind].fails_alone:
         return move_order(order=order, to=OrderState.FAILED, reason=message)
-    fail_instance(instance_id=order.instance_id, message=message)
+    fail_instance(instance_id=order.instance_id, message=message, keep_capacity=True)
     return Order.objects.get(pk=order.pk)

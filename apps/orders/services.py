@@ -529,13 +529,18 @@ def complete_provisioning(*, instance_id: int, handle: str, access: dict) -> Ins
 
 
 @transaction.atomic
-def fail_instance(*, instance_id: int, message: str) -> Instance | None:
+def fail_instance(
+    *, instance_id: int, message: str, keep_capacity: bool = False
+) -> Instance | None:
     """A permanent backend failure: the instance shows the backend's message, gives back its
-    accelerators (and, by leaving the holding states, its quota) and its open order fails."""
+    quota (by leaving the holding states) and its open order fails. Its accelerators go back
+    too, unless `keep_capacity`: a host whose stop, start, resize or release failed may still
+    run on the backend, so its cards stay taken until a release is confirmed."""
     instance = Instance.objects.select_for_update(no_key=True).get(pk=instance_id)
     if instance.state in (InstanceState.ERROR, InstanceState.RELEASED):
         return None
-    release_capacity(instance)
+    if not keep_capacity:
+        release_capacity(instance)
     instance = move_instance(instance=instance, to=InstanceState.ERROR, error_message=message)
     for order in _open_orders(instance):
         move_order(order=order, to=OrderState.FAILED, reason=message)

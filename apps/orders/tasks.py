@@ -6,18 +6,20 @@ Transient backend errors are retried with exponential backoff; a permanent one i
 the instance's error, with the backend's message.
 """
 
+from datetime import timedelta
+
 from celery import shared_task
 from django.conf import settings
 from django.core.mail import send_mail
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import translation
+from django.utils import timezone, translation
 
 from apps.orchestration.backends.base import BackendError
 from apps.orchestration.tasks import MAX_RETRIES, retry_if_transient
 from apps.orders import idle, operations, services
 from apps.orders.hosts import host_driver, host_spec
-from apps.orders.models import Instance, InstanceState, Order, OrderState
+from apps.orders.models import Instance, InstanceState, Order, OrderKind, OrderState
 from apps.tenants.models import Role
 
 NOTICE_KINDS = ("idle", "idle_stopped", "force_released")
@@ -64,6 +66,30 @@ def fulfil_order(self, order_id: int) -> None:
             operations.fail_operation(order_id=order_id, message=str(exc))
             return
     operations.complete_operation(order_id=order_id)
+
+
+@shared_task
+def reconcile_hosts() -> int:
+    """Beat, every minute: send again the jobs of hosts and operations left waiting longer than
+    LOAM_RECONCILE_AFTER_S (a worker killed mid-call, a message the broker lost, a dispatch that
+    failed at commit). Safe to repeat: each job re-checks state under a lock before it reports,
+    and a driver's calls are idempotent (provisioning a host that exists returns it, releasing
+    one that is gone succeeds), so what was done is not done twice. Returns how many it sent."""
+    stuck_before = timezone.now() - timedelta(seconds=settings.LOAM_RECONCILE_AFTER_S)
+    stuck_hosts = Instance.objects.filter(
+        state=InstanceState.PROVISIONING, updated_at__lt=stuck_before
+    ).values_list("pk", flat=True)
+    stuck_operations = (
+        Order.objects.filter(state=OrderState.FULFILLING, updated_at__lt=stuck_before)
+        .exclude(kind=OrderKind.CREATE)
+        .values_list("pk", flat=True)
+    )
+    stuck_hosts, stuck_operations = list(stuck_hosts), list(stuck_operations)
+    for instance_id in stuck_hosts:
+        provision_instance.delay(instance_id)
+    for order_id in stuck_operations:
+        fulfil_order.delay(order_id)
+    return len(stuck_hosts) + len(stuck_operations)
 
 
 @shared_task

@@ -3,10 +3,13 @@ re-dispatches this task with a countdown (see the services module for why not `r
 
 import json
 import time
+from datetime import timedelta
 
 import requests
 from celery import shared_task
+from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
+from django.utils import timezone
 
 from apps.webhooks import conf, services
 from apps.webhooks.models import DeliveryState, WebhookDelivery
@@ -70,3 +73,19 @@ def deliver(delivery_id: int) -> None:
     services.record_attempt(
         delivery_id=delivery.pk, attempt=delivery.attempts, status_code=status_code, error=error
     )
+
+
+@shared_task
+def reconcile_deliveries() -> int:
+    """Beat, every minute: send again the pending deliveries whose attempt is overdue by more
+    than LOAM_RECONCILE_AFTER_S (their job was lost); `deliver` counts only the first outcome
+    of an attempt. Returns how many it sent."""
+    overdue = timezone.now() - timedelta(seconds=settings.LOAM_RECONCILE_AFTER_S)
+    lost = list(
+        WebhookDelivery.objects.filter(
+            state=DeliveryState.PENDING, next_attempt_at__lt=overdue
+        ).values_list("pk", flat=True)
+    )
+    for delivery_id in lost:
+        deliver.delay(delivery_id)
+    return len(lost)

@@ -55,3 +55,26 @@ def test_a_long_wait_at_the_backend_is_reported_once(settings):
     event = AuditEvent.objects.get(action="task.pending_at_backend")
     assert event.data == {"minutes": 11, "why": "Slurm: pending (Resources)"}
     assert event.organization == task.organization
+
+
+def test_the_sweep_hands_over_a_placed_task_whose_job_was_lost(
+    task_world, django_capture_on_commit_callbacks, settings
+):
+    from apps.orchestration.models import Placement
+    from apps.orchestration.tasks import reconcile_tasks
+
+    settings.LOAM_RECONCILE_AFTER_S = 300
+    with django_capture_on_commit_callbacks(execute=False):  # run_task is never sent
+        task = task_world.submit()
+        task_world.schedule()
+    task.refresh_from_db()
+    assert (task.state, task.backend_handle) == (TaskState.PLACED, "")
+    assert reconcile_tasks() == 0  # placed just now: its job may be on its way
+
+    Placement.objects.filter(task=task).update(created_at=timezone.now() - timedelta(minutes=10))
+    assert reconcile_tasks() == 1
+
+    task.refresh_from_db()
+    assert task.backend_handle.startswith("simtask-")
+    assert task.state == TaskState.RUNNING
+    assert reconcile_tasks() == 0

@@ -293,3 +293,21 @@ def test_a_delivery_moves_only_as_its_table_allows_and_each_move_is_audited():
     assert event.data["from"] == DeliveryState.PENDING
     with pytest.raises(InvalidTransition):
         transition(delivery, DeliveryState.FAILED, table=DELIVERY_TRANSITIONS)
+
+
+def test_the_sweep_sends_again_a_delivery_whose_job_was_lost(settings):
+    from apps.webhooks.tasks import reconcile_deliveries
+    from tests.factories import WebhookDeliveryFactory
+
+    settings.LOAM_RECONCILE_AFTER_S = 300
+    due = WebhookDeliveryFactory(state=DeliveryState.PENDING, next_attempt_at=timezone.now())
+    lost = WebhookDeliveryFactory(
+        state=DeliveryState.PENDING, next_attempt_at=timezone.now() - timedelta(minutes=10)
+    )
+
+    assert reconcile_deliveries() == 1
+
+    lost.refresh_from_db()
+    due.refresh_from_db()
+    assert lost.attempts == 1  # tried (the test endpoint is a closed port: it failed)
+    assert due.attempts == 0
