@@ -2,6 +2,7 @@
 
     python bench/scheduler_openb.py [--nodes NODES.csv] [--pods PODS.csv] [--seeds 42-51]
                                     [--policies random,fgd,loam] [--jobs 1] [--json]
+                                    [--power-model proportional|paper] [--pwr-weight 0.2]
 
 The standard experiment of /work/shared/data/openb/README.md, for each policy and seed:
 
@@ -24,13 +25,25 @@ Columns (policies x seeds):
   (``time.perf_counter`` around it; loading, inflating and building the cluster are outside;
   failed attempts count in the time but not in the numerator). Median over seeds. Every run
   starts with cold caches.
+- ``mean_power_kw`` / ``power_kw``: the cluster's estimated power (``scheduler.power``), the
+  mean over arrivals of the power after each arrival (every node on, idle ones at idle power)
+  and the power after the last; ``w_per_gpu``: final watts / allocated GPUs (allocated
+  milli-GPU / 1000). Means over seeds. ``--power-model proportional`` (default): utilisation-
+  proportional CPU and GPU power; ``paper``: the PWR paper's step model (a busy GPU or socket
+  at full power). Power is not computed in the timed loop: the loop only records each
+  placement, and the power curve is replayed from those records afterwards.
 
-FGD and loam score against the pod list's task-type histogram: FGD as the paper's simulator
+PWR and PWR+FGD (``--pwr-weight``, default 0.2) always score with the paper's step model,
+as the paper does, whatever model the report uses; so does loam's power tie-break
+(``--loam-power-weight`` blends a power score into loam's, for the trade-off curve).
+
+FGD, PWR+FGD and loam score against the pod list's task-type histogram: FGD as the paper's simulator
 (``typicalPodsConfig``: the most popular (CPU, GPU) types covering 95 % of the tasks), loam its
 own (``Loam.distribution_for``). The fragmentation ratio uses the 95 % histogram with memory.
 
 With ``--json`` stdout holds exactly one JSON object ``{"policies": {name: {alloc_pct,
-frag_ratio_pct, failed, placements_per_s}}}``; the wall time goes to stderr. No Django needed.
+frag_ratio_pct, failed, placements_per_s, power_kw, mean_power_kw, w_per_gpu}}}``; the wall
+time goes to stderr. No Django needed.
 """
 
 from __future__ import annotations
@@ -52,6 +65,7 @@ from apps.orchestration.scheduler.baselines import POLICY_NAMES, make_policy  # 
 from apps.orchestration.scheduler.engine import Cluster  # noqa: E402
 from apps.orchestration.scheduler.fragmentation import ShapeDistribution, gpu_only  # noqa: E402
 from apps.orchestration.scheduler.model import MILLI, NodeState, TaskRequest  # noqa: E402
+from apps.orchestration.scheduler.power import PowerModel  # noqa: E402
 
 DATA = Path("/work/shared/data/openb")
 DEFAULT_NODES = DATA / "openb_node_list_all_node.csv"
@@ -128,23 +142,63 @@ def inflate(pods: list[TaskRequest], capacity_milli: int, seed: int, ratio=INFLA
         total += pod.gpu_request_milli
 
 
-def run_one(node_rows, tasks, name, seed, pods, frag_dist) -> dict:
+def power_curve(node_rows, placements, power: PowerModel) -> list[float]:
+    """Cluster watts after each arrival, replayed from the placements (None: it failed).
+
+    Starts from the idle cluster and adds each placement's change to its node's power."""
+    index = {r["id"]: i for i, r in enumerate(node_rows)}
+    models = [r["gpu_model"] for r in node_rows]
+    cpu_total = [r["cpu_milli_total"] for r in node_rows]
+    cpu_free = list(cpu_total)
+    gpu_free = [[MILLI] * r["gpu_count"] for r in node_rows]
+    node_power = power.node_power
+    watts = sum(
+        power.idle_power(m, c, len(g)) for m, c, g in zip(models, cpu_total, gpu_free, strict=True)
+    )
+    curve = []
+    for p in placements:
+        if p is not None:
+            i = index[p.node_id]
+            before = node_power(models[i], cpu_total[i], cpu_free[i], gpu_free[i])
+            cpu_free[i] -= p.cpu_milli
+            gpus = gpu_free[i]
+            for g in p.gpu_indices:
+                gpus[g] -= p.gpu_milli
+            watts += node_power(models[i], cpu_total[i], cpu_free[i], gpus) - before
+        curve.append(watts)
+    return curve
+
+
+def run_one(
+    node_rows, tasks, name, seed, pods, frag_dist, power_step=False, pwr_weight=None, loam_w=0.0
+):
     nodes = build_nodes(node_rows)
     # A fresh policy per run: its task-type histogram comes from the pod list, memo empty.
-    policy = make_policy(name, seed=seed, workload=pods)
+    policy = make_policy(
+        name, seed=seed, workload=pods, pwr_weight=pwr_weight, loam_power_weight=loam_w
+    )
     cluster = Cluster(nodes, policy, seed=seed)
     schedule = cluster.schedule
-    placed = 0
+    placements = []
+    record = placements.append
     start = time.perf_counter()
     for task in tasks:
-        if schedule(task) is not None:
-            placed += 1
+        record(schedule(task))
     seconds = time.perf_counter() - start
+    placed = len(placements) - placements.count(None)
+    power = PowerModel(step=power_step)
+    curve = power_curve(node_rows, placements, power)
     capacity = cluster.gpu_milli_total()
     allocated = cluster.gpu_milli_allocated()
     free = capacity - allocated
     frag = sum(frag_dist.fragmentation(n) for n in nodes)
+    final_w = power.cluster_power(nodes)
+    if curve and abs(curve[-1] - final_w) > 1e-6 * max(1.0, final_w):
+        raise AssertionError(f"power replay {curve[-1]} != final state {final_w}")
     return {
+        "power_kw": final_w / 1000,
+        "mean_power_kw": statistics.fmean(curve) / 1000 if curve else final_w / 1000,
+        "w_per_gpu": final_w / (allocated / MILLI) if allocated else 0.0,
         "alloc_pct": 100.0 * allocated / capacity if capacity else 0.0,
         "frag_ratio_pct": 100.0 * frag / free if free else 0.0,
         "failed": len(tasks) - placed,
@@ -185,6 +239,13 @@ def _job(args):
     return args[2], args[3], run_one(*args)
 
 
+def parse_weight(text: str) -> float:
+    w = float(text)
+    if not 0 <= w <= 1:
+        raise argparse.ArgumentTypeError(f"weight {text} is outside 0..1")
+    return w
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=Path, default=DEFAULT_NODES)
@@ -193,6 +254,21 @@ def main(argv=None) -> int:
     parser.add_argument("--policies", type=parse_policies, default=list(POLICY_NAMES))
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (timing: use 1)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--power-model",
+        choices=("proportional", "paper"),
+        default="proportional",
+        help="how load turns into watts in the report (scheduler/power.py)",
+    )
+    parser.add_argument(
+        "--pwr-weight", type=parse_weight, default=None, help="PWR's weight in pwr_fgd (0.2)"
+    )
+    parser.add_argument(
+        "--loam-power-weight",
+        type=parse_weight,
+        default=0.0,
+        help="blend a power score into loam's FGD score (0; the trade-off curve)",
+    )
     args = parser.parse_args(argv)
 
     wall = time.perf_counter()
@@ -205,7 +281,17 @@ def main(argv=None) -> int:
     workloads = {seed: inflate(pods, capacity, seed) for seed in args.seeds}
 
     jobs = [
-        (node_rows, workloads[seed], name, seed, pods, frag_dist)
+        (
+            node_rows,
+            workloads[seed],
+            name,
+            seed,
+            pods,
+            frag_dist,
+            args.power_model == "paper",
+            args.pwr_weight,
+            args.loam_power_weight,
+        )
         for name in args.policies
         for seed in args.seeds
     ]
@@ -226,6 +312,9 @@ def main(argv=None) -> int:
             "frag_ratio_pct": round(statistics.fmean(r["frag_ratio_pct"] for r in rs), 3),
             "failed": round(statistics.fmean(r["failed"] for r in rs), 1),
             "placements_per_s": round(statistics.median(r["placements_per_s"] for r in rs), 1),
+            "power_kw": round(statistics.fmean(r["power_kw"] for r in rs), 3),
+            "mean_power_kw": round(statistics.fmean(r["mean_power_kw"] for r in rs), 3),
+            "w_per_gpu": round(statistics.fmean(r["w_per_gpu"] for r in rs), 2),
         }
         for name, rs in runs.items()
     }
@@ -239,13 +328,17 @@ def main(argv=None) -> int:
     print(
         f"{args.pods.name} on {args.nodes.name}: {len(node_rows)} nodes, {capacity} milli-GPU, "
         f"{tasks:.0f} tasks per seed (mean), seeds {args.seeds[0]}..{args.seeds[-1]} "
-        f"({len(args.seeds)})"
+        f"({len(args.seeds)}); power model: {args.power_model}"
     )
-    print(f"{'policy':<12} {'alloc %':>8} {'frag %':>8} {'failed':>8} {'placements/s':>13}")
+    print(
+        f"{'policy':<12} {'alloc %':>8} {'frag %':>8} {'failed':>8} {'placements/s':>13} "
+        f"{'mean kW':>8} {'final kW':>9} {'W/GPU':>7}"
+    )
     for name, s in summary.items():
         print(
             f"{name:<12} {s['alloc_pct']:>8.2f} {s['frag_ratio_pct']:>8.2f} "
-            f"{s['failed']:>8.1f} {s['placements_per_s']:>13.0f}"
+            f"{s['failed']:>8.1f} {s['placements_per_s']:>13.0f} "
+            f"{s['mean_power_kw']:>8.1f} {s['power_kw']:>9.1f} {s['w_per_gpu']:>7.1f}"
         )
     print(f"wall time {wall:.1f} s")
     return 0

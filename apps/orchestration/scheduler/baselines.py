@@ -1,6 +1,7 @@
 """Baselines for the openb benchmark (bench/scheduler_openb.py), not used by the portal:
-random, best fit, GPU packing and dot product as in the FGD paper's simulator, and
-``make_policy`` to build any policy by name (these, FGD and loam).
+random, best fit, GPU packing and dot product as in the FGD paper's simulator, PWR and PWR+FGD
+from the power-aware paper (Lettich et al., CCGrid 2025), and ``make_policy`` to build any
+policy by name (these, FGD and loam).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from . import filters
 from .fragmentation import ShapeDistribution
 from .model import MILLI, TaskRequest
 from .policies import FGD, Policy, best_fit_share
+from .power import PowerModel, PowerScore, power_delta
 
 
 class RandomPolicy(Policy):
@@ -124,7 +126,86 @@ class DotProduct(Policy):
         return (-int(100 * (1.0 - (cpu + gpu) / 2)),), pick
 
 
-POLICY_NAMES = ("random", "best_fit", "gpu_packing", "dot_product", "fgd", "loam")
+class PWR(Policy):
+    """PWR (Lettich et al., CCGrid 2025, section on the PWR policy): score a node by how much
+    the cluster's estimated power grows if the task lands there; the smallest increase wins.
+    A sharing task goes to the GPU on that node whose use grows the power least.
+
+    The paper measures the increase in whole watts with its step power model (``power.PAPER``:
+    a busy GPU, or a socket with one busy core, draws full power), which is the default here;
+    so PWR packs shares onto GPUs already busy and CPU work onto sockets already awake, and
+    otherwise prefers the cheapest GPU model. The paper then min-max normalises the increases
+    over the feasible nodes to 0..100; for PWR alone that is the same order (up to the integer
+    rounding), so the key is the increase itself. Ties go to the first node, as elsewhere.
+    """
+
+    name = "pwr"
+
+    def __init__(self, power: PowerModel | None = None):
+        self.power = power if power is not None else PowerModel(step=True)
+
+    def rank(self, task, sig):
+        d, pick = power_delta(self.power, task, sig)
+        return (int(d),), pick
+
+
+class PWRFGD(FGD):
+    """PWR+FGD: the paper's linear combination of the two kube-scheduler scores,
+    ``w * PWR + (1 - w) * FGD``, each on 0..100 (the paper runs it as scheduler-plugin weights
+    PWR 500/FGD 500, 200/800, 100/900 and 50/950; ``PWR_FGD_WEIGHT`` = 0.2, i.e. 200/800, is
+    the default here). As in the paper's setup, FGD (the heavier plugin) picks the GPU that a
+    sharing task takes on the chosen node; PWR scores the node with its own best GPU.
+
+    One departure, forced by the engine (which caches a node's rank by its signature, so a
+    rank cannot depend on the other nodes): the paper normalises PWR's increases by their
+    minimum and maximum over the feasible nodes at each decision; here an increase ``d`` is
+    normalised over the range it can take on this cluster, ``100 * (1 - d / D)`` with ``D`` the
+    increase on the most power-hungry idle node type the task fits (an idle node is where an
+    increase is largest). Early on, when idle nodes of every type are feasible, the two agree
+    up to the minimum (0 for most tasks once GPUs are busy).
+    """
+
+    name = "pwr_fgd"
+
+    def __init__(
+        self,
+        distribution: ShapeDistribution,
+        *,
+        pwr_weight: float = 0.2,
+        power: PowerModel | None = None,
+    ):
+        super().__init__(distribution, quantize=True)
+        if not 0 <= pwr_weight <= 1:
+            raise ValueError(f"pwr_weight {pwr_weight} is outside 0..1")
+        self.pwr_weight = pwr_weight
+        self._weight_milli = round(pwr_weight * 1000)
+        self.power = power if power is not None else PowerModel(step=True)
+        self.power_score = PowerScore(self.power)
+
+    def prepare(self, nodes):
+        super().prepare(nodes)
+        self.power_score.prepare(nodes)
+
+    def rank(self, task, sig):
+        (neg_fgd,), pick = super().rank(task, sig)
+        pwr = self.power_score.score(task, sig)
+        # Integer plugin weights (per mille), as kube-scheduler sums weighted scores.
+        w = self._weight_milli
+        return (-(w * pwr - (1000 - w) * neg_fgd),), pick
+
+
+PWR_FGD_WEIGHT = 0.2
+
+POLICY_NAMES = (
+    "random",
+    "best_fit",
+    "gpu_packing",
+    "dot_product",
+    "fgd",
+    "loam",
+    "pwr",
+    "pwr_fgd",
+)
 
 
 def make_policy(
@@ -133,13 +214,19 @@ def make_policy(
     seed: int = 0,
     workload: Iterable[TaskRequest] | None = None,
     distribution: ShapeDistribution | None = None,
+    pwr_weight: float | None = None,
+    loam_power_weight: float = 0.0,
 ) -> Policy:
     """A fresh policy by name.
 
-    FGD and loam score against a task-type distribution: pass ``distribution``, or the
-    ``workload`` to learn it from (FGD as the simulator: the 95 % most popular (CPU, GPU)
-    types; loam: ``Loam.distribution_for``).
+    FGD, PWR+FGD and loam score against a task-type distribution: pass ``distribution``, or
+    the ``workload`` to learn it from (FGD and PWR+FGD as the simulator: the 95 % most popular
+    (CPU, GPU) types; loam: ``Loam.distribution_for``). ``pwr_weight`` sets PWR+FGD's weight
+    (default ``PWR_FGD_WEIGHT``), ``loam_power_weight`` loam's (default 0: see ``loam``). PWR,
+    PWR+FGD and loam each get a fresh step power model (cold memo).
     """
+    if name == "pwr":
+        return PWR()
     if name == "random":
         return RandomPolicy(seed)
     if name == "best_fit":
@@ -148,7 +235,7 @@ def make_policy(
         return GpuPacking()
     if name == "dot_product":
         return DotProduct()
-    if name in ("fgd", "loam"):
+    if name in ("fgd", "loam", "pwr_fgd"):
         from .loam import Loam
 
         if distribution is None:
@@ -156,9 +243,14 @@ def make_policy(
                 raise ValueError(f"{name} needs a workload or a ShapeDistribution")
             workload = list(workload)
             distribution = (
-                ShapeDistribution.from_tasks(workload, coverage=0.95, include_memory=False)
-                if name == "fgd"
-                else Loam.distribution_for(workload)
+                Loam.distribution_for(workload)
+                if name == "loam"
+                else ShapeDistribution.from_tasks(workload, coverage=0.95, include_memory=False)
             )
-        return FGD(distribution) if name == "fgd" else Loam(distribution)
+        if name == "pwr_fgd":
+            weight = PWR_FGD_WEIGHT if pwr_weight is None else pwr_weight
+            return PWRFGD(distribution, pwr_weight=weight)
+        if name == "loam":
+            return Loam(distribution, power_weight=loam_power_weight)
+        return FGD(distribution)
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")

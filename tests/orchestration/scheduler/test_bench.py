@@ -11,7 +11,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "bench" / "scheduler_openb.py"
-POLICIES = {"random", "best_fit", "gpu_packing", "dot_product", "fgd", "loam"}
+POLICIES = {"random", "best_fit", "gpu_packing", "dot_product", "fgd", "loam", "pwr", "pwr_fgd"}
+COLUMNS = {
+    "alloc_pct",
+    "frag_ratio_pct",
+    "failed",
+    "placements_per_s",
+    "power_kw",
+    "mean_power_kw",
+    "w_per_gpu",
+}
 
 
 def load_bench():
@@ -74,7 +83,9 @@ def check_summary(summary, policies=POLICIES):
     assert set(summary) == {"policies"}
     assert set(summary["policies"]) == set(policies)
     for name, row in summary["policies"].items():
-        assert set(row) == {"alloc_pct", "frag_ratio_pct", "failed", "placements_per_s"}, name
+        assert set(row) == COLUMNS, name
+        assert 0 < row["mean_power_kw"] <= row["power_kw"]  # no departures: power only grows
+        assert row["w_per_gpu"] > 0
         assert 0 < row["alloc_pct"] <= 100
         assert 0 <= row["frag_ratio_pct"] <= 100
         assert row["failed"] >= 0
@@ -145,3 +156,26 @@ def test_runs_as_a_plain_script_without_django(files):
     )
     assert out.returncode == 0, out.stderr
     check_summary(json.loads(out.stdout))
+
+
+def test_power_columns_replay_the_placements(files, capsys):
+    nodes, pods, _ = files
+    rows = bench.load_nodes(nodes)
+    tasks = bench.load_pods(pods)
+    capacity = sum(r["gpu_count"] for r in rows) * 1000
+    drawn = bench.inflate(tasks, capacity, seed=2)
+    frag = bench.gpu_only(bench.ShapeDistribution.from_tasks(tasks))
+    for step in (False, True):
+        res = bench.run_one(rows, drawn, "pwr", 2, tasks, frag, step)  # checks replay == state
+        power = bench.PowerModel(step=step)
+        idle = sum(
+            power.idle_power(r["gpu_model"], r["cpu_milli_total"], r["gpu_count"]) for r in rows
+        )
+        assert idle / 1000 < res["mean_power_kw"] <= res["power_kw"]
+        allocated = res["alloc_pct"] / 100 * capacity
+        assert res["w_per_gpu"] == pytest.approx(res["power_kw"] * 1000 / (allocated / 1000))
+    argv = ["--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--json"]
+    assert bench.main([*argv, "--power-model", "paper", "--pwr-weight", "0.1"]) == 0
+    check_summary(json.loads(capsys.readouterr().out))
+    assert bench.main([*argv, "--policies", "loam", "--loam-power-weight", "0.5"]) == 0
+    check_summary(json.loads(capsys.readouterr().out), {"loam"})

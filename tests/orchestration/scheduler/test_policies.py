@@ -7,6 +7,9 @@ from collections import Counter
 import pytest
 
 from apps.orchestration.scheduler.baselines import (
+    POLICY_NAMES,
+    PWR,
+    PWRFGD,
     BestFit,
     DotProduct,
     GpuPacking,
@@ -90,10 +93,65 @@ def test_loam_picks_the_gpu_by_exact_delta_within_a_node():
     assert FGD(d).rank(t, signature(n)) == (key, 150)
 
 
+def test_pwr_takes_the_node_whose_power_grows_least():
+    v100 = node("v100", gpus=(1000, 1000), model="V100M32", cpu=48000)
+    t4 = node("t4", gpus=(1000, 1000), model="T4", cpu=48000)
+    whole = task(num_gpu=1)
+    # Idle nodes: a T4 wakes for 60 W (+ socket), a V100 for 270 W (+ socket).
+    assert PWR().choose(whole, [v100, t4]) is t4
+    # A share fits on a V100 that is already busy, with its socket awake: no increase at all,
+    # so PWR packs it there, on the busy GPU, rather than waking a T4.
+    busy = node("busy", gpus=(1000, 600), model="V100M32", cpu=48000, cpu_milli_free=40000)
+    share = task(num_gpu=1, gpu_milli=300)
+    assert PWR().choose(share, [t4, busy]) is busy
+    assert PWR().place(share, busy).gpu_indices == (1,)
+    # Equal increases go to the first node in the list.
+    twin = node("twin", gpus=(1000, 1000), model="T4", cpu=48000)
+    assert PWR().choose(whole, [twin, t4]) is twin
+    # CPU-only work packs onto an awake socket.
+    awake = node("awake", gpus=(), model="", cpu=32000, cpu_milli_free=30000)
+    asleep = node("asleep", gpus=(), model="", cpu=32000)
+    assert PWR().choose(task(num_gpu=0, cpu=2000), [asleep, awake]) is awake
+
+
+def test_pwr_fgd_blends_the_two_scores():
+    d = ShapeDistribution({(1000, 0, 1, 1000, frozenset()): 1})
+    v100 = node("v100", gpus=(1000, 1000), model="V100M32", cpu=48000)
+    t4 = node("t4", gpus=(1000, 1000), model="T4", cpu=48000)
+    whole = task(num_gpu=1)
+    # FGD alone: both nodes score the same, the first wins; with PWR's weight, the T4.
+    assert PWRFGD(d, pwr_weight=0.0).choose(whole, [v100, t4]) is v100
+    assert FGD(d).choose(whole, [v100, t4]) is v100
+    assert PWRFGD(d, pwr_weight=0.2).choose(whole, [v100, t4]) is t4
+    # The key is kube-scheduler's integer weighted sum: 200 * PWR + 800 * FGD.
+    p = PWRFGD(d, pwr_weight=0.2)
+    p.prepare([v100, t4])
+    (key,), _ = p.rank(whole, signature(t4))
+    (fgd_key,), _ = FGD(d).rank(whole, signature(t4))
+    assert key == -(200 * p.power_score.score(whole, signature(t4)) - 800 * fgd_key)
+
+
+def test_loam_packs_cpu_work_onto_an_awake_socket():
+    d = ShapeDistribution({(1000, 0, 1, 1000, frozenset()): 1, (1000, 0, 0, 0, frozenset()): 1})
+    asleep = node("asleep", gpus=(), model="", cpu=32000)
+    awake = node("awake", gpus=(), model="", cpu=32000, cpu_milli_free=30000)
+    assert Loam(d).choose(task(num_gpu=0, cpu=1000), [asleep, awake]) is awake
+
+
 def test_make_policy_names_and_errors():
     tasks = [task(), task(num_gpu=0)]
-    for name in ("random", "best_fit", "gpu_packing", "dot_product", "fgd", "loam"):
+    for name in ("random", "best_fit", "gpu_packing", "dot_product", "fgd", "loam", "pwr"):
         assert make_policy(name, workload=tasks).name == name
+    assert set(POLICY_NAMES) >= {"pwr", "pwr_fgd"}
+    pwr_fgd = make_policy("pwr_fgd", workload=tasks)
+    assert pwr_fgd.name == "pwr_fgd" and pwr_fgd.pwr_weight == 0.2
+    assert not pwr_fgd.dist.include_memory  # FGD's part as the simulator
+    assert make_policy("pwr_fgd", workload=tasks, pwr_weight=0.05).pwr_weight == 0.05
+    assert make_policy("loam", workload=tasks, loam_power_weight=0.1).power_weight_milli == 100
+    with pytest.raises(ValueError):
+        make_policy("pwr_fgd")
+    with pytest.raises(ValueError):
+        make_policy("pwr_fgd", workload=tasks, pwr_weight=2)
     fgd = make_policy("fgd", workload=tasks)
     assert not fgd.dist.include_memory  # as the simulator
     assert make_policy("loam", workload=tasks).dist.include_memory
@@ -134,7 +192,9 @@ def _tasks(rng, n):
     return out
 
 
-@pytest.mark.parametrize("name", ["best_fit", "gpu_packing", "dot_product", "fgd", "loam"])
+@pytest.mark.parametrize(
+    "name", ["best_fit", "gpu_packing", "dot_product", "fgd", "loam", "pwr", "pwr_fgd"]
+)
 def test_engine_makes_the_same_decisions_as_the_plain_loop(name):
     rng = random.Random(11)
     template = _cluster(rng)
