@@ -96,33 +96,25 @@ def place(
 
     The park's weighted scorer chooses (`scheduler.decide`: region and latency, performance,
     energy, price and fragmentation, the park's SchedulingPolicy blended with the tenant's
-    `preference`: balanced, fast, cheap or green); fragmentation is best fit, the fewest
-    accelerators left free, to keep large holes for large hosts. Should the best node have
-    filled up by the time its lock is held, the next best is tried. Every candidate with its
-    score parts and why it was or was not chosen is kept as a Placement. Raises NoCapacity when
-    nothing fits.
+    `preference`: balanced, fast, cheap or green) among the nodes of `region`, or, when the
+    tenant lets the scheduler choose (`region` None), among every region the flavor is sold in.
+    Should the best node have filled up by the time its lock is held, the next best is tried.
+    Every candidate with its score parts and why it was or was not chosen is kept as a
+    Placement. Raises NoCapacity when nothing fits.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("place() must run inside the caller's transaction")
     park = instance.organization.park
-    nodes = list(
-        with_free_capacity(
-            schedulable_nodes(
-                park=park,
-                accelerator_model_id=shape.accelerator_model_id,
-                region=region,
-                capability=Capability.HOSTS,
-            )
-        )
-        .select_related("pool__accelerator_model")
-        .order_by("pk")
-    )
     decision, views, record, weights = _decide_placement(
-        instance, shape, nodes, region=region, preference=preference
+        park=park,
+        flavor=instance.flavor,
+        shape=shape,
+        region=region,
+        preference=preference,
+        instance_id=instance.pk,
     )
     by_id = {view.state.id: view for view in views}
-    ranked = sorted((c for c in decision.candidates if c.total is not None), key=lambda c: -c.total)
-    for candidate in ranked:
+    for candidate in _ranked(decision):
         view = by_id[candidate.node_id]
         allocation = _allocate_on(view.node, instance=instance, shape=shape)
         if allocation is not None:
@@ -138,7 +130,32 @@ def place(
             )
             return allocation
         _mark_taken(record, view.node.pk)
+    raise _no_room(shape, region)
+
+
+def best_region(*, park, flavor, preference: str = "balanced"):
+    """Where the scheduler would place one host of `flavor` now, for a tenant who lets it
+    choose: the region of the best-scored node over every region the flavor is sold in, with
+    the tenant's preference (what the order is quoted in). Raises NoCapacity."""
+    shape = shape_of(flavor)
+    decision, views, _record, _weights = _decide_placement(
+        park=park, flavor=flavor, shape=shape, region=None, preference=preference
+    )
+    by_id = {view.state.id: view for view in views}
+    for candidate in _ranked(decision):
+        return by_id[candidate.node_id].node.pool.region
     raise NoCapacity(
+        _("No region has a free host of %(flavor)s right now. Try a smaller flavor or later.")
+        % {"flavor": flavor.code}
+    )
+
+
+def _ranked(decision) -> list:
+    return sorted((c for c in decision.candidates if c.total is not None), key=lambda c: -c.total)
+
+
+def _no_room(shape: Shape, region) -> NoCapacity:
+    return NoCapacity(
         _(
             "No host has %(count)d free %(model)s accelerators%(where)s right now. Choose a "
             "smaller flavor, another region, or try again later."
@@ -151,10 +168,24 @@ def place(
     )
 
 
-def _decide_placement(instance, shape: Shape, nodes, *, region, preference: str):
-    """The scorer's decision for one host over `nodes`, and how it is kept."""
-    prices = adapter.flavor_prices(instance.flavor, {node.pool for node in nodes})
-    if any(price is None for price in prices.values()):
+def _decide_placement(*, park, flavor, shape: Shape, region, preference: str, instance_id=0):
+    """The scorer's decision for one host of `flavor` on the park's nodes (of `region`, or of
+    every region the flavor is sold in), and how it is kept."""
+    nodes = list(
+        with_free_capacity(
+            schedulable_nodes(
+                park=park,
+                accelerator_model_id=shape.accelerator_model_id,
+                region=region,
+                capability=Capability.HOSTS,
+            )
+        ).order_by("pk")
+    )
+    prices = adapter.flavor_prices(flavor, {node.pool for node in nodes})
+    if region is None and any(price is not None for price in prices.values()):
+        # Only where it is sold: the host is billed at its region's price.
+        nodes = [node for node in nodes if prices[node.pool_id] is not None]
+    elif any(price is None for price in prices.values()):
         # Unpriced somewhere (the order's region is always priced): price says nothing here.
         prices = dict.fromkeys(prices)
     views = adapter.node_views(nodes, prices=prices)
@@ -166,26 +197,22 @@ def _decide_placement(instance, shape: Shape, nodes, *, region, preference: str)
         )
     )
     request = adapter.instance_request(
-        instance_id=instance.pk,
+        instance_id=instance_id,
         shape=shape,
         model_slug=model_slug,
         region=region,
         preference=preference,
     )
-    park = adapter.park_weights(instance.organization.park)
+    weights_of_park = adapter.park_weights(park)
     decision = decide(
         request,
         [view.state for view in views],
-        operator=park.weights,
-        operator_share=park.operator_share,
+        operator=weights_of_park.weights,
+        operator_share=weights_of_park.operator_share,
         distribution=adapter.BEST_FIT,
     )
     weights, record = adapter.placement_record(
-        decision,
-        views,
-        request=request,
-        park=park,
-        currency=instance.organization.park.currency,
+        decision, views, request=request, park=weights_of_park, currency=park.currency
     )
     return decision, views, record, weights
 

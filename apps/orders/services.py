@@ -25,9 +25,9 @@ from apps.core.transactions import lock, on_commit_task
 from apps.core.transitions import transition
 from apps.orchestration.backends.base import Capability
 from apps.orchestration.models import TaskPreference
-from apps.orchestration.selectors import schedulable_nodes, with_free_capacity
 from apps.orchestration.services import (
     NoCapacity,
+    best_region,
     place,
     release_capacity,
     require_pools_for,
@@ -226,39 +226,12 @@ def not_priced(flavor, region) -> DomainError:
     )
 
 
-def choose_region(*, organization: Organization, flavor: Flavor) -> Region:
-    """For "let the scheduler choose": the cheapest region where one host of the flavor fits
-    now, the lower latency breaking ties."""
-    shape = shape_of(flavor)
-    nodes = with_free_capacity(
-        schedulable_nodes(
-            park=organization.park,
-            accelerator_model_id=shape.accelerator_model_id,
-            capability=Capability.HOSTS,
-        )
-    )
-    options = []
-    for node in nodes:
-        free_vcpu, free_ram = node.vcpu_total - node.vcpu_used, node.ram_gb_total - node.ram_used
-        if (
-            node.free_accelerators >= shape.accelerators
-            and free_vcpu >= shape.vcpu
-            and free_ram >= shape.ram_gb
-        ):
-            region = node.pool.region
-            price = price_in_force(region=region, kind=PriceKind.FLAVOR_HOUR, flavor=flavor)
-            if price is not None:
-                options.append((price.amount_minor, region.latency_ms, region.pk, region))
-    if not options:
-        raise NoCapacity(
-            _("No region has a free host of %(flavor)s right now. Try a smaller flavor or later.")
-            % {"flavor": flavor.code}
-        )
-    return min(options, key=lambda option: option[:3])[3]
-
-
 def quote(*, organization: Organization, request: HostRequest) -> Quote:
-    region = request.region or choose_region(organization=organization, flavor=request.flavor)
+    # Letting the scheduler choose, the host is quoted where the scheduler would place it now,
+    # scored over every region with the tenant's preference (and placed there, see below).
+    region = request.region or best_region(
+        park=organization.park, flavor=request.flavor, preference=request.preference
+    )
     flavor_price = price_in_force(region=region, kind=PriceKind.FLAVOR_HOUR, flavor=request.flavor)
     if flavor_price is None:
         raise not_priced(request.flavor, region)
@@ -394,7 +367,7 @@ def submit_create(
             move_order(order=order, to=OrderState.AWAITING_APPROVAL, actor=actor)
         else:
             move_order(order=order, to=OrderState.APPROVED, actor=None)
-            _start_provisioning(order, region=quoted.region)
+            _start_provisioning(order)
     return [Order.objects.get(pk=order.pk) for order in orders]
 
 
@@ -436,6 +409,7 @@ def _create_order(organization, actor, request, one_host: Quote, name, key) -> O
             "data_disk_gb": request.data_disk_gb,
             "bandwidth_mbps": request.bandwidth_mbps,
             "preference": request.preference,
+            "scheduler_chose_region": request.region is None,
         },
         quote=one_host.as_json(),
         hourly_minor=one_host.hourly_minor_rounded,
@@ -453,20 +427,32 @@ def _create_order(organization, actor, request, one_host: Quote, name, key) -> O
     return order
 
 
-def _start_provisioning(order: Order, *, region: Region) -> None:
-    """Allocate accelerators and hand the instance to the backend (after commit)."""
+def _start_provisioning(order: Order) -> None:
+    """Allocate accelerators and hand the instance to the backend (after commit). A host whose
+    region the scheduler chose is placed over every region again; should the best node now be
+    in another region than the one it was quoted in (capacity changed meanwhile), it is refused
+    rather than billed at another price than the tenant saw."""
     from apps.orders.tasks import provision_instance
 
     instance = order.instance
-    place(
+    chosen_by_scheduler = order.parameters.get("scheduler_chose_region", False)
+    allocation = place(
         instance=instance,
         shape=shape_of(instance.flavor),
-        region=region,
+        region=None if chosen_by_scheduler else instance.region,
         order=order,
         preference=order.parameters.get("preference", TaskPreference.BALANCED),
     )
-    allocation = instance.allocations.get(released_at__isnull=True)
-    Instance.objects.filter(pk=instance.pk).update(node=allocation.node, pool=allocation.node.pool)
+    node = allocation.node
+    if node.pool.region_id != instance.region_id:
+        raise NoCapacity(
+            _(
+                "The capacity changed while you ordered: the best host is now in %(region)s, "
+                "not in %(quoted)s. Order again to see its price."
+            )
+            % {"region": node.pool.region.name, "quoted": instance.region.name}
+        )
+    Instance.objects.filter(pk=instance.pk).update(node=node, pool=node.pool)
     move_order(order=order, to=OrderState.FULFILLING)
     move_instance(instance=instance, to=InstanceState.PROVISIONING)
     on_commit_task(provision_instance, instance.pk)
@@ -482,7 +468,7 @@ def approve_order(*, order: Order, operator) -> Order:
     order = move_order(order=order, to=OrderState.APPROVED, actor=operator)
     try:
         with transaction.atomic():
-            _start_provisioning(order, region=order.instance.region)
+            _start_provisioning(order)
     except NoCapacity as exc:
         _end_unprovisioned(order, to=OrderState.FAILED, reason=exc.message)
     return Order.objects.get(pk=order.pk)

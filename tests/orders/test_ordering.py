@@ -13,12 +13,11 @@ from apps.catalog.models import SoftwareStack
 from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
 from apps.core.models import AuditEvent
 from apps.orchestration.models import Accelerator, Allocation, Placement
-from apps.orchestration.services import NoCapacity
+from apps.orchestration.services import NoCapacity, best_region
 from apps.orders.models import ApprovalPolicy, Instance, InstanceState, Order, OrderState
 from apps.orders.services import (
     approve_order,
     cancel_order,
-    choose_region,
     quote,
     reject_order,
     set_approval_policy,
@@ -129,6 +128,7 @@ def test_submit_create_provisions_a_running_host(world, order_hosts, owner):
         "data_disk_gb": 0,
         "bandwidth_mbps": 0,
         "preference": "balanced",
+        "scheduler_chose_region": False,
     }
     assert actions_for(order) == [
         "order.submitted",
@@ -294,7 +294,7 @@ def east(world):
 
 
 def test_scheduler_chooses_the_cheapest_region_with_room(world, east, order_hosts):
-    (order,) = order_hosts(4, region=None)
+    (order,) = order_hosts(4, region=None, preference="cheap")
 
     instance = Instance.objects.get(pk=order.instance_id)
     assert instance.region == east
@@ -305,13 +305,30 @@ def test_scheduler_chooses_the_cheapest_region_with_room(world, east, order_host
 
 
 def test_scheduler_passes_over_a_cheaper_region_that_is_full(world, east, order_hosts):
-    order_hosts(8, region=None)  # fills east-1
+    order_hosts(8, region=None, preference="cheap")  # fills east-1
 
-    (order,) = order_hosts(1, region=None)
+    (order,) = order_hosts(1, region=None, preference="cheap")
 
     instance = Instance.objects.get(pk=order.instance_id)
     assert instance.region == world.region
     assert order.hourly_minor == 1000
+
+
+def test_the_scheduler_scores_every_region_and_says_so_truly(world, east, order_hosts):
+    """Letting the scheduler choose, a host is placed over every region with the tenant's
+    preference, and the decision keeps (and its explanation rests on) every candidate."""
+    (cheap,) = order_hosts(1, region=None, preference="cheap", name="cheap")
+    placement = Placement.objects.get(order=cheap)
+
+    regions = {c["region"] for c in placement.candidates}
+    assert len(regions) == 2  # both regions were candidates, not one pinned in advance
+    assert Instance.objects.get(pk=cheap.instance_id).region == east
+    assert placement.chosen_pool.region == east
+    assert len(placement.feasible_candidates()) >= 2
+    assert "the only host with room" not in placement.describe()
+    best = max(placement.feasible_candidates(), key=lambda c: c["total"])
+    assert best["node"] == placement.chosen_node.hostname
+    assert cheap.hourly_minor == 900  # billed at the region it runs in
 
 
 def test_scheduler_passes_over_a_region_where_the_flavor_is_not_sold(world, organization):
@@ -319,7 +336,7 @@ def test_scheduler_passes_over_a_region_where_the_flavor_is_not_sold(world, orga
     pool = PoolFactory(backend=world.backend, region=cheap, accelerator_model=world.model)
     world.add_node("unpriced-1", pool=pool)
 
-    assert choose_region(organization=organization, flavor=world.flavors[1]) == world.region
+    assert best_region(park=organization.park, flavor=world.flavors[1]) == world.region
 
 
 def test_scheduler_breaks_a_price_tie_by_latency(world, organization):
@@ -330,7 +347,7 @@ def test_scheduler_breaks_a_price_tie_by_latency(world, organization):
         world.add_node(f"{region.code}-1", pool=pool)
         world.price_flavors(region, per_accelerator=500)
 
-    assert choose_region(organization=organization, flavor=world.flavors[2]) == near
+    assert best_region(park=organization.park, flavor=world.flavors[2]) == near
 
 
 def test_scheduler_with_no_room_anywhere(world, owner):
