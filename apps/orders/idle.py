@@ -13,6 +13,7 @@ tenant's. The operator and the reason are recorded in the audit log and mailed t
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Max, Prefetch
 from django.utils import timezone
@@ -25,8 +26,16 @@ from apps.core.models import AuditEvent
 from apps.core.transactions import on_commit_task
 from apps.orchestration.models import Accelerator, Allocation
 from apps.orchestration.services import TELEMETRY_FRESH_FOR
-from apps.orders.models import IdlePolicy, Instance, InstanceState, Order, OrderKind
+from apps.orders.models import (
+    INSTANCE_BUSY_STATES,
+    IdlePolicy,
+    Instance,
+    InstanceState,
+    Order,
+    OrderKind,
+)
 from apps.orders.operations import request_operation
+from apps.orders.services import fail_instance
 from apps.tenants.access import SystemActor, require_operator
 
 DEFAULT_THRESHOLD_MINUTES = IdlePolicy._meta.get_field("threshold_minutes").default
@@ -161,7 +170,9 @@ def park_operator(operator) -> SystemActor:
 
 def force_release(*, instance: Instance, operator, reason: str) -> Order:
     """An operator releases a tenant's host (running, stopped or in error); the owners are
-    mailed the reason. Refused, like a tenant's release, while another operation runs."""
+    mailed the reason. Refused, like a tenant's release, while another operation runs, unless
+    that operation is stuck (waiting longer than LOAM_RECONCILE_AFTER_S): then it is given up
+    first, so no host is ever beyond release."""
     require_operator(
         operator,
         instance.organization.park,
@@ -177,6 +188,14 @@ def force_release(*, instance: Instance, operator, reason: str) -> Order:
         raise DomainError(
             _("Keep the reason under %(max)d characters.") % {"max": REASON_MAX_LENGTH},
             code="reason_too_long",
+        )
+    if _stuck(instance):
+        # Its job never reported (see the reconciliation sweep): give up on that operation,
+        # keeping the cards (the backend may run the host) until the release is confirmed.
+        fail_instance(
+            instance_id=instance.pk,
+            message=_("Stuck; released by the park's operators: %(reason)s") % {"reason": reason},
+            keep_capacity=True,
         )
     order = request_operation(
         instance=instance, actor=park_operator(operator), kind=OrderKind.RELEASE, reason=reason
@@ -252,6 +271,13 @@ def enforce_idle_policies(*, now=None) -> list[Order]:
             except DomainError:
                 continue  # an operation in progress, or it moved on meanwhile
     return stopped
+
+
+def _stuck(instance: Instance) -> bool:
+    current = Instance.objects.get(pk=instance.pk)
+    busy = INSTANCE_BUSY_STATES - {InstanceState.PENDING}  # pending waits for approval
+    waited = timezone.now() - current.updated_at
+    return current.state in busy and waited.total_seconds() > settings.LOAM_RECONCILE_AFTER_S
 
 
 def _mail_owners(instance: Instance, kind: str, reason: str) -> None:

@@ -85,3 +85,37 @@ def test_a_job_sent_twice_by_the_sweep_gives_back_once(world, running_host, oper
     assert Order.objects.get(pk=order.pk).state == OrderState.DONE
     assert Instance.objects.get(pk=instance.pk).state == InstanceState.RELEASED
     assert not Accelerator.objects.filter(allocation__isnull=False).exists()
+
+
+@pytest.mark.parametrize("stuck_in", ["provisioning", "releasing"])
+def test_an_operator_can_force_release_a_stuck_host(
+    world,
+    order_hosts,
+    running_host,
+    operate,
+    operator,
+    stuck_in,
+    django_capture_on_commit_callbacks,
+):
+    from apps.core.errors import DomainError
+    from apps.orders.idle import force_release
+
+    if stuck_in == "provisioning":
+        [order] = order_hosts(2, run_tasks=False)
+        instance = Instance.objects.get(pk=order.instance_id)
+    else:
+        instance = running_host(2)
+        operate(instance, "release", run_tasks=False)
+    assert Instance.objects.get(pk=instance.pk).state == stuck_in
+    with pytest.raises(DomainError):  # its job may still be on its way: refused for now
+        force_release(instance=instance, operator=operator, reason="stuck")
+
+    age(Instance.objects.filter(pk=instance.pk))
+    with django_capture_on_commit_callbacks(execute=True):
+        release = force_release(instance=instance, operator=operator, reason="stuck")
+
+    assert Order.objects.get(pk=release.pk).state == OrderState.DONE
+    assert Instance.objects.get(pk=instance.pk).state == InstanceState.RELEASED
+    assert not Accelerator.objects.filter(allocation__isnull=False).exists()
+    assert organization_usage(world.organization) == Usage()
+    assert not Order.objects.exclude(state__in=(OrderState.DONE, OrderState.FAILED)).exists()
