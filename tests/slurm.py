@@ -85,3 +85,51 @@ def slurm(slurm_cluster):
     """A client for the test cluster, closed after the test."""
     with slurm_cluster.client() as client:
         yield client
+
+
+A100 = "a100-sxm-80gb"  # the catalog's model the test cluster's GRES "a100" maps to
+
+
+def driver_config(cluster: SlurmCluster) -> dict:
+    """A `slurm` Backend's config for the test cluster."""
+    return {
+        "url": cluster.url,
+        "user": cluster.user,
+        "key_file": str(cluster.key_path),
+        "jobs_dir": str(cluster.jobs_dir),
+        "gpu_models": {"a100": A100},
+        "slurm_conf": cluster.slurm_conf,
+    }
+
+
+def slurm_park(park, operator, cluster: SlurmCluster, *, card_hour_minor: int):
+    """The test cluster registered by `operator` as `park`'s backend "hpc" in a region "HPC
+    centre", with an A100 image and a one-card training-task price; (backend, image)."""
+    from apps.catalog.models import ResourceType
+    from apps.orchestration.services import register_backend
+    from tests.factories import (
+        AcceleratorModelFactory,
+        FlavorFactory,
+        FlavorFamilyFactory,
+        ImageFactory,
+        PriceFactory,
+        RegionFactory,
+    )
+
+    region = RegionFactory(park=park, code="hpc", name="HPC centre", latency_ms=5)
+    model = AcceleratorModelFactory(name="A100 SXM 80GB", slug=A100, tdp_w=400)
+    image = ImageFactory(park=park, code="pytorch", name="PyTorch", compatible_accelerators=[model])
+    family = FlavorFamilyFactory(
+        park=park, accelerator_model=model, resource_type=ResourceType.TRAINING_TASK
+    )
+    flavor = FlavorFactory(family=family, accelerator_count=1, vcpu=4, ram_gb=16)
+    PriceFactory(region=region, flavor=flavor, amount_minor=card_hour_minor)
+    backend = register_backend(
+        park=park,
+        operator=operator,
+        name="hpc",
+        driver="slurm",
+        config=driver_config(cluster),
+        region=region,
+    )
+    return backend, image

@@ -11,25 +11,17 @@ import time
 import pytest
 from playwright.sync_api import Page, expect
 
-from apps.catalog.models import ResourceType
 from apps.orchestration.models import Task, TaskState
-from apps.orchestration.services import register_backend
 from apps.orchestration.tasks import schedule_queues
 from apps.tenants.models import VerificationState
 from tests.factories import (
-    AcceleratorModelFactory,
-    FlavorFactory,
-    FlavorFamilyFactory,
-    ImageFactory,
     MembershipFactory,
     OrganizationFactory,
     ParkFactory,
     ParkOperatorFactory,
-    PriceFactory,
-    RegionFactory,
     UserFactory,
 )
-from tests.orchestration.slurm.test_slurm_backend import A100, driver_config
+from tests.slurm import slurm_park
 
 pytestmark = pytest.mark.slurm
 PASSWORD = "journey-password-1"
@@ -49,22 +41,7 @@ def test_a_task_ordered_in_the_browser_runs_on_slurm(
     MembershipFactory(organization=organization, user=owner, role="owner")
     operator = UserFactory()
     ParkOperatorFactory(park=park, user=operator)
-    region = RegionFactory(park=park, code="hpc", name="HPC centre")
-    model = AcceleratorModelFactory(name="A100 SXM 80GB", slug=A100, tdp_w=400)
-    image = ImageFactory(park=park, code="pytorch", name="PyTorch", compatible_accelerators=[model])
-    family = FlavorFamilyFactory(
-        park=park, accelerator_model=model, resource_type=ResourceType.TRAINING_TASK
-    )
-    flavor = FlavorFactory(family=family, accelerator_count=1, vcpu=4, ram_gb=16)
-    PriceFactory(region=region, flavor=flavor, amount_minor=1200)
-    register_backend(
-        park=park,
-        operator=operator,
-        name="hpc",
-        driver="slurm",
-        config=driver_config(slurm_cluster),
-        region=region,
-    )
+    _backend, image = slurm_park(park, operator, slurm_cluster, card_hour_minor=1200)
 
     expect.set_options(timeout=TIMEOUT_MS)
     page.set_default_timeout(TIMEOUT_MS)

@@ -17,7 +17,7 @@ from apps.orchestration.backends.base import TASK_FAILED, TASK_SUCCEEDED, Backen
 from apps.orchestration.backends.registry import get_driver
 from apps.orchestration.models import Node, Task, TaskState
 from apps.orchestration.scheduling import cancel_task, submit_task
-from apps.orchestration.services import drain_node, probe_backend, register_backend, undrain_node
+from apps.orchestration.services import drain_node, probe_backend, undrain_node
 from apps.orders.models import Instance
 from apps.orders.services import HostRequest, submit_create
 from apps.tenants.models import VerificationState
@@ -25,26 +25,13 @@ from tests.factories import (
     AcceleratorModelFactory,
     FlavorFactory,
     FlavorFamilyFactory,
-    ImageFactory,
     PriceFactory,
     RegionFactory,
 )
+from tests.slurm import A100, driver_config, slurm_park
 from tests.worlds import SSH_KEY
 
 pytestmark = pytest.mark.slurm
-
-A100 = "a100-sxm-80gb"
-
-
-def driver_config(cluster) -> dict:
-    return {
-        "url": cluster.url,
-        "user": cluster.user,
-        "key_file": str(cluster.key_path),
-        "jobs_dir": str(cluster.jobs_dir),
-        "gpu_models": {"a100": A100},
-        "slurm_conf": cluster.slurm_conf,
-    }
 
 
 def wait_for(condition, *, seconds=30.0, every=0.25):
@@ -139,23 +126,7 @@ def slurm_world(db, park, organization, owner, operator, slurm_cluster):
     type(organization).objects.filter(pk=organization.pk).update(
         verification_state=VerificationState.VERIFIED
     )
-    region = RegionFactory(park=park, code="hpc", name="HPC centre", latency_ms=5)
-    model = AcceleratorModelFactory(name="A100 SXM 80GB", slug=A100, tdp_w=400)
-    image = ImageFactory(park=park, code="pytorch", compatible_accelerators=[model])
-    family = FlavorFamilyFactory(
-        park=park, accelerator_model=model, resource_type=ResourceType.TRAINING_TASK
-    )
-    flavor = FlavorFactory(family=family, accelerator_count=1, vcpu=4, ram_gb=16)
-    PriceFactory(region=region, flavor=flavor, amount_minor=3600)  # 1 minor unit a second
-    backend = register_backend(
-        park=park,
-        operator=operator,
-        name="hpc",
-        driver="slurm",
-        config=driver_config(slurm_cluster),
-        region=region,
-    )
-    return backend, image
+    return slurm_park(park, operator, slurm_cluster, card_hour_minor=3600)  # 1 a second
 
 
 def submit(world, organization, owner, **fields):
