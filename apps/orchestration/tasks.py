@@ -93,8 +93,8 @@ def follow_task(task_id: int) -> None:
     task = _load_task(task_id)
     if task.state not in (TaskState.PLACED, TaskState.RUNNING) or not task.backend_handle:
         return
-    driver = task_driver(task)
     try:
+        driver = task_driver(task)
         status = driver.task_status(task.backend_handle)
         logs = driver.task_logs(task.backend_handle)
     except BackendError as exc:
