@@ -54,6 +54,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "apps.core.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -91,7 +92,19 @@ TEMPLATES = [
 ]
 
 # --- Cache (throttling counters, rate limits): Redis in production, memory locally ---------
-CACHES = {"default": env.cache_url("CACHE_URL", default="locmemcache://")}
+# The login rate limits (allauth) and the API's throttles count in this cache, so every web
+# process must share it: per-process memory would let each gunicorn worker count on its own
+# (issue 18: 19 of 30 wrong passwords were checked against a limit of 5). CACHE_URL
+# (django-environ's cache URL) or else REDIS_URL, e.g. redis://127.0.0.1:6379/1, selects Redis
+# (django's RedisCache, the `redis` package); without either, the laptop default is memory.
+_CACHE_URL = env.str("CACHE_URL", default="") or env.str("REDIS_URL", default="")
+CACHES = {
+    "default": (
+        {**env.cache_url_config(_CACHE_URL), "KEY_PREFIX": "loam"}
+        if _CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
 
 # --- Database ---------------------------------------------------------------------------------
 DATABASES = {
@@ -101,8 +114,18 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
-    # WAL lets the local Celery worker write while runserver reads.
-    DATABASES["default"].setdefault("OPTIONS", {})["init_command"] = "PRAGMA journal_mode=WAL;"
+    # The embedded default has several writers (runserver, the Celery worker and beat's jobs
+    # such as probe_backends and run_task): WAL lets readers and one writer work at once; each
+    # transaction takes the write lock when it begins (IMMEDIATE), so a second writer waits
+    # for it (up to `timeout` seconds) instead of failing with "database is locked" when a
+    # read transaction tries to become a write one.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": env.int("SQLITE_BUSY_TIMEOUT_S", default=30),
+        }
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Auth (django-allauth) --------------------------------------------------------------------
@@ -122,6 +145,9 @@ ACCOUNT_LOGIN_METHODS = {"email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
 ACCOUNT_EMAIL_VERIFICATION = env.str("ACCOUNT_EMAIL_VERIFICATION", default="mandatory")
 ACCOUNT_UNIQUE_EMAIL = True
+# Failed logins: 10 a minute per address, 5 per 5 minutes per email (counted in the shared
+# cache above). A locked email is locked for the rest of those 5 minutes only, never for good;
+# a password reset clears it at once, and a successful login does not count.
 ACCOUNT_RATE_LIMITS = {"login_failed": "10/m/ip,5/5m/key"}
 MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
 
@@ -277,6 +303,26 @@ SECURE_REFERRER_POLICY = "same-origin"
 # /healthz is probed over plain HTTP by load balancers inside the park network.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (apps.core.csp): scripts from this site only ("'nonce'" is the
+# request's nonce, for the inline script drf-spectacular's Swagger UI page renders); inline
+# styles are allowed (ReDoc and Swagger UI inject theirs). data: images and fonts are
+# Bootstrap's and Swagger UI's; ReDoc's search runs in a blob: worker; the licence PDF is shown
+# in an <object> on the operator's page; Stripe Checkout is where the top-up form redirects.
+LOAM_CSP = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'", "'nonce'"],
+    "style-src": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:", "blob:"],
+    "font-src": ["'self'", "data:"],
+    "connect-src": ["'self'"],
+    "worker-src": ["'self'", "blob:"],
+    "object-src": ["'self'"],
+    "frame-ancestors": ["'self'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'", "https://checkout.stripe.com"],
+}
+# True sends it as Content-Security-Policy-Report-Only (to try a stricter policy first).
+LOAM_CSP_REPORT_ONLY = env.bool("LOAM_CSP_REPORT_ONLY", default=False)
 
 LOGGING = {
     "version": 1,

@@ -5,3 +5,9 @@ from django.utils.translation import gettext_lazy as _
 class BillingConfig(AppConfig):
     name = "apps.billing"
     verbose_name = _("Billing")
+
+    def ready(self):
+        from apps.billing.selectors import month_spend
+        from apps.quotas.services import MONTH_SPEND
+
+        MONTH_SPEND.plug(month_spend)

@@ -1,4 +1,9 @@
-"""Invoices: a statement of one organization's usage records over a period, with tax."""
+"""Invoices: a statement of one organization's usage records over a period, with tax.
+
+Metered prices include tax. The wallet is charged each usage record's amount as it accrues, so
+an invoice's total is the sum of its records, exactly what was charged; the invoice states the
+tax included in that total (`included_tax`) and the amount net of it (`subtotal_minor`).
+"""
 
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -34,8 +39,11 @@ class NothingToInvoice(DomainError):
     status = 409
 
 
-def tax_for(subtotal_minor: int, rate: Decimal) -> int:
-    return int((subtotal_minor * rate).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+def included_tax(total_minor: int, rate: Decimal) -> int:
+    """The tax included in a tax-inclusive `total_minor`: the total less the net amount, which
+    is total ÷ (1 + rate) rounded half up to the minor unit."""
+    net = (Decimal(total_minor) / (1 + rate)).quantize(Decimal(1), rounding=ROUND_HALF_UP)
+    return total_minor - int(net)
 
 
 def next_period_start(organization: Organization) -> datetime | None:
@@ -65,8 +73,9 @@ def issue_invoice(*, organization: Organization, period_end: datetime, actor=Non
     if not records.exists():
         raise NothingToInvoice(_("Nothing was used since the last invoice."))
     rate = Decimal(settings.LOAM_INVOICE_TAX_RATE)
-    subtotal = records.aggregate(total=Sum("amount_minor"))["total"] or 0
-    tax = tax_for(subtotal, rate)
+    # What the wallet was charged for these records: the invoice's total, tax included.
+    total = records.aggregate(total=Sum("amount_minor"))["total"] or 0
+    tax = included_tax(total, rate)
     wallet = Wallet.objects.filter(organization=organization).first()
     paid = wallet is None or wallet.mode == BillingMode.PREPAID or wallet.balance_minor >= 0
     now = timezone.now()
@@ -76,10 +85,10 @@ def issue_invoice(*, organization: Organization, period_end: datetime, actor=Non
         period_start=start,
         period_end=period_end,
         currency=organization.park.currency,
-        subtotal_minor=subtotal,
+        subtotal_minor=total - tax,
         tax_rate=rate,
         tax_minor=tax,
-        total_minor=subtotal + tax,
+        total_minor=total,
         state=InvoiceState.PAID if paid else InvoiceState.ISSUED,
         issued_at=now,
     )

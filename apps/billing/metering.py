@@ -6,7 +6,7 @@ Which meters an instance or a task needs in each state is said by the app that o
 Rounding, stated once: a meter's charge up to a moment is its hourly rate × the whole seconds
 since it opened ÷ 3600, rounded half up to the minor unit. Each usage record carries the increase
 of that running total, so the records of one meter add up to exactly its rounded total however
-often metering runs, and an invoice's subtotal is the sum of its records.
+often metering runs, and an invoice's total (tax included) is the sum of its records.
 """
 
 from collections import defaultdict

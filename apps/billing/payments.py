@@ -6,6 +6,7 @@ order end in the same state.
 """
 
 import logging
+from datetime import timedelta
 
 import stripe
 from django.conf import settings
@@ -26,6 +27,9 @@ log = logging.getLogger(__name__)
 
 MIN_TOP_UP_MAJOR = 10
 MAX_TOP_UP_MAJOR = 1_000_000
+# An event Stripe says it created further ahead of our clock than this is refused: clocks drift
+# by seconds, not minutes, and a future date would let a captured event outlive its signature.
+MAX_EVENT_CLOCK_SKEW = timedelta(minutes=5)
 
 
 class PaymentsUnavailable(DomainError):
@@ -117,7 +121,15 @@ def handle_webhook(payload: bytes, signature: str) -> str:
         event = stripe.Webhook.construct_event(payload, signature, settings.STRIPE_WEBHOOK_SECRET)
     except (ValueError, stripe.SignatureVerificationError) as error:
         raise InvalidStripeEvent(_("The Stripe signature or payload is not valid.")) from error
+    _check_created(event)
     handler = HANDLERS.get(event.type)
+    obj = None
+    if handler is not None:
+        # StripeObject is not a dict (stripe >= 15): handlers read a plain copy.
+        try:
+            obj = event.data.object.to_dict()
+        except AttributeError as error:
+            raise InvalidStripeEvent(_("The Stripe signature or payload is not valid.")) from error
     with transaction.atomic():
         try:
             with transaction.atomic():
@@ -126,12 +138,30 @@ def handle_webhook(payload: bytes, signature: str) -> str:
             return "duplicate"
         if handler is None:
             return "ignored"
-        # StripeObject is not a dict (stripe >= 15): handlers read a plain copy.
-        handler(event.data.object.to_dict())
+        handler(obj)
     return "processed"
 
 
+def _check_created(event) -> None:
+    """Refuse an event without a creation time or dated too far in the future."""
+    created = getattr(event, "created", None)
+    if not isinstance(created, int) or isinstance(created, bool):
+        raise InvalidStripeEvent(_("The Stripe event has no valid creation time."))
+    latest = (timezone.now() + MAX_EVENT_CLOCK_SKEW).timestamp()
+    if created > latest:
+        raise InvalidStripeEvent(_("The Stripe event is dated in the future."))
+
+
+def _check_session(session) -> None:
+    """A checkout session event must name its session; otherwise the event is refused (400) and,
+    as the transaction rolls back, not recorded: nothing is credited."""
+    session_id = session.get("id")
+    if not isinstance(session_id, str) or not session_id:
+        raise InvalidStripeEvent(_("The Stripe event's checkout session has no id."))
+
+
 def _payment_for(session) -> Payment | None:
+    _check_session(session)
     payment = (
         Payment.objects.select_for_update(no_key=True)
         .filter(stripe_checkout_session_id=session["id"])

@@ -27,6 +27,16 @@ def _group_expression(group: str):
     return F("kind")
 
 
+def month_spend(organizations, *, now=None) -> int:
+    """What `organizations` (a queryset) were charged since the start of this month (the
+    park's time zone), from their usage records: the quotas' MONTH_SPEND provider."""
+    since = month_start(now or timezone.now())
+    total = UsageRecord.objects.filter(
+        organization__in=organizations, started_at__gte=since
+    ).aggregate(total=Sum("amount_minor"))["total"]
+    return total or 0
+
+
 def usage_series(organization: Organization, *, days: int = 30, group: str = "flavor", now=None):
     """{"x": [days], "series": [{"name", "data": [minor per day]}]}, one series per group."""
     now = now or timezone.now()
@@ -108,7 +118,7 @@ def month_estimate(organization: Organization, *, now: datetime | None = None) -
 
 
 def revenue_by_month(park, *, months: int = 12, now=None) -> list[dict]:
-    """Usage billed per month (what tenants ran, net of tax), newest last."""
+    """Usage billed per month (what tenants were charged, tax included), newest last."""
     now = now or timezone.now()
     since = month_start(now)
     for _month in range(months - 1):

@@ -21,6 +21,7 @@ from apps.billing.models import (
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.extensions import ExtensionPoint
+from apps.core.models import AuditEvent
 from apps.core.money import format_money
 from apps.core.transactions import on_commit_task
 from apps.tenants.access import SystemActor, require_operator
@@ -246,6 +247,101 @@ def enforce_balance(organization_id: int) -> None:
         exhausted = wallet.available_minor <= 0
     if exhausted:
         SUSPEND_HOSTS.one()(organization_id)
+
+
+# --- The monthly spend quota -----------------------------------------------------------------
+
+SPEND_WARNING_PERCENT = 80
+SPEND_LEVELS = (SPEND_WARNING_PERCENT, 100)
+
+
+def enforce_spend_quota(organization_id: int, *, now=None) -> int | None:
+    """After metering: warn once when the month's spend reaches 80 % of the organization's
+    monthly spend limit, and once when it reaches 100 % (from then on quotas.reserve refuses
+    new orders until the next month or a higher limit; running hosts keep running).
+
+    Each notice is an audit event keyed by month, limit and level, written under the wallet's
+    lock, so concurrent or repeated metering sends it once; raising the limit re-arms them.
+    Returns the level announced now, if any."""
+    from apps.billing.selectors import month_spend
+    from apps.quotas.models import QuotaLimit, QuotaResource
+
+    with transaction.atomic():
+        limit = (
+            QuotaLimit.objects.filter(
+                organization_id=organization_id, resource=QuotaResource.MONTHLY_SPEND
+            )
+            .select_related("organization__park")
+            .first()
+        )
+        if limit is None:
+            return None
+        wallet = locked_wallet(organization_id)
+        now = now or timezone.now()
+        spent = month_spend(Organization.objects.filter(pk=organization_id), now=now)
+        reached = [
+            level for level in SPEND_LEVELS if spent > 0 and spent * 100 >= level * limit.limit
+        ]
+        if not reached:
+            return None
+        month = timezone.localtime(now).strftime("%Y-%m")
+        announced = set(
+            AuditEvent.objects.filter(
+                organization_id=organization_id,
+                action="billing.spend_quota",
+                data__month=month,
+                data__limit_minor=limit.limit,
+            ).values_list("data__level", flat=True)
+        )
+        level = max(reached)
+        if level in announced or (level < 100 and 100 in announced):
+            return None
+        _announce_spend(wallet, limit, level=level, spent=spent, month=month)
+        return level
+
+
+def _announce_spend(wallet: Wallet, limit, *, level: int, spent: int, month: str) -> None:
+    organization = limit.organization
+    recipients = _billing_contacts(organization)
+    record_event(
+        action="billing.spend_quota",
+        target=limit,
+        organization=organization,
+        data={
+            "month": month,
+            "level": level,
+            "limit_minor": limit.limit,
+            "spent_minor": spent,
+            "notified": len(recipients),
+        },
+    )
+    if not recipients:
+        return
+    values = {
+        "organization": organization,
+        "spent": format_money(spent, wallet.currency),
+        "limit": format_money(limit.limit, wallet.currency),
+        "percent": level,
+        "url": f"{settings.LOAM_BASE_URL}/org/quotas/",
+    }
+    if level >= 100:
+        subject = _("Loam: %(organization)s reached its monthly spend limit") % values
+        body = _(
+            "%(organization)s has spent %(spent)s this month, its monthly spend limit of "
+            "%(limit)s. New orders are refused until next month or until the park's operators "
+            "raise the limit; running hosts keep running and are still charged. See %(url)s"
+        )
+    else:
+        subject = _("Loam: %(organization)s used %(percent)s %% of its monthly spend limit") % (
+            values
+        )
+        body = _(
+            "%(organization)s has spent %(spent)s this month, %(percent)s %% of its monthly "
+            "spend limit of %(limit)s. When the limit is reached, new orders are refused; "
+            "running hosts keep running. See %(url)s"
+        )
+    message = body % values
+    transaction.on_commit(lambda: send_mail(subject, message, None, recipients))
 
 
 def _warn_low_balance(wallet: Wallet) -> None:

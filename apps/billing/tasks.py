@@ -14,13 +14,15 @@ log = logging.getLogger(__name__)
 @shared_task
 def meter_usage() -> int:
     """Close every open meter up to now, charge the wallets, then warn or stop where the money
-    ran low. Each organization is one transaction, so a failure stops only its own."""
+    ran low, and warn where the month's spend nears or reaches its limit. Each organization is
+    one transaction, so a failure stops only its own."""
     until = timezone.now()
     charged = 0
     for organization_id in metering.organizations_due():
         try:
             charged += metering.meter_organization(organization_id, until=until)
             services.enforce_balance(organization_id)
+            services.enforce_spend_quota(organization_id)
         except Exception:  # one organization's failure must not stop the others' metering
             log.exception("metering organization %s failed", organization_id)
     # Hosts stopped for funds whose stop had not finished when the top-up came.

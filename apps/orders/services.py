@@ -349,6 +349,7 @@ def submit_create(
             system_disk_gb=request.system_disk_gb,
             data_disk_gb=request.data_disk_gb,
             count=request.count,
+            hourly_minor=quoted.hourly_minor_rounded,  # what the monthly spend limit counts
         ),
     )
     one_host = Quote(**{**quoted.__dict__, "count": 1})

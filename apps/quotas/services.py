@@ -5,6 +5,12 @@ state with their open resizes, placed and running training tasks), so a reservat
 such a row: created on submit, given back when it is released, fails or ends. `reserve` checks
 a demand against every limit while holding the organization's (and, where it has limits, the
 park's) row lock, so two concurrent orders are counted one after the other and never both pass.
+
+The monthly spend limit is the exception: spend is not held by rows but accrues, so the month's
+spend so far is read from the usage records (`MONTH_SPEND`, provided by billing). An order adds
+its first hour (what its hosts cost an hour, the amount the wallet holds when it is placed);
+it is refused when the spend so far plus that first hour passes the limit, and once the spend
+has reached the limit every new order is refused. Running hosts are never stopped for it.
 """
 
 from dataclasses import dataclass, field
@@ -15,9 +21,12 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
+from apps.catalog.models import PriceKind
+from apps.catalog.selectors import prices_in_force
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.extensions import ExtensionPoint
+from apps.core.money import format_money
 from apps.core.transactions import lock
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.tenants.access import require_operator
@@ -31,7 +40,13 @@ class QuotaExceeded(DomainError):
 
 @dataclass(frozen=True)
 class Usage:
-    """Resources held (or asked for). `by_model` counts accelerators per accelerator model id."""
+    """Resources held (or asked for). `by_model` counts accelerators per accelerator model id.
+
+    A demand also says what it costs an hour, for the monthly spend limit: `hourly_minor` when
+    the caller knows its price (its quote), else `flavors` (flavor id -> hosts), priced at the
+    flavor's lowest hourly price in force when a spend limit has to be checked. Spend is never
+    held by rows, so neither field takes part in comparing usages.
+    """
 
     accelerators: int = 0
     compute_units: Decimal = Decimal(0)
@@ -40,11 +55,10 @@ class Usage:
     disk_gb: int = 0
     instances: int = 0
     by_model: dict = field(default_factory=dict)
+    hourly_minor: int = field(default=0, compare=False)
+    flavors: dict = field(default_factory=dict, compare=False)
 
     def __add__(self, other: "Usage") -> "Usage":
-        models = {**self.by_model}
-        for model_id, count in other.by_model.items():
-            models[model_id] = models.get(model_id, 0) + count
         return Usage(
             accelerators=self.accelerators + other.accelerators,
             compute_units=self.compute_units + other.compute_units,
@@ -52,7 +66,9 @@ class Usage:
             ram_gb=self.ram_gb + other.ram_gb,
             disk_gb=self.disk_gb + other.disk_gb,
             instances=self.instances + other.instances,
-            by_model=models,
+            by_model=_merged(self.by_model, other.by_model),
+            hourly_minor=self.hourly_minor + other.hourly_minor,
+            flavors=_merged(self.flavors, other.flavors),
         )
 
     def __sub__(self, other: "Usage") -> "Usage":
@@ -64,6 +80,8 @@ class Usage:
             disk_gb=-other.disk_gb,
             instances=-other.instances,
             by_model={k: -v for k, v in other.by_model.items()},
+            hourly_minor=-other.hourly_minor,
+            flavors={k: -v for k, v in other.flavors.items()},
         )
         return self + negated
 
@@ -77,7 +95,37 @@ class Usage:
             disk_gb=max(0, self.disk_gb),
             instances=max(0, self.instances),
             by_model={k: v for k, v in self.by_model.items() if v > 0},
+            # The price of a resize is the difference of its sizes' prices: kept whole, and
+            # never below zero once priced (`spend_minor`).
+            hourly_minor=self.hourly_minor,
+            flavors=dict(self.flavors),
         )
+
+    def asks_anything(self) -> bool:
+        counted = (
+            self.accelerators,
+            self.compute_units,
+            self.vcpu,
+            self.ram_gb,
+            self.disk_gb,
+            self.instances,
+        )
+        return any(value > 0 for value in counted) or any(
+            count > 0 for count in self.by_model.values()
+        )
+
+    def spend_minor(self) -> int:
+        """What this demand costs an hour (its first hour), in minor units, never below zero."""
+        total = self.hourly_minor
+        wanted = {pk: count for pk, count in self.flavors.items() if count}
+        if wanted:
+            lowest: dict[int, int] = {}
+            for price in prices_in_force(kind=PriceKind.FLAVOR_HOUR, flavor_id__in=list(wanted)):
+                current = lowest.get(price.flavor_id)
+                if current is None or price.amount_minor < current:
+                    lowest[price.flavor_id] = price.amount_minor
+            total += sum(lowest.get(pk, 0) * count for pk, count in wanted.items())
+        return max(0, total)
 
     def amount(self, limit: QuotaLimit):
         if limit.resource == QuotaResource.MODEL_ACCELERATORS:
@@ -92,8 +140,30 @@ class Usage:
         }.get(limit.resource)
 
 
-def demand_for(*, flavor, system_disk_gb: int, data_disk_gb: int, count: int = 1) -> Usage:
+def _merged(a: dict, b: dict) -> dict:
+    merged = {**a}
+    for key, count in b.items():
+        merged[key] = merged.get(key, 0) + count
+    return merged
+
+
+def demand_for(
+    *,
+    flavor,
+    system_disk_gb: int,
+    data_disk_gb: int,
+    count: int = 1,
+    hourly_minor: int | None = None,
+) -> Usage:
+    """What `count` hosts of `flavor` hold. `hourly_minor` is what they cost an hour together
+    (their quote, disk and bandwidth included); without it the monthly spend limit prices them
+    at the flavor's lowest hourly price in force."""
     model = flavor.family.accelerator_model
+    priced = (
+        {"hourly_minor": hourly_minor}
+        if hourly_minor is not None
+        else {"flavors": {flavor.pk: count}}
+    )
     return Usage(
         accelerators=flavor.accelerator_count * count,
         compute_units=model.compute_units * flavor.accelerator_count * count,
@@ -102,6 +172,7 @@ def demand_for(*, flavor, system_disk_gb: int, data_disk_gb: int, count: int = 1
         disk_gb=(system_disk_gb + data_disk_gb) * count,
         instances=count,
         by_model={model.pk: flavor.accelerator_count * count},
+        **priced,
     )
 
 
@@ -117,6 +188,16 @@ def usage_held(organizations) -> Usage:
     for count in QUOTA_HOLDERS.providers():
         total += count(organizations)
     return total
+
+
+# This month's spend so far is billing's (its usage records), a floor above: billing plugs in a
+# callable (organizations: a queryset of Organization) -> int, the minor units their usage
+# records since the start of the current month (the park's time zone) add up to.
+MONTH_SPEND = ExtensionPoint("this month's spend")
+
+
+def month_spend(organizations) -> int:
+    return sum(spend(organizations) for spend in MONTH_SPEND.providers())
 
 
 def organization_usage(organization: Organization) -> Usage:
@@ -158,7 +239,13 @@ def reserve(*, organization: Organization, demand: Usage) -> None:
     if park_limits:
         held = park_usage(organization.park)
         checks += [(limit, held) for limit in park_limits]
+    spend_wanted = None
     for limit, held in checks:
+        if limit.resource == QuotaResource.MONTHLY_SPEND:
+            if spend_wanted is None:
+                spend_wanted = demand.spend_minor()
+            _check_spend(organization, limit, spend_wanted, asks=demand.asks_anything())
+            continue
         wanted = demand.amount(limit)
         if not wanted or wanted <= 0:
             continue
@@ -167,13 +254,39 @@ def reserve(*, organization: Organization, demand: Usage) -> None:
             raise QuotaExceeded(_quota_message(limit, used, wanted))
 
 
-def _quota_message(limit: QuotaLimit, used, wanted) -> str:
+def spend_scope(limit: QuotaLimit):
+    """The organizations whose spend a monthly spend limit counts."""
+    if limit.organization_id:
+        return Organization.objects.filter(pk=limit.organization_id)
+    return Organization.objects.filter(park_id=limit.park_id)
+
+
+def _check_spend(organization: Organization, limit: QuotaLimit, wanted: int, *, asks) -> None:
+    """The month's spend so far plus the demand's first hour must stay within the limit; once
+    the spend has reached it, nothing new is accepted (even what costs nothing an hour)."""
+    if wanted <= 0 and not asks:
+        return
+    used = month_spend(spend_scope(limit))
+    if used >= limit.limit or used + wanted > limit.limit:
+        currency = organization.park.currency
+        raise QuotaExceeded(
+            _quota_message(
+                limit,
+                format_money(used, currency),
+                format_money(wanted, currency),
+                shown_limit=format_money(limit.limit, currency),
+            )
+        )
+
+
+def _quota_message(limit: QuotaLimit, used, wanted, *, shown_limit=None) -> str:
     what = (
         str(limit.accelerator_model)
         if limit.resource == QuotaResource.MODEL_ACCELERATORS
         else str(limit.get_resource_display())
     )
-    values = {"what": what, "used": used, "wanted": wanted, "limit": limit.limit}
+    shown_limit = limit.limit if shown_limit is None else shown_limit
+    values = {"what": what, "used": used, "wanted": wanted, "limit": shown_limit}
     if limit.organization_id:
         text = _(
             "Over your organization's quota for %(what)s: %(used)s in use + %(wanted)s asked "

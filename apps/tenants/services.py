@@ -5,6 +5,7 @@ Each takes the acting user (or API key) and checks the role matrix before it wri
 
 import hashlib
 import hmac
+import re
 import secrets
 from datetime import timedelta
 
@@ -121,13 +122,66 @@ def validate_licence(upload) -> None:
             },
             code="licence_size",
         )
-    head = upload.read(8)
+    content = upload.read()
     upload.seek(0)
-    if not head.startswith(allowed[suffix]):
+    kind = suffix[1:].upper()
+    if not content.startswith(allowed[suffix]):
         raise ValidationError(
-            _("The file's content is not a %(kind)s file.") % {"kind": suffix[1:].upper()},
+            _("The file's content is not a %(kind)s file.") % {"kind": kind},
             code="licence_content",
         )
+    # The whole file, not only its first bytes: a PDF or image that is also an HTML page (a
+    # polyglot) or carries script is refused, so nothing a browser could run is ever stored.
+    if not _WHOLE_FILE_CHECKS[suffix](content) or _ACTIVE_CONTENT.search(content):
+        raise ValidationError(
+            _(
+                "The file is not a plain %(kind)s file (it is damaged or holds other content, "
+                "such as a web page or script). Export or scan the licence again."
+            )
+            % {"kind": kind},
+            code="licence_content",
+        )
+
+
+# Markup or script a browser or PDF reader could run, anywhere in an uploaded licence.
+_ACTIVE_CONTENT = re.compile(
+    rb"<(?:!doctype|html|head|body|script|iframe|object|embed|meta|form)"
+    rb"|javascript:|/JavaScript\b|/Launch\b|/EmbeddedFile\b",
+    re.IGNORECASE,
+)
+
+
+def _whole_pdf(content: bytes) -> bool:
+    """Starts with a PDF header and ends with its end-of-file marker (within the last KiB)."""
+    return content.startswith(b"%PDF-") and b"%%EOF" in content[-1024:]
+
+
+def _whole_png(content: bytes) -> bool:
+    """The PNG signature, then well-formed chunks from IHDR to IEND, and nothing after it."""
+    position, first = 8, True
+    while position + 12 <= len(content):
+        length = int.from_bytes(content[position : position + 4], "big")
+        kind = content[position + 4 : position + 8]
+        if not kind.isalpha() or (first and kind != b"IHDR"):
+            return False
+        position += 12 + length
+        first = False
+        if kind == b"IEND":
+            return position == len(content)
+    return False
+
+
+def _whole_jpeg(content: bytes) -> bool:
+    """The JPEG start-of-image marker and its end-of-image marker last."""
+    return content.startswith(b"\xff\xd8\xff") and content.rstrip(b"\x00").endswith(b"\xff\xd9")
+
+
+_WHOLE_FILE_CHECKS = {
+    ".pdf": _whole_pdf,
+    ".png": _whole_png,
+    ".jpg": _whole_jpeg,
+    ".jpeg": _whole_jpeg,
+}
 
 
 @transaction.atomic

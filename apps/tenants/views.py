@@ -115,15 +115,31 @@ def licence(request):
     return licence_response(request.organization)
 
 
+# The only types a licence is stored as (apps.tenants.services.validate_licence); anything
+# else (a file stored before that check) is offered as a download, never shown.
+LICENCE_CONTENT_TYPES = {
+    ".pdf": "application/pdf",
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+}
+
+
 def licence_response(organization):
+    """The licence with its own type, never sniffed (X-Content-Type-Options: nosniff), so a
+    browser cannot take it for a page even if it were one."""
     if not organization.licence:
         raise Http404
-    suffix = PurePosixPath(organization.licence.name).suffix
-    return FileResponse(
+    suffix = PurePosixPath(organization.licence.name).suffix.lower()
+    content_type = LICENCE_CONTENT_TYPES.get(suffix)
+    response = FileResponse(
         organization.licence.open("rb"),
         filename=f"licence-{organization.slug}{suffix}",
-        as_attachment=False,
+        as_attachment=content_type is None,
+        content_type=content_type or "application/octet-stream",
     )
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 @organization_view()

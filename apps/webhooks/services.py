@@ -43,7 +43,7 @@ from apps.webhooks.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from apps.webhooks.validators import validate_event_types, validate_url
+from apps.webhooks.validators import is_public_address, validate_event_types, validate_url
 
 SECRET_PREFIX = "whsec_"
 SIGNATURE_HEADER = "Loam-Signature"
@@ -342,7 +342,7 @@ def blocked_destination(url: str) -> str:
             return ""  # unresolvable now: the request fails and is retried like any other
         addresses = {info[4][0] for info in found}
     for address in sorted(addresses):
-        if not ipaddress.ip_address(address.split("%")[0]).is_global:
+        if not is_public_address(address):
             return (
                 f"{host} resolves to {address}, which is not a public address; webhooks are "
                 "delivered to public addresses only."

@@ -1,6 +1,7 @@
 """Input rules for endpoints, shared by the services (which enforce them) and the API
 serializers (which report them per field). Both raise Django's ValidationError."""
 
+import ipaddress
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
@@ -33,7 +34,54 @@ def validate_url(value: str) -> str:
         raise ValidationError(_("The URL must not contain a user name or password."), code="url")
     if parts.scheme != "https" and not conf.allow_http():
         raise ValidationError(_("The URL must use https://."), code="url_https_required")
+    if not conf.allow_private():
+        try:
+            literal = ipaddress.ip_address((parts.hostname or "").split("%")[0])
+        except ValueError:
+            literal = None  # a name: resolved and checked at each delivery (blocked_destination)
+        if literal is not None and not is_public_address(literal):
+            raise ValidationError(
+                _("Webhooks are delivered to public addresses only; %(address)s is not one.")
+                % {"address": parts.hostname},
+                code="url_not_public",
+            )
     return url
+
+
+# IPv6 prefixes that carry an IPv4 address in their last 32 bits: NAT64's well-known and
+# local-use prefixes (RFC 6052, RFC 8215) and the deprecated IPv4-compatible form (::a.b.c.d).
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for (IPv4-mapped, IPv4-compatible, NAT64, 6to4
+    or Teredo), if any."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    low = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if any(address in network for network in _NAT64):
+        return low
+    if address in _IPV4_COMPATIBLE and int(address) > 1:  # not :: nor ::1
+        return low
+    return None
+
+
+def is_public_address(address) -> bool:
+    """Whether a delivery may go to `address` (an address or its text, a zone id allowed): a
+    global address, and for an IPv6 form of an IPv4 address, a global IPv4 address too, so
+    that [::ffff:127.0.0.1], [::127.0.0.1], [64:ff9b::a9fe:a9fe] or [2002:a9fe:a9fe::1] do not
+    reach the park's own network."""
+    ip = ipaddress.ip_address(str(address).split("%")[0])
+    if ip.version == 6:
+        inner = embedded_ipv4(ip)
+        if inner is not None:
+            return inner.is_global
+    return ip.is_global
 
 
 def validate_event_types(value) -> list[str]:

@@ -3,7 +3,9 @@ next starts where the last ended; on demand by an operator; the invoice.issued w
 
 March 2026 in Asia/Shanghai: host A (1 accelerator, 100 GB disk = 5 fen an hour) runs 3870 s
 (1075 fen), then stays stopped until its disk has existed 20 h (100 fen) and is released; host
-B starts at 23:00 on 31 March (1000 fen until midnight). Subtotal 2175, tax 6 % = 130.5 -> 131.
+B starts at 23:00 on 31 March (1000 fen until midnight). The wallet was charged 2175: prices
+include tax, so the invoice's total is 2175, of which 6 % tax: 2175 / 1.06 = 2051.89 -> 2052 net,
+123 tax.
 """
 
 from decimal import Decimal
@@ -71,10 +73,10 @@ def test_month_end_issues_an_invoice_of_last_months_usage(march, world):
     assert invoice.organization == world.organization
     assert (invoice.period_start, invoice.period_end) == (MARCH, APRIL)
     assert invoice.currency == "CNY"
-    assert invoice.subtotal_minor == 2175
+    assert invoice.subtotal_minor == 2052  # net of tax
     assert invoice.tax_rate == Decimal("0.06")
-    assert invoice.tax_minor == 131  # 130.5, half up
-    assert invoice.total_minor == 2306
+    assert invoice.tax_minor == 123
+    assert invoice.total_minor == 2175
     assert invoice.state == InvoiceState.PAID  # prepaid: paid as it was used
     assert invoice.issued_at == timezone.now()
     assert invoice.number == f"INV-202603-{world.organization.pk:06d}-001"
@@ -96,12 +98,12 @@ def test_month_end_issues_an_invoice_of_last_months_usage(march, world):
     assert invoice.lines.get(kind=MeterKind.DISK).hours == 20
 
 
-def test_the_subtotal_is_the_sum_of_the_months_usage_records(march, world):
+def test_the_total_is_the_sum_of_the_months_usage_records(march, world):
     invoice = invoicing.issue_due_invoices(now=timezone.now())[0]
     in_march = UsageRecord.objects.filter(started_at__gte=MARCH, started_at__lt=APRIL)
-    assert in_march.aggregate(s=Sum("amount_minor"))["s"] == invoice.subtotal_minor
+    assert in_march.aggregate(s=Sum("amount_minor"))["s"] == invoice.total_minor
     assert set(in_march.values_list("invoice", flat=True)) == {invoice.pk}
-    assert InvoiceLine.objects.aggregate(s=Sum("amount_minor"))["s"] == invoice.subtotal_minor
+    assert InvoiceLine.objects.aggregate(s=Sum("amount_minor"))["s"] == invoice.total_minor
     # April's first ten minutes of host B are not in it.
     (april,) = UsageRecord.objects.filter(started_at__gte=APRIL)
     assert (april.invoice, april.seconds) == (None, 600)
@@ -124,9 +126,9 @@ def test_the_next_invoice_starts_where_the_last_ended(march, world, operate, met
     (invoice,) = invoicing.issue_due_invoices(now=timezone.now())
     assert (invoice.period_start, invoice.period_end) == (APRIL, MAY)
     assert (invoice.subtotal_minor, invoice.tax_minor, invoice.total_minor) == (
+        22_642,
+        1358,
         24_000,
-        1440,
-        25_440,
     )
     assert invoice.number == f"INV-202604-{world.organization.pk:06d}-002"
     ((instance, seconds),) = invoice.lines.values_list("instance", "seconds")
@@ -155,15 +157,17 @@ def test_one_invoice_per_organization_with_usage(travel, park):
     issued = invoicing.issue_due_invoices(now=timezone.now())
     assert sorted(i.organization_id for i in issued) == sorted(o.pk for o in used)
     for invoice in issued:
-        assert (invoice.subtotal_minor, invoice.tax_minor) == (5000, 300)  # 2 h at 25.00
+        assert (invoice.total_minor, invoice.tax_minor) == (5000, 283)  # 2 h at 25.00
         assert (invoice.period_start, invoice.period_end) == (MARCH, APRIL)
 
 
-def test_tax_is_rounded_half_up():
-    assert invoicing.tax_for(1075, Decimal("0.06")) == 65  # 64.5
-    assert invoicing.tax_for(2175, Decimal("0.06")) == 131  # 130.5
-    assert invoicing.tax_for(1074, Decimal("0.06")) == 64  # 64.44
-    assert invoicing.tax_for(0, Decimal("0.06")) == 0
+def test_the_included_tax_leaves_a_net_rounded_half_up():
+    assert invoicing.included_tax(1075, Decimal("0.06")) == 61  # net 1014.15 -> 1014
+    assert invoicing.included_tax(2175, Decimal("0.06")) == 123  # net 2051.89 -> 2052
+    assert invoicing.included_tax(28, Decimal("0.06")) == 2  # net 26.42 -> 26
+    assert invoicing.included_tax(3, Decimal("1")) == 1  # net 1.5 -> 2, half up
+    assert invoicing.included_tax(0, Decimal("0.06")) == 0
+    assert invoicing.included_tax(1000, Decimal("0")) == 0
 
 
 def test_the_tax_rate_is_the_setting_at_issue(march, settings):
@@ -171,8 +175,8 @@ def test_the_tax_rate_is_the_setting_at_issue(march, settings):
     (invoice,) = invoicing.issue_due_invoices(now=timezone.now())
     assert (invoice.tax_rate, invoice.tax_minor, invoice.total_minor) == (
         Decimal("0.13"),
-        283,  # 282.75
-        2458,
+        250,  # net 2175 / 1.13 = 1924.78 -> 1925
+        2175,
     )
 
 
@@ -182,15 +186,15 @@ def test_an_operator_issues_an_invoice_up_to_now(travel, world, running_host, op
     clock.shift(5400)
     invoice = invoicing.issue_on_demand(organization=world.organization, operator=operator)
     assert (invoice.period_start, invoice.period_end) == (MARCH, timezone.now())
-    assert (invoice.subtotal_minor, invoice.tax_minor, invoice.total_minor) == (1500, 90, 1590)
+    assert (invoice.subtotal_minor, invoice.tax_minor, invoice.total_minor) == (1415, 85, 1500)
     assert UsageRecord.objects.filter(invoice=None).count() == 0  # metered up to now for it
     # The month-end invoice starts where it ended.
     clock.move_to(local(2026, 4, 1, 0, 1))
     (month_end,) = invoicing.issue_due_invoices(now=timezone.now())
     assert month_end.period_start == invoice.period_end
-    assert month_end.subtotal_minor == 1000 * 518 - 1500  # 10 March 10:00 to 1 April: 518 h
+    assert month_end.total_minor == 1000 * 518 - 1500  # 10 March 10:00 to 1 April: 518 h
     assert (
-        Invoice.objects.aggregate(s=Sum("subtotal_minor"))["s"]
+        Invoice.objects.aggregate(s=Sum("total_minor"))["s"]
         == UsageRecord.objects.filter(started_at__lt=APRIL).aggregate(s=Sum("amount_minor"))["s"]
     )
 
@@ -248,6 +252,6 @@ def test_an_issued_invoice_is_sent_to_subscribed_webhooks(march, world):
         payload["data"]["subtotal_minor"],
         payload["data"]["tax_minor"],
         payload["data"]["total_minor"],
-    ) == (2175, 131, 2306)
+    ) == (2052, 123, 2175)
     assert payload["data"]["currency"] == "CNY"
     assert payload["data"]["state"] == InvoiceState.PAID

@@ -351,3 +351,56 @@ def test_a_webhook_top_up_resumes_the_suspended_host(suspended, world, post_even
     assert Instance.objects.get(pk=suspended.pk).state == InstanceState.RUNNING
     assert FundsSuspension.objects.get(instance=suspended).resumed_at is not None
     assert Wallet.objects.get(pk=wallet.pk).balance_minor == -6 + 50_000
+
+
+# --- Webhooks: malformed or mis-dated events (issue 18) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "session",
+    [
+        pytest.param(
+            lambda p: {k: v for k, v in checkout_session(p).items() if k != "id"}, id="no-id"
+        ),
+        pytest.param(lambda p: checkout_session(p, id=""), id="empty-id"),
+        pytest.param(lambda p: checkout_session(p, id=None), id="null-id"),
+    ],
+)
+def test_a_completed_session_without_an_id_is_refused(post_event, pending, organization, session):
+    response = post_event(stripe_event("checkout.session.completed", session(pending)))
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_stripe_event"
+    assert Payment.objects.get().state == PaymentState.PENDING
+    assert balance(organization) == FUNDED_BALANCE_MINOR
+    assert not StripeEvent.objects.exists() and not LedgerEntry.objects.exists()
+
+
+def test_an_event_without_its_object_is_refused(post_event, pending, organization):
+    event = stripe_event("checkout.session.completed", {})
+    del event["data"]["object"]
+    response = post_event(event)
+    assert response.status_code == 400
+    assert balance(organization) == FUNDED_BALANCE_MINOR
+
+
+@pytest.mark.parametrize(
+    ("ahead", "status"),
+    [(3600, 400), (6 * 60, 400), (4 * 60, 200), (0, 200), (-86_400, 200)],
+)
+def test_an_event_dated_in_the_future_is_refused(post_event, pending, organization, ahead, status):
+    event = stripe_event("checkout.session.completed", checkout_session(pending))
+    event["created"] = int(time.time()) + ahead
+    response = post_event(event)
+    assert response.status_code == status
+    credited = FUNDED_BALANCE_MINOR + (20_000 if status == 200 else 0)
+    assert balance(organization) == credited
+    if status == 400:
+        assert response.json()["error"] == "invalid_stripe_event"
+        assert not StripeEvent.objects.exists()
+
+
+def test_an_event_without_a_creation_time_is_refused(post_event, pending, organization):
+    event = stripe_event("checkout.session.completed", checkout_session(pending))
+    del event["created"]
+    assert post_event(event).status_code == 400
+    assert balance(organization) == FUNDED_BALANCE_MINOR

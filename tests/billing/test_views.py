@@ -201,7 +201,38 @@ def test_an_invoice_page_lists_its_lines(
     html = page.content.decode()
     assert [line.description for line in page.context["lines"]] == ["trainer", "trainer"]
     assert "¥20.00" in html and "¥0.10" in html  # compute, disk
-    assert "¥20.10" in html and "¥1.21" in html and "¥21.31" in html  # subtotal, 6 %, total
+    # Prices include tax: the total is what was charged, 2010 / 1.06 = 1896.23 -> ¥18.96 net.
+    assert "¥18.96" in html and "¥1.14" in html and "¥20.10" in html  # net, 6 %, total
+    assert "Prices include tax" in html
+
+
+def test_the_wallet_is_charged_the_invoice_total(
+    clock, world, running_host, operator, owner, as_user, settings, meter
+):
+    """Issue 18: 94 s at ¥10.00 an hour is ¥0.26 charged; the invoice's total is that ¥0.26
+    (tax included: ¥0.25 net, ¥0.01 tax), not ¥0.28 on top of it."""
+    from apps.billing import invoicing
+
+    settings.LOAM_INVOICE_TAX_RATE = "0.06"
+    wallet = Wallet.objects.get(organization=world.organization)
+    before = wallet.balance_minor
+    running_host(1, name="short")
+    clock.shift(94)
+    meter()
+    issued = invoicing.issue_on_demand(organization=world.organization, operator=operator)
+    wallet.refresh_from_db()
+    charged = -sum(
+        LedgerEntry.objects.filter(wallet=wallet, kind=EntryKind.CHARGE).values_list(
+            "amount_minor", flat=True
+        )
+    )
+    assert charged == before - wallet.balance_minor == 26
+    assert issued.total_minor == charged
+    assert (issued.subtotal_minor, issued.tax_minor) == (25, 1)
+    assert issued.subtotal_minor + issued.tax_minor == issued.total_minor
+    html = as_user(owner).get(reverse("billing:invoice_detail", kwargs={"invoice_id": issued.pk}))
+    html = html.content.decode()
+    assert "¥0.26" in html and "¥0.28" not in html
 
 
 # --- Operator pages -------------------------------------------------------------------------
@@ -363,7 +394,7 @@ def test_issuing_an_invoice_on_demand(clock, world, running_host, operator, as_u
     )
     invoice = Invoice.objects.get()
     assert messages_of(response) == [f"Invoice {invoice.number} issued."]
-    assert (invoice.subtotal_minor, invoice.total_minor) == (1000, 1060)
+    assert (invoice.subtotal_minor, invoice.total_minor) == (943, 1000)  # tax included
 
 
 def test_issuing_with_nothing_to_invoice_says_so(as_user, organization, operator):

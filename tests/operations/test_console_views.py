@@ -258,6 +258,27 @@ def test_quota_editor_changes_adds_and_shows_history(ops, console, operator):
     assert operator.username in history
 
 
+def test_a_limit_below_current_use_is_saved_with_a_warning(ops, console, running):
+    """Issue 18: the operator is told the organization already uses more, and that nothing
+    running is stopped."""
+    running(2)
+    running(1)
+    path = f"/ops/organizations/{console.organization.pk}/quotas/"
+    limit = QuotaLimit.objects.get(organization=console.organization, resource="accelerators")
+    page = html(ops.post(path, {"action": "set", "limit_id": limit.pk, "value": 2}, follow=True))
+    assert QuotaLimit.objects.get(pk=limit.pk).limit == 2
+    assert "Limit saved." in page and "alert-warning" in page
+    assert "already uses 3 of Accelerators (all models)" in page
+    assert "Nothing running is stopped" in page
+    assert Instance.objects.filter(state="running").count() == 2
+    # At or above the use: no warning.
+    page = html(ops.post(path, {"action": "set", "limit_id": limit.pk, "value": 3}, follow=True))
+    assert "Limit saved." in page and "alert-warning" not in page
+    # Adding a limit under the use warns too.
+    page = html(ops.post(path, {"action": "add", "resource": "vcpu", "value": 8}, follow=True))
+    assert "Limit added." in page and "already uses 24 of vCPU" in page
+
+
 @pytest.mark.parametrize(
     "data",
     [

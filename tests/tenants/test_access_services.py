@@ -60,8 +60,19 @@ from tests.factories import (
 pytestmark = pytest.mark.django_db
 
 PDF = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\n%%EOF\n"
-PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
-JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 32
+
+
+def png_chunk(kind: bytes, data: bytes) -> bytes:
+    return len(data).to_bytes(4, "big") + kind + data + b"\x00" * 4  # CRC not checked
+
+
+PNG = (
+    b"\x89PNG\r\n\x1a\n"
+    + png_chunk(b"IHDR", b"\x00\x00\x00\x01" * 2 + b"\x08\x02\x00\x00\x00")
+    + png_chunk(b"IDAT", b"\x78\x9c" + b"\x00" * 12)
+    + png_chunk(b"IEND", b"")
+)
+JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 32 + b"\xff\xd9"
 
 
 def events(action, **filters):
@@ -259,6 +270,16 @@ class TestSubmitVerification:
             ("licence.png", PDF),
             ("licence.jpg", PNG),
             ("licence.pdf", b""),
+            # Polyglots and damaged files (issue 18): the whole file is checked.
+            ("licence.pdf", b"%PDF-1.4\n<html><body><script>alert(1)</script>\n%%EOF\n"),
+            ("licence.pdf", PDF + b"<!DOCTYPE html><p>hi</p>"),
+            ("licence.pdf", b"%PDF-1.4\n1 0 obj << /S /JavaScript /JS (app.alert(1)) >>\n%%EOF"),
+            ("licence.pdf", b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\n"),  # truncated
+            ("licence.png", PNG + b"<html><script>alert(1)</script></html>"),
+            ("licence.png", PNG[:-12]),  # no IEND
+            ("licence.png", b"\x89PNG\r\n\x1a\n" + b"\x00" * 32),
+            ("licence.jpg", JPEG[:-2] + b"<iframe src=x></iframe>\xff\xd9"),
+            ("licence.jpg", JPEG[:-2]),  # no end of image
         ],
     )
     def test_content_not_matching_the_type_refused(self, organization, owner, media, name, content):

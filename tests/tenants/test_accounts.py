@@ -355,3 +355,31 @@ def test_owner_without_totp_cannot_use_the_api_with_the_session(client, park, ow
     require(park, require_mfa_for_owners=True)
     client.force_login(owner)
     assert client.get("/api/v1/api-keys/").status_code in (302, 401, 403)
+
+
+def test_a_locked_email_is_not_locked_for_good(client):
+    """Issue 18: the lock lasts the rest of the 5-minute window, then the real user logs in."""
+    import time_machine
+    from django.utils import timezone
+
+    user = UserFactory()
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        for _ in range(5):
+            login(client, user.email, "wrong")
+        assert TOO_MANY in login(client, user.email).content.decode()
+        clock.shift(5 * 60 + 1)
+        assert login(client, user.email).status_code == 302
+        assert logged_in_user_id(client) == str(user.pk)
+
+
+def test_a_password_reset_clears_the_lock(client):
+    from allauth.account.adapter import get_adapter
+    from django.test import RequestFactory
+
+    user = UserFactory()
+    for _ in range(5):
+        login(client, user.email, "wrong")
+    assert TOO_MANY in login(client, user.email).content.decode()
+    request = RequestFactory().post("/accounts/password/reset/key/")
+    get_adapter(request)._delete_login_attempts_cached_email(request, email=user.email)
+    assert login(client, user.email).status_code == 302

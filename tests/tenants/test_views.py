@@ -303,6 +303,27 @@ def test_licence_download_for_the_owner(client, owner, with_licence):
     assert f'filename="licence-{with_licence.slug}.pdf"' in response["Content-Disposition"]
 
 
+@pytest.mark.parametrize(
+    ("name", "content_type", "attachment"),
+    [
+        ("scan.pdf", "application/pdf", False),
+        ("scan.PNG", "image/png", False),
+        ("scan.html", "application/octet-stream", True),  # stored before the type check
+    ],
+)
+def test_licence_is_never_sniffed(
+    client, owner, organization, media, name, content_type, attachment
+):
+    organization.licence.save(name, ContentFile(PDF), save=True)
+    client.force_login(owner)
+    response = client.get("/org/verification/licence/")
+    assert response.status_code == 200
+    assert response["Content-Type"] == content_type
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert response["Content-Disposition"].startswith("attachment" if attachment else "inline")
+    assert "script-src 'self'" in response["Content-Security-Policy"]
+
+
 def test_licence_download_of_a_jpeg_is_an_image(client, owner, organization, media):
     organization.licence.save("scan.jpeg", ContentFile(b"\xff\xd8\xff\xe0 jpeg"), save=True)
     client.force_login(owner)

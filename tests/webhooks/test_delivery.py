@@ -242,8 +242,8 @@ def test_a_delivery_to_an_internal_address_fails_without_a_request(
     receiver, endpoint_for, organization, settings, django_capture_on_commit_callbacks
 ):
     """Production refuses the park's own network: the worker would otherwise call it."""
+    endpoint_for(receiver)  # registered while allowed (or by a name that now resolves there)
     settings.LOAM_WEBHOOKS_ALLOW_PRIVATE = False
-    endpoint_for(receiver)
     with django_capture_on_commit_callbacks():
         (delivery,) = services.emit_event(
             organization=organization, event_type="order.done", data={}
@@ -267,6 +267,19 @@ def test_a_delivery_to_an_internal_address_fails_without_a_request(
         ("http://[::1]/x", True),
         ("http://localhost/x", True),
         ("https://8.8.8.8/x", False),  # a literal public address: no DNS query, no traffic
+        # IPv6 forms of private IPv4 addresses (issue 18): mapped, compatible, NAT64, 6to4.
+        ("http://[::ffff:127.0.0.1]/x", True),
+        ("http://[::127.0.0.1]/x", True),
+        ("http://[64:ff9b::a9fe:a9fe]/latest/meta-data", True),
+        ("http://[64:ff9b:1::a00:1]/x", True),
+        ("http://[2002:a9fe:a9fe::1]/x", True),
+        ("http://[2002:c0a8:1::1]/x", True),
+        ("http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/x", True),  # Teredo, documentation v4
+        ("http://[fe80::1%25eth0]/x", True),
+        # ... and of public ones, which stay public.
+        ("https://[64:ff9b::808:808]/x", False),
+        ("https://[2002:808:808::1]/x", False),
+        ("https://[2606:4700:4700::1111]/x", False),
     ],
 )
 def test_blocked_destinations(settings, url, blocked):

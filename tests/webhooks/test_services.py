@@ -99,6 +99,34 @@ def test_bad_urls_are_refused(organization, owner, settings, url, message):
     assert not WebhookEndpoint.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://127.0.0.1/hooks",
+        "https://10.0.0.5:8443/hooks",
+        "https://[::1]/hooks",
+        "https://[::ffff:127.0.0.1]/hooks",
+        "https://[::127.0.0.1]/hooks",
+        "https://[64:ff9b::a9fe:a9fe]/hooks",
+        "https://[2002:a9fe:a9fe::1]/hooks",
+    ],
+)
+def test_private_address_literals_are_refused_at_registration(organization, owner, settings, url):
+    settings.LOAM_WEBHOOKS_ALLOW_PRIVATE = False
+    with pytest.raises(DomainError, match="public addresses only") as excinfo:
+        create(organization, owner, url=url)
+    assert excinfo.value.code == "url"
+    assert not WebhookEndpoint.objects.exists()
+    settings.LOAM_WEBHOOKS_ALLOW_PRIVATE = True  # a laptop's receiver
+    assert create(organization, owner, url=url)[0].pk
+
+
+def test_public_address_literals_and_names_are_accepted(organization, owner, settings):
+    settings.LOAM_WEBHOOKS_ALLOW_PRIVATE = False
+    for url in ("https://8.8.8.8/hooks", "https://[64:ff9b::808:808]/h", "https://example.com/"):
+        assert create(organization, owner, url=url)[0].pk
+
+
 def test_http_is_accepted_only_where_allowed(organization, owner, settings):
     settings.LOAM_WEBHOOKS_ALLOW_HTTP = True
     assert create(organization, owner, url="http://10.0.0.5:8080/hooks")[0].url.startswith("http:")

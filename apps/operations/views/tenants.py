@@ -10,7 +10,7 @@ from apps.operations.selectors import audit_events, lists
 from apps.operations.views._common import outcome_of, page_of, parks_of
 from apps.orders.models import INSTANCE_HOLDING_STATES
 from apps.quotas.models import QuotaLimit
-from apps.quotas.selectors import quota_rows
+from apps.quotas.selectors import below_usage_warning, quota_rows, used_against
 from apps.quotas.services import add_quota_limit, organization_usage, set_limit
 from apps.tenants import services as tenant_services
 from apps.tenants.decorators import operator_view
@@ -100,6 +100,12 @@ def organization_licence(request, organization_id):
     return licence_response(_organization(request, organization_id))
 
 
+def _warn_below_usage(request, limit: QuotaLimit) -> None:
+    warning = below_usage_warning(limit)
+    if warning:
+        messages.warning(request, warning)
+
+
 @operator_view
 def organization_quotas(request, organization_id):
     """The organization's limits with what it uses, a form per limit, one to add a limit, and
@@ -121,17 +127,20 @@ def organization_quotas(request, organization_id):
             if limit is None:
                 raise Http404
             with outcome_of() as outcome:
-                set_limit(limit=limit, operator=request.user, value=change.cleaned_data["value"])
+                limit = set_limit(
+                    limit=limit, operator=request.user, value=change.cleaned_data["value"]
+                )
             if outcome.refused:
                 messages.error(request, outcome.error)
             else:
                 messages.success(request, _("Limit saved."))
+                _warn_below_usage(request, limit)
             return redirect("operations:organization_quotas", organization_id=organization.pk)
         if action != "add":
             raise Http404
         if add_form.is_valid():
             with refusals(request, add_form) as outcome:
-                add_quota_limit(
+                added = add_quota_limit(
                     organization=organization,
                     operator=request.user,
                     resource=add_form.cleaned_data["resource"],
@@ -140,11 +149,12 @@ def organization_quotas(request, organization_id):
                 )
             if not outcome.refused:
                 messages.success(request, _("Limit added."))
+                _warn_below_usage(request, added)
                 return redirect("operations:organization_quotas", organization_id=organization.pk)
         status = 422
     usage = organization_usage(organization)
     rows = [
-        (limit, usage.amount(limit) or 0)
+        (limit, used_against(limit, usage))
         for limit in limits.select_related("accelerator_model").order_by("resource", "pk")
     ]
     history, query = page_of(request, lists.quota_history(organization), per_page=20)

@@ -1,0 +1,30 @@
+// Behaviour the templates ask for with data attributes, so no page needs inline JavaScript
+// (the Content-Security-Policy allows scripts from this site only):
+//   <form data-confirm="Sure?">            asks before submitting;
+//   <form data-disable-on-submit="#id">    disables that button once submitted;
+//   <select data-autosubmit>               submits its form when changed;
+//   <button data-print>                    prints the page.
+// Listeners sit on the document (capture phase), so content HTMX swaps in behaves the same.
+(function () {
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!(form instanceof HTMLFormElement)) return;
+    if (form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
+      event.preventDefault();
+      event.stopImmediatePropagation();
+      return;
+    }
+    if (form.dataset.disableOnSubmit) {
+      var button = form.querySelector(form.dataset.disableOnSubmit);
+      if (button) button.disabled = true;
+    }
+  }, true);
+  document.addEventListener("change", function (event) {
+    var field = event.target;
+    if (field.matches && field.matches("select[data-autosubmit]") && field.form) field.form.submit();
+  });
+  document.addEventListener("click", function (event) {
+    var target = event.target.closest && event.target.closest("[data-print]");
+    if (target) window.print();
+  });
+})();
