@@ -1,5 +1,5 @@
 from django.conf import settings
-from django.core.checks import Error, Tags, register
+from django.core.checks import Error, Tags, Warning, register
 
 
 @register(Tags.security, deploy=True)
@@ -10,6 +10,22 @@ def development_secret_key(app_configs, **kwargs):
                 "SECRET_KEY is the development default.",
                 hint="Set SECRET_KEY in the environment to a long random value.",
                 id="loam.E001",
+            )
+        ]
+    return []
+
+
+@register(Tags.security, deploy=True)
+def shared_cache(app_configs, **kwargs):
+    """Login rate limits count in the cache: a per-process cache lets each worker count alone
+    (19 of 30 wrong passwords were checked against a limit of 5)."""
+    backend = settings.CACHES["default"]["BACKEND"]
+    if backend.endswith("LocMemCache"):
+        return [
+            Warning(
+                "The cache is per process, so login rate limits are counted per worker.",
+                hint="Set CACHE_URL (e.g. redis://127.0.0.1:6379/1) to a shared cache.",
+                id="loam.W001",
             )
         ]
     return []
