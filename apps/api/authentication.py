@@ -20,7 +20,13 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         keyword, _sep, secret = header.partition(" ")
         if keyword != self.keyword:
             return None
-        key = authenticate_api_key(secret.strip(), ip_address=client_ip(request))
+        secret = secret.strip()
+        # A NUL cannot be in a key, and PostgreSQL cannot even look one up.
+        key = (
+            None
+            if "\x00" in secret
+            else authenticate_api_key(secret, ip_address=client_ip(request))
+        )
         if key is None:
             raise exceptions.AuthenticationFailed(_("Invalid, expired or revoked API key."))
         return (AnonymousUser(), key)

@@ -4,7 +4,9 @@ from django.utils.translation import gettext_lazy as _
 
 class IdempotencyRecord(models.Model):
     """The first response to a POST with an `Idempotency-Key`, replayed for 24 h to a retry with
-    the same key and body. `caller` is who sent it ("key:<id>" or "user:<id>")."""
+    the same key and body. `caller` is whose key space it is in: the organization the call acted
+    for ("org:<id>", whichever of its API keys or members sent it), or a user ("user:<id>") for
+    a call with no organization and for operator routes."""
 
     caller = models.CharField(_("caller"), max_length=40)
     key = models.CharField(_("idempotency key"), max_length=255)

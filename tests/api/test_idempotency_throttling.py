@@ -15,6 +15,7 @@ from apps.orders.models import Instance, Order
 from apps.quotas.models import QuotaResource
 from apps.tenants.models import ApiKeyScope
 from tests.api.conftest import assert_problem, bearer
+from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 from tests.orders.conftest import SSH_KEY
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
@@ -107,24 +108,40 @@ def test_a_blank_key_is_no_key(client, world, write_key):
     assert Order.objects.count() == 2
 
 
-def test_keys_are_per_caller(client, world, write_key, make_key, owner):
+def test_keys_are_per_organization(client, world, write_key, make_key, owner):
+    """Another key of the same organization, or a member's session, replays: one
+    Idempotency-Key orders once for the whole organization."""
     other_key = make_key(ApiKeyScope.WRITE)
-    assert post(client, write_key, idempotency_key="shared").status_code == 201
+    first = post(client, write_key, idempotency_key="shared")
+    assert first.status_code == 201
 
     response = post(client, other_key, idempotency_key="shared")
 
     assert response.status_code == 201
-    assert "Idempotent-Replayed" not in response
-    # A signed-in user is another caller too.
+    assert response["Idempotent-Replayed"] == "true"
+    assert response.json() == first.json()
     session = Client()
     session.force_login(owner)
     by_session = session.post(
         "/api/v1/orders/", BODY, content_type="application/json", HTTP_IDEMPOTENCY_KEY="shared"
     )
-    assert by_session.status_code == 201
-    assert "Idempotent-Replayed" not in by_session
-    assert Order.objects.count() == 3
-    assert IdempotencyRecord.objects.filter(key="shared").count() == 3
+    assert by_session["Idempotent-Replayed"] == "true"
+    assert Order.objects.count() == 1
+    assert IdempotencyRecord.objects.get(key="shared").caller == f"org:{world.organization.pk}"
+
+
+def test_keys_of_another_organization_are_apart(client, world, write_key, make_key):
+    other = OrganizationFactory(park=world.park, verified=True)
+    their_owner = UserFactory()
+    MembershipFactory(organization=other, user=their_owner, role="owner")
+    their_key = make_key(ApiKeyScope.WRITE, org=other, actor=their_owner)
+    assert post(client, write_key, idempotency_key="shared").status_code == 201
+
+    response = post(client, their_key, BODY, idempotency_key="shared", path="/api/v1/quotes/")
+
+    assert response.status_code == 200, response.content  # not a conflict with ours
+    assert "Idempotent-Replayed" not in response
+    assert IdempotencyRecord.objects.filter(key="shared").count() == 2
 
 
 def test_a_record_older_than_24_hours_is_a_new_request(client, world, write_key):

@@ -476,6 +476,18 @@ def test_unknown_flavor_is_404(client, demo_park):
     assert client.get("/catalog/flavors/no-such-flavor/").status_code == 404
 
 
+@pytest.mark.parametrize("path", ["/catalog/flavors/%00/", "/catalog/flavors/h200%00.1x/"])
+def test_a_nul_in_a_flavor_code_is_404_not_a_database_error(client, demo_park, path):
+    # PostgreSQL cannot hold NUL in text: the code never reaches a query.
+    assert client.get(path).status_code == 404
+
+
+@pytest.mark.parametrize("name", ["accelerator_model", "region", "vendor", "sort", "min_vcpu"])
+def test_a_nul_in_a_catalog_filter_is_ignored_like_any_invalid_filter(client, demo_park, name):
+    response = client.get("/catalog/", {name: "1\x00"})
+    assert response.status_code == 200
+
+
 def test_inactive_flavor_is_404(client, demo_park):
     Flavor.objects.filter(code="h200.8x").update(is_active=False)
 

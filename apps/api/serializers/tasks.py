@@ -1,6 +1,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from apps.api.serializers.fields import IntegerField
 from apps.catalog.models import AcceleratorModel, Image, Region
 from apps.orchestration.models import Task, TaskPreference
 from apps.orchestration.scheduling import (
@@ -37,7 +38,7 @@ class TaskRequestSerializer(serializers.Serializer):
     )
     vcpu = serializers.IntegerField(min_value=1, max_value=MAX_VCPU, required=False, default=8)
     ram_gb = serializers.IntegerField(min_value=1, max_value=MAX_RAM_GB, required=False, default=32)
-    max_hourly_minor = serializers.IntegerField(
+    max_hourly_minor = IntegerField(
         min_value=0,
         required=False,
         allow_null=True,

@@ -7,7 +7,9 @@ from rest_framework.decorators import action
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 
+from apps.api import idempotency
 from apps.api.base import LoamAPIMixin
+from apps.api.serializers.fields import BIGINT_MAX, IntegerField
 from apps.api.serializers.orders import OrderSerializer
 from apps.api.serializers.tenants import OrganizationSerializer
 from apps.orders import services as order_services
@@ -31,8 +33,15 @@ class ReasonSerializer(serializers.Serializer):
 
 
 class QuotaLimitSerializer(serializers.ModelSerializer):
-    organization = serializers.PrimaryKeyRelatedField(read_only=True)
-    accelerator_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    organization = serializers.PrimaryKeyRelatedField(
+        read_only=True, allow_null=True, help_text="Null: the limit applies to the whole park."
+    )
+    accelerator_model = serializers.SlugRelatedField(
+        slug_field="slug",
+        read_only=True,
+        allow_null=True,
+        help_text="Null: not one accelerator model's limit.",
+    )
 
     class Meta:
         model = QuotaLimit
@@ -41,8 +50,23 @@ class QuotaLimitSerializer(serializers.ModelSerializer):
         extra_kwargs = {"limit": {"min_value": 0}}
 
 
+class QuotaLimitChangeSerializer(serializers.Serializer):
+    """A PATCH changes the one thing an operator may change: the limit (required)."""
+
+    limit = IntegerField(min_value=0)
+
+
+# Documented by hand: a PATCH body's fields would all be shown optional, and this one is not.
+LIMIT_CHANGE = {
+    "type": "object",
+    "properties": {"limit": {"type": "integer", "minimum": 0, "maximum": BIGINT_MAX}},
+    "required": ["limit"],
+}
+
+
 class OperatorOrganizationViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
     permission_classes = [IsOperator]
+    idempotency_scope = idempotency.USER
     serializer_class = OrganizationSerializer
     queryset = Organization.objects.none()
     filterset_fields = ["verification_state"]
@@ -74,6 +98,7 @@ class OperatorOrganizationViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
 
 class OperatorOrderViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
     permission_classes = [IsOperator]
+    idempotency_scope = idempotency.USER
     serializer_class = OrderSerializer
     queryset = Order.objects.none()
     filterset_fields = ["state", "kind"]
@@ -107,10 +132,10 @@ class OperatorQuotaViewSet(
     LoamAPIMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
-    mixins.UpdateModelMixin,
     viewsets.GenericViewSet,
 ):
     permission_classes = [IsOperator]
+    idempotency_scope = idempotency.USER
     serializer_class = QuotaLimitSerializer
     queryset = QuotaLimit.objects.none()
     filterset_fields = ["organization", "resource"]
@@ -123,9 +148,13 @@ class OperatorQuotaViewSet(
             .order_by("organization", "resource")
         )
 
-    def perform_update(self, serializer):
-        serializer.instance = set_limit(
-            limit=serializer.instance,
-            operator=self.request.user,
-            value=serializer.validated_data["limit"],
+    @extend_schema(request={"application/json": LIMIT_CHANGE}, responses=QuotaLimitSerializer)
+    def partial_update(self, request, pk=None):
+        """Change one limit of the park (audited with the old and new value)."""
+        limit = self.get_object()  # another park's: 404 before any input check
+        serializer = QuotaLimitChangeSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        limit = set_limit(
+            limit=limit, operator=request.user, value=serializer.validated_data["limit"]
         )
+        return Response(QuotaLimitSerializer(self.get_queryset().get(pk=limit.pk)).data)

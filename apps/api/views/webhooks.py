@@ -5,6 +5,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from apps.api.base import CleanInputMixin
 from apps.api.permissions import OrganizationAction, current_actor, current_organization
 from apps.api.serializers.webhooks import (
     WebhookDeliverySerializer,
@@ -30,7 +31,7 @@ from apps.webhooks.models import WebhookEndpoint
     destroy=extend_schema(responses={204: None}),
 )
 class WebhookEndpointViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+    CleanInputMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):
     queryset = WebhookEndpoint.objects.none()  # for the schema; requests use get_queryset()
     serializer_class = WebhookEndpointSerializer
