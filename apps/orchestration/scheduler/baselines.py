@@ -35,7 +35,18 @@ class RandomPolicy(Policy):
         return self.rng.choice(feasible) if feasible else None
 
 
-class BestFit(Policy):
+class _ScaledToLargestNode(Policy):
+    """Measures CPU and GPU against the largest node's, as the simulator's scores do."""
+
+    max_cpu = max_gpu = 1
+
+    def prepare(self, nodes):
+        super().prepare(nodes)
+        self.max_cpu = max((n.cpu_milli_total for n in nodes), default=1) or 1
+        self.max_gpu = max((n.gpu_milli_total for n in nodes), default=1) or 1
+
+
+class BestFit(_ScaledToLargestNode):
     """Least resources left after placing (the simulator's ``BestFitScore``):
     ``left = 0.5 * CPU left / max CPU + 0.5 * GPU left / max GPU``, maxima over the cluster's
     nodes (so a small node the task fills beats a big one); node score
@@ -46,12 +57,6 @@ class BestFit(Policy):
 
     def __init__(self, cpu_weight=0.5, gpu_weight=0.5):
         self.weights = (cpu_weight, gpu_weight)
-        self.max_cpu = self.max_gpu = 1
-
-    def prepare(self, nodes):
-        super().prepare(nodes)
-        self.max_cpu = max((n.cpu_milli_total for n in nodes), default=1) or 1
-        self.max_gpu = max((n.gpu_milli_total for n in nodes), default=1) or 1
 
     def rank(self, task, sig):
         wc, wg = self.weights
@@ -90,7 +95,7 @@ class GpuPacking(Policy):
         return (-max(50 - task.num_gpu, 33),), None
 
 
-class DotProduct(Policy):
+class DotProduct(_ScaledToLargestNode):
     """Tetris-style alignment (the simulator's ``DotProductScore``, max normalisation): the dot
     product of the task's demand and the node's free vector over (CPU, GPU), each normalised
     by the largest node's capacity, averaged over the dimensions.
@@ -103,14 +108,6 @@ class DotProduct(Policy):
     """
 
     name = "dot_product"
-
-    def __init__(self):
-        self.max_cpu = self.max_gpu = 1
-
-    def prepare(self, nodes):
-        super().prepare(nodes)
-        self.max_cpu = max((n.cpu_milli_total for n in nodes), default=1) or 1
-        self.max_gpu = max((n.gpu_milli_total for n in nodes), default=1) or 1
 
     def rank(self, task, sig):
         cpu = (task.cpu_milli / self.max_cpu) * (sig[4] / self.max_cpu)
