@@ -347,3 +347,17 @@ def test_another_parks_operator_sees_only_theirs(elsewhere, waiting, organizatio
     assert rows[0]["id"] == elsewhere.organization.pk
     assert results(browser.get("/api/v1/operator/orders/"), 0) == []
     assert_problem(browser.post(f"/api/v1/operator/orders/{waiting.pk}/approve/"), 404)
+
+
+def test_a_limit_below_what_is_used_answers_with_a_warning(op, world):
+    from tests.factories import InstanceFactory
+
+    InstanceFactory(organization=world.organization, state="running")  # holds its flavor's cards
+    limit = QuotaLimit.objects.get(organization=world.organization, resource="accelerators")
+
+    below = op.patch(f"/api/v1/operator/quotas/{limit.pk}/", {"limit": 0})
+    assert below.status_code == 200, below.content
+    assert "Nothing running is stopped" in below.json()["warning"]
+
+    above = op.patch(f"/api/v1/operator/quotas/{limit.pk}/", {"limit": 10_000})
+    assert above.json()["warning"] is None

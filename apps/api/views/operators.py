@@ -15,6 +15,7 @@ from apps.api.serializers.tenants import OrganizationSerializer
 from apps.orders import services as order_services
 from apps.orders.models import Order
 from apps.quotas.models import QuotaLimit
+from apps.quotas.selectors import below_usage_warning
 from apps.quotas.services import set_limit
 from apps.tenants import services as tenant_services
 from apps.tenants.models import ApiKey, Organization
@@ -48,6 +49,17 @@ class QuotaLimitSerializer(serializers.ModelSerializer):
         fields = ["id", "organization", "resource", "accelerator_model", "limit", "updated_at"]
         read_only_fields = ["id", "organization", "resource", "accelerator_model", "updated_at"]
         extra_kwargs = {"limit": {"min_value": 0}}
+
+
+class QuotaLimitChangedSerializer(QuotaLimitSerializer):
+    warning = serializers.CharField(
+        allow_null=True,
+        help_text="Set when the new limit is below what is used already: nothing running is "
+        "stopped; new demand is refused until use falls below it.",
+    )
+
+    class Meta(QuotaLimitSerializer.Meta):
+        fields = [*QuotaLimitSerializer.Meta.fields, "warning"]
 
 
 class QuotaLimitChangeSerializer(serializers.Serializer):
@@ -148,7 +160,9 @@ class OperatorQuotaViewSet(
             .order_by("organization", "resource")
         )
 
-    @extend_schema(request={"application/json": LIMIT_CHANGE}, responses=QuotaLimitSerializer)
+    @extend_schema(
+        request={"application/json": LIMIT_CHANGE}, responses=QuotaLimitChangedSerializer
+    )
     def partial_update(self, request, pk=None):
         """Change one limit of the park (audited with the old and new value)."""
         limit = self.get_object()  # another park's: 404 before any input check
@@ -157,4 +171,6 @@ class OperatorQuotaViewSet(
         limit = set_limit(
             limit=limit, operator=request.user, value=serializer.validated_data["limit"]
         )
-        return Response(QuotaLimitSerializer(self.get_queryset().get(pk=limit.pk)).data)
+        changed = self.get_queryset().get(pk=limit.pk)
+        changed.warning = below_usage_warning(changed)
+        return Response(QuotaLimitChangedSerializer(changed).data)
