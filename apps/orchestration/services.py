@@ -15,7 +15,7 @@ from apps.core.errors import DomainError
 from apps.core.transactions import lock
 from apps.orchestration import adapter
 from apps.orchestration.backends.base import BackendError, Capability, NodeTelemetry, ReportedPool
-from apps.orchestration.backends.registry import driver_names, get_driver, supports
+from apps.orchestration.backends.registry import driver_names, driver_of, get_driver, supports
 from apps.orchestration.models import (
     Accelerator,
     Allocation,
@@ -465,7 +465,7 @@ def probe_backend(*, backend: Backend, operator=None, now=None) -> Backend:
         .order_by("pk")
     )
     try:
-        driver = get_driver(backend.driver, backend.config)
+        driver = driver_of(backend)
         reported = driver.capacity()
         measure = getattr(driver, "telemetry", None)
         readings = measure({n.hostname: n.devices for n in nodes}) if callable(measure) else None
@@ -579,7 +579,7 @@ def _set_drained(*, node: Node, operator, drained: bool, reason: str) -> Node:
         return node
     backend = node.pool.backend
     try:  # the backend's own scheduler first (Slurm's), so both agree or nothing changes
-        driver = get_driver(backend.driver, backend.config)
+        driver = driver_of(backend)
         if drained:
             driver.drain_node(node.hostname, reason.strip())
         else:

@@ -23,7 +23,7 @@ from apps.orchestration.backends.base import (
     BatchDriver,
     TaskSpec,
 )
-from apps.orchestration.backends.registry import get_driver
+from apps.orchestration.backends.registry import driver_of
 from apps.orchestration.models import Backend, Task, TaskState
 from apps.tenants.models import Park
 
@@ -39,8 +39,7 @@ def retry_if_transient(job, exc: BackendError):
 
 
 def task_driver(task: Task) -> BatchDriver:
-    backend = task.pool.backend
-    return get_driver(backend.driver, backend.config)
+    return driver_of(task.pool.backend)
 
 
 def task_spec(task: Task) -> TaskSpec:

@@ -1,14 +1,13 @@
 """How a host reaches its backend: its pool's driver and the spec that driver is given."""
 
 from apps.orchestration.backends.base import HostDriver, HostSpec
-from apps.orchestration.backends.registry import get_driver
+from apps.orchestration.backends.registry import driver_of
 from apps.orchestration.services import device_indices
 from apps.orders.models import Instance
 
 
 def host_driver(instance: Instance) -> HostDriver:
-    backend = instance.pool.backend
-    return get_driver(backend.driver, backend.config)
+    return driver_of(instance.pool.backend)
 
 
 def host_spec(instance: Instance, flavor=None) -> HostSpec:

@@ -44,6 +44,11 @@ def get_driver(name: str, config: dict) -> Driver:
     return driver_class(name)(config)
 
 
+def driver_of(backend) -> Driver:
+    """The driver of a Backend row, built with its config."""
+    return get_driver(backend.driver, backend.config)
+
+
 def supports(name: str, capability: Capability) -> bool:
     driver = _DRIVERS.get(name)
     return driver is not None and capability in driver.capabilities
