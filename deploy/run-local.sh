@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 1: set up and run the portal on the embedded default at http://127.0.0.1:8000
 #   - SQLite in var/loam.sqlite3
-#   - a real local Celery worker on kombu's filesystem broker (var/celery-broker), no service needed
+#   - a real local Celery worker on kombu's filesystem broker (var/celery-broker), no service needed,
+#     with Celery beat inside it (-B), so usage is metered, queues scheduled and work reconciled
 #   - demo data from `manage.py seed_demo`
 # Ctrl-C stops the portal and the worker.
 set -euo pipefail
@@ -15,8 +16,10 @@ python manage.py collectstatic --noinput -v0
 python manage.py compilemessages -l zh_Hans --ignore=.venv --ignore=staticfiles --ignore=var -v0
 python manage.py seed_demo
 mkdir -p var/log
-celery -A portal worker --loglevel=INFO --concurrency=2 >var/log/celery.log 2>&1 &
+# One process for the demo; production runs beat as its own single process (deploy/systemd).
+celery -A portal worker -B --schedule var/celerybeat-schedule --loglevel=INFO --concurrency=2 \
+  >var/log/celery.log 2>&1 &
 worker=$!
 trap 'kill $worker 2>/dev/null; wait $worker 2>/dev/null' EXIT
-echo "Celery worker running (log: var/log/celery.log)."
+echo "Celery worker and beat running (log: var/log/celery.log)."
 python manage.py runserver 127.0.0.1:8000

@@ -41,6 +41,10 @@ cp swagger/swagger-ui.css swagger/swagger-ui-bundle.js swagger/swagger-ui-standa
 cp redoc/bundles/redoc.standalone.js redoc/LICENSE "$dest/redoc/" 2>/dev/null \
   || cp redoc/bundles/redoc.standalone.js "$dest/redoc/"
 mv "$dest/redoc/redoc.standalone.js" "$dest/redoc/bundles/"
+# Their source maps are not vendored: drop the references, or collectstatic's manifest
+# (DEBUG=false) stops on the missing files.
+sed -i '/^\/\/# sourceMappingURL=/d' "$dest/redoc/bundles/redoc.standalone.js"
+sed -i 's|/\*# sourceMappingURL=[^*]*\*/||' "$dest/swagger-ui/swagger-ui.css"
 cp htmx/dist/htmx.min.js htmx/LICENSE "$dest/htmx/"
 cp bootstrap/dist/css/bootstrap.min.css bootstrap/dist/css/bootstrap.min.css.map "$dest/bootstrap/css/"
 cp bootstrap/dist/js/bootstrap.bundle.min.js bootstrap/dist/js/bootstrap.bundle.min.js.map "$dest/bootstrap/js/"

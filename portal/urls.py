@@ -9,6 +9,7 @@ handler500 = "apps.core.views.server_error"
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),

@@ -2,9 +2,19 @@
 
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
+from django.views.decorators.cache import cache_control
+from django.views.decorators.http import require_GET
 
 from apps.catalog.selectors import catalog_summary
 from apps.tenants.selectors import is_operator
+
+
+@require_GET
+@cache_control(max_age=86400, public=True)
+def favicon(request):
+    """Browsers ask for /favicon.ico whatever the page links; send them to the static icon."""
+    return redirect(static("favicon.svg"))
 
 
 def home(request):
