@@ -1,0 +1,3 @@
+from loam_agent.cli import main
+
+raise SystemExit(main())

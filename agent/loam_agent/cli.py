@@ -1,0 +1,193 @@
+"""loam-agent: inventory, enrol, run.
+
+Exit statuses: 0 done; 1 the portal couldn't be reached or answered something unusable;
+2 bad usage or configuration, or no credential; 3 the portal refused the join token or the
+credential (systemd: RestartPreventExitStatus=3, since restarting won't fix it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from loam_agent import __version__
+from loam_agent.client import PortalClient, PortalError, Rejected
+from loam_agent.config import AgentConfig, ConfigError, load_config, parse_portal_url
+from loam_agent.credential import CredentialError, load_credential, save_credential
+from loam_agent.facts import server_facts
+from loam_agent.readers import all_readers
+from loam_agent.readers.base import AcceleratorReader, CardSample
+from loam_agent.reading import Reading, take_reading
+
+logger = logging.getLogger("loam_agent")
+
+EXIT_OK, EXIT_PORTAL, EXIT_USAGE, EXIT_REJECTED = 0, 1, 2, 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = load_config(args.config)
+        return args.command(args, config)
+    except (ConfigError, CredentialError) as error:
+        logger.error("%s", error)
+        return EXIT_USAGE
+    except Rejected as error:
+        logger.error("%s", error)
+        return EXIT_REJECTED
+    except PortalError as error:
+        logger.error("%s", error)
+        return EXIT_PORTAL
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loam-agent", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"loam-agent {__version__}")
+    parser.add_argument(
+        "--config", type=Path, help="configuration file (default /etc/loam-agent/agent.toml)"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    inventory = commands.add_parser("inventory", help="print the cards, their figures, each reader")
+    inventory.add_argument("--json", action="store_true", help="print JSON as the portal gets it")
+    inventory.set_defaults(command=inventory_command)
+
+    enrol = commands.add_parser("enrol", help="enrol this server with a join token")
+    enrol.add_argument("--portal", help="the portal's URL (default: portal_url in the config)")
+    enrol.add_argument("--token", required=True, help="the join token from the operator console")
+    enrol.add_argument(
+        "--force", action="store_true", help="enrol again even though a credential exists"
+    )
+    enrol.set_defaults(command=enrol_command)
+
+    run = commands.add_parser("run", help="sample and send heartbeats until SIGTERM")
+    run.set_defaults(command=run_command)
+    return parser
+
+
+def inventory_command(args: argparse.Namespace, config: AgentConfig) -> int:
+    reading = _read_once(all_readers())
+    if args.json:
+        print(json.dumps(reading.to_json(), indent=2))
+    else:
+        print(_describe(reading))
+    return EXIT_OK
+
+
+def enrol_command(args: argparse.Namespace, config: AgentConfig) -> int:
+    portal_url = parse_portal_url(args.portal) if args.portal else config.portal_url
+    if portal_url is None:
+        raise ConfigError("no portal to enrol with: pass --portal or set portal_url in the config")
+    if config.credential_path.exists() and not args.force:
+        raise ConfigError(
+            f"this server is already enrolled (credential at {config.credential_path}); "
+            "pass --force to enrol it again as a new server"
+        )
+    reading = _read_once(all_readers())
+    facts = {"server": server_facts(), **_inventory_only(reading.to_json())}
+    with PortalClient(portal_url, ca_bundle=config.ca_bundle) as client:
+        credential = client.enrol(join_token=args.token, facts=facts)
+    save_credential(config.credential_path, credential)
+    logger.info(
+        "enrolled with %s as server %s; credential in %s",
+        portal_url,
+        credential.server_id,
+        config.credential_path,
+    )
+    return EXIT_OK
+
+
+def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
+    credential = load_credential(config.credential_path)
+    if config.portal_url is not None and config.portal_url != credential.portal_url:
+        raise ConfigError(
+            f"the credential was issued by {credential.portal_url}, but the config names "
+            f"{config.portal_url}; enrol with {config.portal_url} or fix portal_url"
+        )
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    readers = all_readers()
+    logger.info(
+        "reporting to %s as server %s every %g s",
+        credential.portal_url,
+        credential.server_id,
+        config.sample_interval_s,
+    )
+    client = PortalClient(
+        credential.portal_url, credential=credential, ca_bundle=config.ca_bundle, stop=stop
+    )
+    try:
+        while not stop.is_set():
+            started = time.monotonic()
+            reading = take_reading(readers)
+            try:
+                client.heartbeat({"agent_version": __version__, **reading.to_json()})
+            except Rejected:
+                raise  # final: main() exits 3 so the service manager doesn't restart it
+
+            except PortalError as error:
+                # The portal marks a silent server unhealthy; the next reading is fresher than
+                # this one, so it is not queued.
+                logger.warning("heartbeat not delivered: %s", error)
+            stop.wait(max(0.0, config.sample_interval_s - (time.monotonic() - started)))
+    finally:
+        client.close()
+        for reader in readers:
+            reader.close()
+    logger.info("stopped")
+    return EXIT_OK
+
+
+def _read_once(readers: list[AcceleratorReader]) -> Reading:
+    try:
+        return take_reading(readers)
+    finally:
+        for reader in readers:
+            reader.close()
+
+
+def _inventory_only(reading_json: dict) -> dict:
+    return {"readers": reading_json["readers"], "cards": reading_json["cards"]}
+
+
+def _describe(reading: Reading) -> str:
+    lines = ["Readers:"]
+    for vendor, status in reading.statuses.items():
+        lines.append(f"  {vendor:<10} {status.state:<16} {status.message}")
+    samples = {sample.uuid: sample for sample in reading.samples}
+    lines.append(f"Cards: {len(reading.cards)}")
+    for card in reading.cards:
+        lines.append(
+            f"  [{card.index}] {card.model}  {card.uuid}  {card.memory_total_mib} MiB  "
+            f"{card.device_path or 'no device file'}"
+        )
+        if sample := samples.get(card.uuid):
+            lines.append(f"      {_describe_sample(sample)}")
+    return "\n".join(lines)
+
+
+def _describe_sample(sample: CardSample) -> str:
+    def figure(value, unit: str) -> str:
+        return "n/a" if value is None else f"{value:g}{unit}"
+
+    ecc = figure(sample.ecc_errors_uncorrected, "")
+    health = sample.health + (f" ({sample.health_message})" if sample.health_message else "")
+    return (
+        f"util {figure(sample.utilization_pct, '%')}  "
+        f"memory used {figure(sample.memory_used_mib, ' MiB')}  "
+        f"power {figure(sample.power_w, ' W')}  temperature {figure(sample.temperature_c, ' C')}  "
+        f"uncorrected ECC {ecc}  health {health}"
+    )

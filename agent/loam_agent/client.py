@@ -1,0 +1,157 @@
+"""The agent's side of the portal's agent API (docs/agent-protocol.md), over httpx.
+
+Transient failures (the network, a timeout, 408/425/429/5xx) are retried with exponential
+backoff and jitter; 401/403 are final: a refused join token or a revoked credential doesn't
+come right by asking again.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from pathlib import Path
+
+import httpx
+
+from loam_agent import __version__
+from loam_agent.credential import Credential
+
+logger = logging.getLogger(__name__)
+
+ENROL_PATH = "/api/v1/agent/enrol"
+HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
+TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+class PortalError(Exception):
+    pass
+
+
+class Rejected(PortalError):
+    """The portal refused the join token or the credential (401/403); retrying won't help."""
+
+
+class PortalUnavailable(PortalError):
+    """Every attempt failed transiently, or the agent was told to stop while waiting to retry."""
+
+
+class ProtocolError(PortalError):
+    """The portal answered something this agent can't use (another 4xx, a malformed body)."""
+
+
+class PortalClient:
+    def __init__(
+        self,
+        portal_url: str,
+        *,
+        credential: Credential | None = None,
+        ca_bundle: Path | None = None,
+        timeout_s: float = 10.0,
+        attempts: int = 5,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.portal_url = portal_url
+        self._credential = credential
+        self._attempts = attempts
+        self._backoff_s = backoff_s
+        self._max_backoff_s = max_backoff_s
+        # Set by SIGTERM: a wait between retries ends at once.
+        self._stop = stop or threading.Event()
+        self._http = httpx.Client(
+            base_url=portal_url,
+            verify=str(ca_bundle) if ca_bundle else True,
+            timeout=timeout_s,
+            headers={"User-Agent": f"loam-agent/{__version__}"},
+        )
+
+    def __enter__(self) -> PortalClient:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def enrol(self, *, join_token: str, facts: dict) -> Credential:
+        """Trade a single-use join token and the server's facts for the server's credential."""
+        response = self._post(
+            ENROL_PATH,
+            {"join_token": join_token, **facts},
+            headers={},
+            refused="the portal refused the join token (unknown, expired or already used)",
+        )
+        try:
+            body = response.json()
+            server_id, secret = body["server_id"], body["credential"]
+        except (ValueError, KeyError, TypeError):
+            raise ProtocolError(
+                f"enrolment answered HTTP {response.status_code} without server_id and credential"
+            ) from None
+        if not (isinstance(server_id, str) and isinstance(secret, str) and server_id and secret):
+            raise ProtocolError("enrolment answered an empty server_id or credential")
+        return Credential(portal_url=self.portal_url, server_id=server_id, secret=secret)
+
+    def heartbeat(self, payload: dict) -> None:
+        if self._credential is None:
+            raise ValueError("heartbeat needs the client built with a credential")
+        self._post(
+            HEARTBEAT_PATH,
+            payload,
+            headers={"Authorization": f"Bearer {self._credential.secret}"},
+            refused=(
+                "the portal refused this server's credential (revoked, or the server was "
+                "removed); enrol again with a new join token"
+            ),
+        )
+
+    def _post(self, path: str, body: dict, *, headers: dict, refused: str) -> httpx.Response:
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after = None
+            try:
+                response = self._http.post(path, json=body, headers=headers)
+            except httpx.TransportError as error:
+                reason = f"{type(error).__name__}: {error}"
+            else:
+                if response.is_success:
+                    return response
+                if response.status_code in (401, 403):
+                    raise Rejected(f"{refused}: HTTP {response.status_code} {_detail(response)}")
+                if response.status_code not in TRANSIENT_STATUSES:
+                    raise ProtocolError(
+                        f"{path} answered HTTP {response.status_code}: {_detail(response)}"
+                    )
+                reason = f"HTTP {response.status_code} {_detail(response)}"
+                retry_after = _retry_after_s(response)
+            if attempt == self._attempts:
+                raise PortalUnavailable(f"{path}: gave up after {attempt} attempts; last: {reason}")
+            delay = self._delay_s(attempt, retry_after)
+            logger.warning("%s failed (%s); attempt %d in %.1f s", path, reason, attempt + 1, delay)
+            if self._stop.wait(delay):
+                raise PortalUnavailable(f"{path}: stopped while waiting to retry; last: {reason}")
+
+    def _delay_s(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self._max_backoff_s)
+        # Full backoff times a random factor, so servers cut off together don't return together.
+        backoff = min(self._backoff_s * 2 ** (attempt - 1), self._max_backoff_s)
+        return backoff * random.uniform(0.5, 1.0)
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After", "")
+    return float(value) if value.isdigit() else None
+
+
+def _detail(response: httpx.Response) -> str:
+    """The portal's reason: a problem+json `detail`, or the start of the body."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    return str(detail) if detail else response.text[:200]

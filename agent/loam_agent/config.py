@@ -1,0 +1,92 @@
+"""The agent's configuration file (TOML).
+
+    # /etc/loam-agent/agent.toml
+    portal_url = "https://portal.example.cn"        # where `enrol` goes when --portal isn't given
+    credential_path = "/var/lib/loam-agent/credential.json"
+    sample_interval_s = 5                           # a sample and a heartbeat every 5 seconds
+    ca_bundle = "/etc/loam-agent/portal-ca.pem"     # trust this CA instead of the system's
+
+Every key is optional. A missing default file means the defaults; a file named with --config
+must exist. An unknown key is an error, so a typo doesn't silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+DEFAULT_CONFIG_PATH = Path("/etc/loam-agent/agent.toml")
+DEFAULT_CREDENTIAL_PATH = Path("/var/lib/loam-agent/credential.json")
+DEFAULT_SAMPLE_INTERVAL_S = 5.0
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    portal_url: str | None = None
+    credential_path: Path = DEFAULT_CREDENTIAL_PATH
+    sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S
+    ca_bundle: Path | None = None
+
+
+def load_config(path: Path | None = None) -> AgentConfig:
+    """Read `path`, or the default file when it exists; the defaults otherwise."""
+    if path is None:
+        if not DEFAULT_CONFIG_PATH.exists():
+            return AgentConfig()
+        path = DEFAULT_CONFIG_PATH
+    try:
+        with path.open("rb") as file:
+            values = tomllib.load(file)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such configuration file") from None
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"{path}: {error}") from None
+    try:
+        return _parse(values)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
+
+
+def _parse(values: dict) -> AgentConfig:
+    unknown = sorted(set(values) - set(AgentConfig.__dataclass_fields__))
+    if unknown:
+        raise ConfigError(f"unknown keys: {', '.join(unknown)}")
+    settings = {}
+    if "portal_url" in values:
+        settings["portal_url"] = parse_portal_url(values["portal_url"])
+    if "credential_path" in values:
+        settings["credential_path"] = _path(values, "credential_path")
+    if "sample_interval_s" in values:
+        interval = values["sample_interval_s"]
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
+            raise ConfigError(f"sample_interval_s must be a positive number, not {interval!r}")
+        settings["sample_interval_s"] = float(interval)
+    if "ca_bundle" in values:
+        ca_bundle = _path(values, "ca_bundle")
+        if not ca_bundle.is_file():
+            raise ConfigError(f"ca_bundle {ca_bundle} is not a file")
+        settings["ca_bundle"] = ca_bundle
+    return AgentConfig(**settings)
+
+
+def parse_portal_url(value: object) -> str:
+    """The portal's base URL without a trailing slash; only http and https."""
+    if not isinstance(value, str):
+        raise ConfigError(f"portal_url must be a string, not {value!r}")
+    parts = urlsplit(value)
+    if parts.scheme not in ("https", "http") or not parts.netloc:
+        raise ConfigError(f"portal_url must be an http(s) URL, not {value!r}")
+    return value.rstrip("/")
+
+
+def _path(values: dict, key: str) -> Path:
+    value = values[key]
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{key} must be a path, not {value!r}")
+    return Path(value)

@@ -1,0 +1,89 @@
+import ctypes.util
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.agent.fake_portal import FakePortal, portal_handler
+
+AGENT_SOURCE = Path(__file__).resolve().parents[2] / "agent"
+FAKE_NVML_SOURCE = Path(__file__).resolve().parent / "fake_nvml" / "fake_nvml.c"
+
+# The tests read the checkout's agent, whether or not `pip install ./agent` has been run.
+if str(AGENT_SOURCE) not in sys.path:
+    sys.path.insert(0, str(AGENT_SOURCE))
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_dir(tmp_path_factory) -> Path:
+    """A folder holding the fake libnvidia-ml.so.1, built from C for this run."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc is not installed, so the fake libnvidia-ml.so.1 can't be built")
+    folder = tmp_path_factory.mktemp("fake_nvml")
+    subprocess.run(
+        [gcc, "-shared", "-fPIC", "-Wall", "-Werror", "-o", folder / "libnvidia-ml.so.1"]
+        + [FAKE_NVML_SOURCE],
+        check=True,
+    )
+    return folder
+
+
+@pytest.fixture
+def no_nvml_dir(tmp_path) -> Path:
+    """A library path without libnvidia-ml.so.1, on a machine whose loader can't find one either."""
+    if ctypes.util.find_library("nvidia-ml"):
+        pytest.skip("this machine has a real NVIDIA driver, so NVML can't be made to be absent")
+    folder = tmp_path / "no_nvml"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def agent_env(tmp_path):
+    """agent_env(library_dir, FAKE_NVML_GPUS="2", ...) -> the environment for an agent process.
+
+    pynvml loads libnvidia-ml.so.1 once per process, so every NVML case runs in its own process.
+    """
+    empty_bin = tmp_path / "empty_bin"
+    empty_bin.mkdir(exist_ok=True)
+
+    def make(library_dir: Path, **fake_nvml: str) -> dict[str, str]:
+        env = {
+            name: value for name, value in os.environ.items() if not name.startswith("FAKE_NVML")
+        }
+        env["PYTHONPATH"] = str(AGENT_SOURCE)
+        env["LD_LIBRARY_PATH"] = str(library_dir)
+        # No vendor tools on PATH: the declared readers report "not present".
+        env["PATH"] = str(empty_bin)
+        env.update(fake_nvml)
+        return env
+
+    return make
+
+
+def run_agent(*args: str, env: dict[str, str], config: Path | None = None, timeout: float = 60):
+    """Run `loam-agent ARGS` as its own process; without `config`, no configuration file."""
+    command = [sys.executable, "-m", "loam_agent", "--config", str(config or os.devnull), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def portal():
+    """A real HTTP server on 127.0.0.1 standing in for the portal's agent API."""
+    fake = FakePortal()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), portal_handler(fake))
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    yield fake
+    server.shutdown()
+    server.server_close()
+    thread.join()

@@ -1,0 +1,71 @@
+"""The portal's agent API as a scripted HTTP server: it records each request and gives the
+answers a test queued, or by default the documented success (docs/agent-protocol.md)."""
+
+import json
+import threading
+from collections import defaultdict, deque
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
+
+ENROLLED = (201, {"server_id": "srv-1", "credential": "s3cret-credential"})
+HEARTBEAT_ACCEPTED = (204, None)
+
+
+@dataclass(frozen=True)
+class Request:
+    path: str
+    headers: dict[str, str]
+    body: dict
+
+
+class FakePortal:
+    def __init__(self) -> None:
+        self.url = ""
+        self._lock = threading.Lock()
+        self._requests: list[Request] = []
+        self._queued: dict[str, deque] = defaultdict(deque)
+
+    def answer(self, path: str, *answers: tuple) -> None:
+        """Answer the next requests to `path` with these (status, JSON body[, headers]) in turn."""
+        with self._lock:
+            self._queued[path].extend(answers)
+
+    def requests(self, path: str) -> list[Request]:
+        with self._lock:
+            return [request for request in self._requests if request.path == path]
+
+    def handle(self, request: Request) -> tuple:
+        with self._lock:
+            self._requests.append(request)
+            if self._queued[request.path]:
+                return self._queued[request.path].popleft()
+        if request.path == "/api/v1/agent/enrol":
+            return ENROLLED
+        if request.path == "/api/v1/agent/heartbeat":
+            return HEARTBEAT_ACCEPTED
+        return 404, {"detail": "not found"}
+
+
+def portal_handler(portal: FakePortal) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            status, answer, *extra_headers = portal.handle(
+                Request(path=self.path, headers=headers, body=body)
+            )
+            payload = b"" if answer is None else json.dumps(answer).encode()
+            self.send_response(status)
+            for name, value in (extra_headers[0] if extra_headers else {}).items():
+                self.send_header(name, value)
+            if payload:
+                self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format, *args) -> None:
+            """Quiet: the tests assert on the recorded requests."""
+
+    return Handler
