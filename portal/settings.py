@@ -5,6 +5,7 @@ production sets DATABASE_URL, CELERY_BROKER_URL, SECRET_KEY, DEBUG=false and ALL
 See `.env.example` for the full list.
 """
 
+import ipaddress
 from pathlib import Path
 
 import environ
@@ -53,6 +54,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: /metrics is answered before the Host check and the HTTPS redirect (a scraper
+    # addresses a process by IP over the private network), and every other request is timed.
+    "portal.metrics.MetricsEndpointMiddleware",
+    "portal.metrics.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "apps.core.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -202,6 +207,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# How often running hosts are metered and charged; a pass that takes longer, or finds usage
+# unmetered for two intervals, logs a warning (apps.billing.tasks.meter_usage).
+LOAM_METERING_INTERVAL_S = env.int("LOAM_METERING_INTERVAL_S", default=60)
 CELERY_BEAT_SCHEDULE = {
     "purge-idempotency-records": {
         "task": "apps.api.tasks.purge_idempotency_records",
@@ -209,7 +217,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     "meter-usage": {
         "task": "apps.billing.tasks.meter_usage",
-        "schedule": env.int("LOAM_METERING_INTERVAL_S", default=60),
+        "schedule": LOAM_METERING_INTERVAL_S,
     },
     "issue-due-invoices": {"task": "apps.billing.tasks.issue_due_invoices", "schedule": 3600},
     "schedule-task-queues": {"task": "apps.orchestration.tasks.schedule_queues", "schedule": 30},
@@ -230,6 +238,10 @@ CELERY_BEAT_SCHEDULE = {
 # How long a host, an operation, a task hand-over or a webhook attempt may wait for its job
 # before the reconciliation sweep sends it again.
 LOAM_RECONCILE_AFTER_S = env.int("LOAM_RECONCILE_AFTER_S", default=300)
+# How long a backend may take over a host request (create, stop, start, resize, disk, bandwidth,
+# release) before it fails; shorter than LOAM_RECONCILE_AFTER_S, so the sweep sends again only
+# requests that nothing follows any more.
+LOAM_HOST_REQUEST_TIMEOUT_S = env.int("LOAM_HOST_REQUEST_TIMEOUT_S", default=240)
 
 # --- REST API ---------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -289,7 +301,18 @@ if STRIPE_ENABLED and not (STRIPE_PUBLISHABLE_KEY and STRIPE_WEBHOOK_SECRET):
     )
 
 # --- Security (strict once DEBUG is off) ------------------------------------------------------
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Behind a TLS-terminating proxy (deploy/nginx/loam.conf) that sets these headers itself. Turn
+# them off where clients reach the portal without such a proxy, or they could claim HTTPS, another
+# host or another address (which login rate limits count by).
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https")
+    if env.bool("SECURE_PROXY_SSL_HEADER", default=True)
+    else None
+)
+USE_X_FORWARDED_HOST = env.bool("USE_X_FORWARDED_HOST", default=False)
+# Behind a proxy REMOTE_ADDR is the proxy's (empty on a unix socket): allauth reads the client's
+# address from this header instead, e.g. X-Real-IP, which deploy/nginx/loam.conf sets.
+ALLAUTH_TRUSTED_CLIENT_IP_HEADER = env.str("ALLAUTH_TRUSTED_CLIENT_IP_HEADER", default="") or None
 # Off by default so the portal runs over plain HTTP on a laptop; a deployment behind TLS turns
 # them on (deploy/production.env.example, and `.ci/run` checks that profile with --deploy).
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
@@ -323,6 +346,24 @@ LOAM_CSP = {
 }
 # True sends it as Content-Security-Policy-Report-Only (to try a stricter policy first).
 LOAM_CSP_REPORT_ONLY = env.bool("LOAM_CSP_REPORT_ONLY", default=False)
+
+# --- Metrics (/metrics, portal.metrics) -------------------------------------------------------
+# Prometheus may scrape with `Authorization: Bearer <METRICS_TOKEN>` (no token: that way is off),
+# or without it from an address in METRICS_ALLOWED_IPS (addresses or networks; loopback by
+# default) when the request did not come through a proxy. nginx's REMOTE_ADDR is loopback, so it
+# proxies /metrics only for loopback clients (deploy/nginx/loam.conf), and a request it proxies
+# needs the token anyway. Under gunicorn, PROMETHEUS_MULTIPROC_DIR (a directory of its own; the
+# hooks of portal/metrics_workers.py empty it at start) makes every worker's request counts add up.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+try:
+    METRICS_ALLOWED_NETWORKS = [
+        ipaddress.ip_network(entry, strict=False)
+        for entry in env.list("METRICS_ALLOWED_IPS", default=["127.0.0.0/8", "::1"])
+    ]
+except ValueError as exc:
+    raise ImproperlyConfigured(f"METRICS_ALLOWED_IPS: {exc}") from exc
+# The provisioning-duration histogram covers the hosts that came up within this window.
+METRICS_PROVISIONING_WINDOW_S = env.int("METRICS_PROVISIONING_WINDOW_S", default=3600)
 
 LOGGING = {
     "version": 1,

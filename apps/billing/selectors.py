@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import CharField, Count, F, Q, Sum, Value
+from django.db.models import CharField, Count, F, Min, Q, Sum, Value
 from django.db.models.functions import Coalesce, TruncDate, TruncMonth
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -164,3 +164,21 @@ def outstanding_wallets(park):
 
 def invoices_for(organization: Organization):
     return Invoice.objects.filter(organization=organization).order_by("-period_start")
+
+
+# --- Monitoring ----------------------------------------------------------------------------
+
+
+def metering_lag_seconds(*, now: datetime | None = None) -> float:
+    """How far metering is behind: the seconds since the moment up to which the least recently
+    metered meter was measured, among the meters metering still owes (open ones, and closed
+    ones not yet measured to their end). 0 when nothing is owed.
+
+    A pass every interval keeps it between 0 and about one interval; more means metering fell
+    behind (the `/metrics` gauge `loam_metering_lag_seconds`)."""
+    oldest = Meter.objects.filter(
+        Q(ended_at__isnull=True) | Q(metered_until__lt=F("ended_at"))
+    ).aggregate(oldest=Min("metered_until"))["oldest"]
+    if oldest is None:
+        return 0.0
+    return max(0.0, ((now or timezone.now()) - oldest).total_seconds())

@@ -1,9 +1,11 @@
 """Helpers shared by the HTMX/page views of every app."""
 
+import ipaddress
 from collections.abc import Mapping
 from contextlib import contextmanager
 from types import SimpleNamespace
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied as HttpPermissionDenied
 from django.core.exceptions import ValidationError
@@ -47,4 +49,13 @@ def _add_errors(form, exc: ValidationError, field_names: Mapping) -> None:
 
 
 def client_ip(request) -> str | None:
-    return request.META.get("REMOTE_ADDR") if request is not None else None
+    """The client's address: behind a proxy, the header it sets (the one allauth's login rate
+    limits trust too); else REMOTE_ADDR. Anything that is not an address counts as unknown."""
+    if request is None:
+        return None
+    header = settings.ALLAUTH_TRUSTED_CLIENT_IP_HEADER
+    value = (request.headers.get(header, "") if header else "") or request.META.get("REMOTE_ADDR")
+    try:
+        return str(ipaddress.ip_address((value or "").split(",")[0].strip()))
+    except ValueError:
+        return None
