@@ -37,7 +37,9 @@ def test_collectstatic_writes_a_manifest_with_hashed_names(built_static):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("path", ["/", "/catalog/", "/accounts/login/", "/api/docs/", "/api/redoc/"])
+@pytest.mark.parametrize(
+    "path", ["/", "/catalog/", "/accounts/login/", "/api/docs/", "/api/redoc/"]
+)
 def test_pages_link_hashed_static_files(client, production_static, path):
     response = client.get(path)
     assert response.status_code == 200
