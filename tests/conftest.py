@@ -24,6 +24,15 @@ def _plain_static_storage(settings):
 
 
 @pytest.fixture(autouse=True)
+def _empty_cache():
+    """Each test starts with an empty cache: what one test cached (the visitors' free room, the
+    overview's charts, login counts) never answers in the next."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@pytest.fixture(autouse=True)
 def _celery_eager(monkeypatch):
     """Tasks run in-process unless a test starts a real worker (tests/e2e)."""
     from portal.celery import app

@@ -320,7 +320,16 @@ class Meter(models.Model):
                 name="meter_one_open_per_task_kind",
             ),
         ]
-        indexes = [models.Index(fields=["organization", "ended_at"])]
+        indexes = [
+            models.Index(fields=["organization", "ended_at"]),
+            # The meters metering still owes (metering._due): few beside the closed ones'
+            # history, which grows with every stop, start and resize.
+            models.Index(
+                fields=["organization", "metered_until"],
+                condition=Q(ended_at__isnull=True) | Q(metered_until__lt=F("ended_at")),
+                name="meter_due",
+            ),
+        ]
 
     def __str__(self):
         return f"{self.get_kind_display()} × {self.quantity} ({self.instance or self.task})"

@@ -1,6 +1,7 @@
 """Wallets: holds, charges, top-ups, credit, and what happens when the money runs out."""
 
 import logging
+from collections import defaultdict
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -19,6 +20,7 @@ from apps.billing.models import (
     Wallet,
 )
 from apps.core.audit import record_event
+from apps.core.bulk import update_rows
 from apps.core.errors import DomainError
 from apps.core.extensions import ExtensionPoint
 from apps.core.models import AuditEvent
@@ -58,6 +60,23 @@ def locked_wallet(organization_id: int) -> Wallet:
         wallet_of(Organization.objects.select_related("park").get(pk=organization_id))
         wallet = locked.get(organization_id=organization_id)
     return wallet
+
+
+def locked_wallets(organization_ids: list[int]) -> list[Wallet]:
+    """The organizations' wallets under row locks (created on first use), locked in the order
+    of their organizations, so that two callers locking overlapping sets never deadlock."""
+    locked = (
+        Wallet.objects.select_for_update(no_key=True)
+        .filter(organization_id__in=organization_ids)
+        .order_by("organization_id")
+    )
+    wallets = list(locked)
+    missing = set(organization_ids) - {wallet.organization_id for wallet in wallets}
+    if missing:
+        for organization in Organization.objects.select_related("park").filter(pk__in=missing):
+            wallet_of(organization)
+        wallets = list(locked)
+    return wallets
 
 
 def require_funds(organization: Organization, amount_minor: int) -> Wallet:
@@ -100,26 +119,65 @@ def release_hold(instance) -> None:
     held.save(update_fields=["amount_minor"])
 
 
-def charge(wallet: Wallet, *, amount_minor: int, by_instance: dict[int, int]) -> None:
-    """Take metered usage from the (locked) wallet; an instance's charges use its hold first."""
+def charge(
+    wallet: Wallet, *, amount_minor: int, by_instance: dict[int, int], holds: list[Hold]
+) -> LedgerEntry | None:
+    """Take metered usage from the (locked) wallet, in memory: an instance's charges
+    (`by_instance`) use its hold among the wallet's locked `holds` first. Returns the ledger
+    entry to write, or None when nothing is owed; `charge_wallets` writes them all at once."""
     if amount_minor <= 0:
-        return
-    holds = Hold.objects.select_for_update(no_key=True).filter(
-        instance_id__in=list(by_instance), amount_minor__gt=0
-    )
+        return None
     for held in holds:
-        used = min(held.amount_minor, by_instance[held.instance_id])
+        used = min(held.amount_minor, by_instance.get(held.instance_id, 0))
         held.amount_minor -= used
-        held.save(update_fields=["amount_minor"])
         wallet.held_minor -= used
     wallet.balance_minor -= amount_minor
-    wallet.save(update_fields=["balance_minor", "held_minor", "updated_at"])
-    LedgerEntry.objects.create(
+    return LedgerEntry(
         wallet=wallet,
         kind=EntryKind.CHARGE,
         amount_minor=-amount_minor,
         balance_after_minor=wallet.balance_minor,
     )
+
+
+def charge_wallets(
+    wallets: list[Wallet], *, amounts: dict[int, int], by_instance: dict[int, int]
+) -> None:
+    """Take metered usage from the (locked) wallets, `amounts` by organization, one ledger entry
+    each, in a fixed number of queries however many wallets: an instance's charges
+    (`by_instance`) use its hold first."""
+    holds_of = defaultdict(list)
+    held_before = {}
+    holds = Hold.objects.select_for_update(no_key=True).filter(
+        wallet__in=wallets, amount_minor__gt=0
+    )
+    for held in holds.order_by("pk"):
+        holds_of[held.wallet_id].append(held)
+        held_before[held.pk] = held.amount_minor
+    entries = []
+    for wallet in wallets:
+        entry = charge(
+            wallet,
+            amount_minor=amounts.get(wallet.organization_id, 0),
+            by_instance=by_instance,
+            holds=holds_of[wallet.pk],
+        )
+        if entry is not None:
+            entries.append(entry)
+    drawn = [
+        held
+        for wallet_holds in holds_of.values()
+        for held in wallet_holds
+        if held.amount_minor != held_before[held.pk]
+    ]
+    update_rows(Hold, drawn, ["amount_minor"])
+    now = timezone.now()
+    for entry in entries:
+        entry.wallet.updated_at = now
+    update_rows(
+        Wallet, [entry.wallet for entry in entries], ["balance_minor", "held_minor", "updated_at"]
+    )
+    LedgerEntry.objects.bulk_create(entries)
 
 
 def credit(wallet: Wallet, *, amount_minor: int, kind: str, description: str = "") -> LedgerEntry:
@@ -230,13 +288,24 @@ def _billing_contacts(organization: Organization) -> list[str]:
     )
 
 
+def _balance_is_low(wallet: Wallet, burn_rate) -> bool:
+    """Nothing left to spend, or less than LOAM_LOW_BALANCE_HOURS at `burn_rate` an hour."""
+    threshold = burn_rate * settings.LOAM_LOW_BALANCE_HOURS
+    return wallet.available_minor <= 0 or bool(burn_rate and wallet.available_minor < threshold)
+
+
+def balance_needs_enforcing(wallet: Wallet, *, burn_rate) -> bool:
+    """Whether `enforce_balance` would act on `wallet` now (warn, withdraw the warning, or stop
+    the hosts), so that metering calls it only for the organizations it concerns."""
+    low = _balance_is_low(wallet, burn_rate)
+    return low != (wallet.low_balance_warned_at is not None) or wallet.available_minor <= 0
+
+
 def enforce_balance(organization_id: int) -> None:
     """After metering: warn once when the balance runs low, stop the hosts when it runs out."""
     with transaction.atomic():
         wallet = locked_wallet(organization_id)
-        rate = burn_rate_minor(organization_id)
-        threshold = rate * settings.LOAM_LOW_BALANCE_HOURS
-        low = wallet.available_minor <= 0 or (rate and wallet.available_minor < threshold)
+        low = _balance_is_low(wallet, burn_rate_minor(organization_id))
         if low and wallet.low_balance_warned_at is None:
             wallet.low_balance_warned_at = timezone.now()
             wallet.save(update_fields=["low_balance_warned_at", "updated_at"])
@@ -253,6 +322,18 @@ def enforce_balance(organization_id: int) -> None:
 
 SPEND_WARNING_PERCENT = 80
 SPEND_LEVELS = (SPEND_WARNING_PERCENT, 100)
+
+
+def spend_limited(organization_ids: list[int]) -> list[int]:
+    """Which of the organizations have a monthly spend limit (`enforce_spend_quota` concerns
+    only those)."""
+    from apps.quotas.models import QuotaLimit, QuotaResource
+
+    return sorted(
+        QuotaLimit.objects.filter(
+            organization_id__in=organization_ids, resource=QuotaResource.MONTHLY_SPEND
+        ).values_list("organization_id", flat=True)
+    )
 
 
 def enforce_spend_quota(organization_id: int, *, now=None) -> int | None:

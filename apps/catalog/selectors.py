@@ -3,8 +3,10 @@ capacity free for them right now (through `FREE_ROOM`)."""
 
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 
+from django.core.cache import cache
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -25,6 +27,36 @@ class NodeRoom:
 # Free room lives in the nodes, which the orchestration app (a floor above) owns and plugs in:
 # a callable (park or None) -> {accelerator model id: [NodeRoom, …]}.
 FREE_ROOM = ExtensionPoint("free room of schedulable nodes, by accelerator model")
+
+# The catalog of every park (a visitor's, or anyone's without an organization) reads free room
+# from the cache, measured at most this many seconds ago, and says when it was measured: anyone
+# may load it as often as they like, and the count is a guide (an order checks room again under
+# the node's lock). A tenant's catalog of its park reads it exactly. A short time to live rather
+# than invalidation: free room changes with every placement and release, drain and probe, in
+# code of the apps above this one.
+FREE_ROOM_CACHED_FOR = 30
+
+
+@dataclass(frozen=True)
+class FreeRoom:
+    by_model: dict[int, list[NodeRoom]]
+    measured_at: datetime
+    cached_for: int | None = None  # seconds, when read from the cache
+
+
+def free_room(park=None, *, cached: bool = False) -> FreeRoom:
+    if not cached:
+        return FreeRoom(by_model=FREE_ROOM.one()(park), measured_at=timezone.now())
+    key = f"catalog:free-room:{park.pk if park is not None else 'all'}"
+    return cache.get_or_set(
+        key,
+        lambda: FreeRoom(
+            by_model=FREE_ROOM.one()(park),
+            measured_at=timezone.now(),
+            cached_for=FREE_ROOM_CACHED_FOR,
+        ),
+        timeout=FREE_ROOM_CACHED_FOR,
+    )
 
 
 def _in_force(*, kind: str, at=None, **filters):
@@ -57,6 +89,21 @@ def current_flavor_prices(at=None) -> dict[int, list[Price]]:
 
 def price_in_force(*, region, kind: str, flavor=None, at=None) -> Price | None:
     return _in_force(kind=kind, at=at, region=region, flavor=flavor).first()
+
+
+def region_prices_in_force(*, region, flavor, at=None) -> dict[str, Price | None]:
+    """What a host of `flavor` in `region` is priced by, in one query: {kind: the price in
+    force or None} for the flavor's hour, a GB of disk a month and a Mbps a month."""
+    at = at or timezone.now()
+    resources = (PriceKind.DISK_GB_MONTH, PriceKind.BANDWIDTH_MBPS_MONTH)
+    started = Price.objects.filter(region=region, effective_from__lte=at).filter(
+        Q(kind=PriceKind.FLAVOR_HOUR, flavor=flavor) | Q(kind__in=resources, flavor__isnull=True)
+    )
+    in_force = dict.fromkeys((PriceKind.FLAVOR_HOUR, *resources))
+    for price in started.order_by("kind", "-effective_from"):
+        if in_force[price.kind] is None:
+            in_force[price.kind] = price
+    return in_force
 
 
 @dataclass(frozen=True)
@@ -120,7 +167,10 @@ class CatalogFilters:
     park: object = None
 
 
-def catalog_flavors(filters: CatalogFilters | None = None) -> list[FlavorCard]:
+def catalog_flavors(
+    filters: CatalogFilters | None = None, *, room: FreeRoom | None = None
+) -> list[FlavorCard]:
+    """`room`: the free room to count hosts in (default: measured now, in the filters' park)."""
     f = filters or CatalogFilters()
     flavors = Flavor.objects.filter(is_active=True).select_related(
         "family__accelerator_model", "family__park"
@@ -145,7 +195,7 @@ def catalog_flavors(filters: CatalogFilters | None = None) -> list[FlavorCard]:
         return not f.region_level or region.level == f.region_level
 
     prices = current_flavor_prices()
-    rooms = FREE_ROOM.one()(f.park)
+    rooms = (room or free_room(f.park)).by_model
     cards = []
     for flavor in flavors:
         allowed = [p for p in prices.get(flavor.pk, []) if region_allowed(p.region)]

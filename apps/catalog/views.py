@@ -3,7 +3,12 @@ from django.shortcuts import render
 
 from apps.catalog.forms import CatalogFilterForm
 from apps.catalog.models import Flavor
-from apps.catalog.selectors import catalog_flavors, compatible_images, current_flavor_prices
+from apps.catalog.selectors import (
+    catalog_flavors,
+    compatible_images,
+    current_flavor_prices,
+    free_room,
+)
 
 
 def _park(request):
@@ -12,8 +17,11 @@ def _park(request):
 
 
 def flavor_list(request):
-    form = CatalogFilterForm(request.GET or None, park=_park(request))
-    context = {"form": form, "cards": catalog_flavors(form.filters())}
+    park = _park(request)
+    form = CatalogFilterForm(request.GET or None, park=park)
+    # Every park's catalog (no organization: a visitor's) counts free hosts from the cache.
+    room = free_room(park, cached=park is None)
+    context = {"form": form, "cards": catalog_flavors(form.filters(), room=room), "room": room}
     template = "catalog/partials/_flavor_list.html" if request.htmx else "catalog/flavor_list.html"
     return render(request, template, context)
 

@@ -18,6 +18,7 @@ on its node, the better, which keeps whole nodes for large requests.
 from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
+from functools import cached_property
 
 from django.db.models import Sum
 
@@ -71,9 +72,35 @@ class NodeView:
     def pool(self):
         return self.node.pool
 
+    @cached_property
+    def record_base(self) -> dict:
+        """What a candidate record of this node says whatever the request (a queue pass
+        records every node for each task it places)."""
+        node, pool = self.node, self.node.pool
+        return {
+            "node": node.hostname,
+            "node_id": node.pk,
+            "pool": pool.name,
+            "pool_id": pool.pk,
+            "region": pool.region.code,
+            "region_name": pool.region.name,
+            "free_accelerators": node.free_accelerators,
+            "free_vcpu": node.vcpu_total - node.vcpu_used,
+            "free_ram_gb": node.ram_gb_total - node.ram_used,
+        }
 
-def card_states(node_ids) -> dict[int, list[tuple[int, int]]]:
-    """{node id: [(accelerator id, free milli), ...] in index order}, in two queries.
+
+@dataclass(slots=True)
+class Card:
+    """One accelerator of a node, as placement counts it."""
+
+    id: int
+    free: int  # milli-accelerators: 1000 idle, 0 held whole, else 1000 minus its live shares
+    held: bool  # an allocation holds it (whole, or for the shares on it)
+
+
+def card_states(node_ids) -> dict[int, list[Card]]:
+    """{node id: its cards in index order}, in two queries.
 
     A card is free (1000) when nothing holds it, 0 when an allocation holds it whole, and
     1000 minus its live shares when the allocation holding it is a share.
@@ -99,7 +126,7 @@ def card_states(node_ids) -> dict[int, list[tuple[int, int]]]:
             free = max(0, MILLI - (used.get(card_id) or 0))
         else:
             free = 0
-        by_node[node_id].append((card_id, free))
+        by_node[node_id].append(Card(id=card_id, free=free, held=holder is not None))
     return by_node
 
 
@@ -132,12 +159,12 @@ def node_views(nodes, *, prices: dict) -> list[NodeView]:
             drained=node.is_drained or node.health != NodeHealth.HEALTHY,
         )
         # from_portal knows whole cards only; the exact per-card shares, in index order:
-        state.gpu_free = [free for _, free in node_cards]
+        state.gpu_free = [card.free for card in node_cards]
         views.append(
             NodeView(
                 node=node,
                 state=state,
-                accelerator_ids=[card for card, _ in node_cards],
+                accelerator_ids=[card.id for card in node_cards],
                 price_per_hour_minor=price,
             )
         )
@@ -319,26 +346,38 @@ def park_weights(park) -> ParkWeights:
 
 
 def candidate_record(view: NodeView, candidate, *, request, rejected=None) -> dict:
-    node, pool = view.node, view.node.pool
-    fits = candidate.rejected is None and rejected is None
+    """One node in `Placement.candidates`. A node that could not take the request keeps only
+    what shows it and why (`rejected_record`): a pass placing hundreds of tasks records every
+    node for each, and the rejected ones were a fifth of what it wrote."""
+    code = rejected or candidate.rejected
+    if code is not None:
+        return rejected_record(view, code)
     raw = dict(candidate.raw)
-    if fits:
-        raw["left_free"] = (view.state.gpu_milli_free - request.gpu_request_milli) / MILLI
+    raw["left_free"] = (view.state.gpu_milli_free - request.gpu_request_milli) / MILLI
     return {
-        "node": node.hostname,
-        "node_id": node.pk,
-        "pool": pool.name,
-        "pool_id": pool.pk,
-        "region": pool.region.code,
-        "region_name": pool.region.name,
-        "free_accelerators": node.free_accelerators,
-        "free_vcpu": node.vcpu_total - node.vcpu_used,
-        "free_ram_gb": node.ram_gb_total - node.ram_used,
-        "fits": fits,
-        "total": candidate.total if fits else None,
-        "parts": dict(candidate.parts) if fits else {},
+        **view.record_base,
+        "fits": True,
+        "total": candidate.total,
+        "parts": dict(candidate.parts),
         "raw": raw,
-        "rejected": rejected or candidate.rejected,
+        "rejected": None,
+    }
+
+
+def rejected_record(view: NodeView, code: str) -> dict:
+    """A node that could not take the request, as the decision page lists it: which node, in
+    which pool and region, and why not (`REJECTION_REASONS`). Records kept before this had
+    the fitting nodes' keys as well, empty; every reader takes both."""
+    base = view.record_base
+    return {
+        "node": base["node"],
+        "node_id": base["node_id"],
+        "pool": base["pool"],
+        "region": base["region"],
+        "region_name": base["region_name"],
+        "fits": False,
+        "total": None,
+        "rejected": code,
     }
 
 

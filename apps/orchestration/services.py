@@ -89,8 +89,52 @@ def _fits(node, shape: Shape) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class PlacementPlan:
+    """The scorer's ranking of the park's nodes for one host, decided from committed rows and
+    without any lock, so an order can score before it takes its organization's lock. It only
+    proposes: `place` allocates under each node's own lock and re-counts there, so a plan that
+    went stale meanwhile costs a fallback to the next candidate, never an oversold node."""
+
+    shape: Shape
+    region: object  # the Region it was scored in; None: every region the flavor is sold in
+    ranked: tuple  # the NodeViews that fitted, best first
+    record: tuple  # every candidate as a Placement keeps it (see adapter.placement_record)
+    weights: dict
+
+    @property
+    def best_region(self):
+        return self.ranked[0].node.pool.region if self.ranked else None
+
+
+def plan_placement(
+    *, park, flavor, shape: Shape | None = None, region=None, preference: str = "balanced"
+) -> PlacementPlan:
+    """Score one host of `flavor` (of `shape`, by default the flavor's) over the nodes of
+    `region` (or of every region the flavor is sold in) with the tenant's `preference`;
+    nothing is locked or written."""
+    shape = shape or shape_of(flavor)
+    decision, views, record, weights = _decide_placement(
+        park=park, flavor=flavor, shape=shape, region=region, preference=preference
+    )
+    by_id = {view.state.id: view for view in views}
+    return PlacementPlan(
+        shape=shape,
+        region=region,
+        ranked=tuple(by_id[candidate.node_id] for candidate in _ranked(decision)),
+        record=tuple(record),
+        weights=weights,
+    )
+
+
 def place(
-    *, instance, shape: Shape, region=None, order=None, preference: str = "balanced"
+    *,
+    instance,
+    shape: Shape,
+    region=None,
+    order=None,
+    preference: str = "balanced",
+    plan: PlacementPlan | None = None,
 ) -> Allocation:
     """Choose a node for `instance` and allocate its accelerators there, under the node's lock.
 
@@ -98,34 +142,32 @@ def place(
     energy, price and fragmentation, the park's SchedulingPolicy blended with the tenant's
     `preference`: balanced, fast, cheap or green) among the nodes of `region`, or, when the
     tenant lets the scheduler choose (`region` None), among every region the flavor is sold in.
-    Should the best node have filled up by the time its lock is held, the next best is tried.
-    Every candidate with its score parts and why it was or was not chosen is kept as a
-    Placement. Raises NoCapacity when nothing fits.
+    `plan`, when given, is that decision made earlier (`plan_placement`, before the caller took
+    its locks) for the same shape and region. Should the best node have filled up by the time
+    its lock is held, the next best is tried. Every candidate with its score parts and why it
+    was or was not chosen is kept as a Placement. Raises NoCapacity when nothing fits.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("place() must run inside the caller's transaction")
-    park = instance.organization.park
-    decision, views, record, weights = _decide_placement(
-        park=park,
-        flavor=instance.flavor,
-        shape=shape,
-        region=region,
-        preference=preference,
-        instance_id=instance.pk,
-    )
-    by_id = {view.state.id: view for view in views}
-    for candidate in _ranked(decision):
-        view = by_id[candidate.node_id]
+    if plan is None:
+        plan = plan_placement(
+            park=instance.organization.park,
+            flavor=instance.flavor,
+            shape=shape,
+            region=region,
+            preference=preference,
+        )
+    record = [dict(entry) for entry in plan.record]  # marked below; the plan stays as it was
+    for view in plan.ranked:
         allocation = _allocate_on(view.node, instance=instance, shape=shape)
         if allocation is not None:
+            # What the node had free under its lock, less what this host took.
+            left_free = allocation.node.free_accelerators - shape.accelerators
             Placement.objects.create(
                 order=order,
                 chosen_pool=view.node.pool,
                 chosen_node=view.node,
-                weights={
-                    **weights,
-                    "left_free": view.node.accelerators.filter(allocation__isnull=True).count(),
-                },
+                weights={**plan.weights, "left_free": left_free},
                 candidates=record,
             )
             return allocation
@@ -137,17 +179,17 @@ def best_region(*, park, flavor, preference: str = "balanced"):
     """Where the scheduler would place one host of `flavor` now, for a tenant who lets it
     choose: the region of the best-scored node over every region the flavor is sold in, with
     the tenant's preference (what the order is quoted in). Raises NoCapacity."""
-    shape = shape_of(flavor)
-    decision, views, _record, _weights = _decide_placement(
-        park=park, flavor=flavor, shape=shape, region=None, preference=preference
-    )
-    by_id = {view.state.id: view for view in views}
-    for candidate in _ranked(decision):
-        return by_id[candidate.node_id].node.pool.region
-    raise NoCapacity(
-        _("No region has a free host of %(flavor)s right now. Try a smaller flavor or later.")
-        % {"flavor": flavor.code}
-    )
+    return region_of(plan_placement(park=park, flavor=flavor, preference=preference), flavor)
+
+
+def region_of(plan: PlacementPlan, flavor):
+    """The region of a plan's best node (a plan over every region). Raises NoCapacity."""
+    if plan.best_region is None:
+        raise NoCapacity(
+            _("No region has a free host of %(flavor)s right now. Try a smaller flavor or later.")
+            % {"flavor": flavor.code}
+        )
+    return plan.best_region
 
 
 def _ranked(decision) -> list:
@@ -168,7 +210,7 @@ def _no_room(shape: Shape, region) -> NoCapacity:
     )
 
 
-def _decide_placement(*, park, flavor, shape: Shape, region, preference: str, instance_id=0):
+def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
     """The scorer's decision for one host of `flavor` on the park's nodes (of `region`, or of
     every region the flavor is sold in), and how it is kept."""
     nodes = list(
@@ -197,7 +239,7 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str, in
         )
     )
     request = adapter.instance_request(
-        instance_id=instance_id,
+        instance_id="new",  # scored before the instance exists (plan_placement)
         shape=shape,
         model_slug=model_slug,
         region=region,
@@ -234,12 +276,12 @@ def _allocate_on(node, *, instance, shape: Shape) -> Allocation | None:
     allocation = Allocation.objects.create(
         node=node, instance=instance, vcpu=shape.vcpu, ram_gb=shape.ram_gb
     )
-    devices = list(
+    lowest_free = (
         Accelerator.objects.filter(node=node, allocation__isnull=True)
         .order_by("index")
-        .values_list("pk", flat=True)[: shape.accelerators]
+        .values("pk")[: shape.accelerators]
     )
-    Accelerator.objects.filter(pk__in=devices).update(allocation=allocation)
+    Accelerator.objects.filter(pk__in=lowest_free).update(allocation=allocation)
     return allocation
 
 

@@ -85,6 +85,16 @@ def run_task(self, task_id: int) -> None:
         follow_task(task_id)
 
 
+@shared_task(acks_late=True)
+def run_placed_tasks(task_ids: list[int]) -> None:
+    """Send `run_task` for each task a queue pass placed: the pass hands them all over in this
+    one message, and each still runs as its own job (in parallel on the workers, with its own
+    retries). One that cannot be sent is left placed without a handle, where
+    `reconcile_tasks` finds it and sends it again."""
+    for task_id in task_ids:
+        run_task.delay(task_id)
+
+
 def follow_task(task_id: int) -> None:
     """Ask the backend how a submitted task does: keep its logs, mark it running once it runs,
     end it when it is done. A transient error waits for the next pass; a permanent one fails

@@ -2,9 +2,9 @@
 release — as one table: what each may start from, what it reserves, how its backend is called,
 what completing it changes and what a failure gives back. A new operation is one row here.
 
-Each is an Order: reserved in the requesting transaction, called after commit by
-`apps.orders.tasks.fulfil_order`, and reported back with `complete_operation` or
-`fail_operation`.
+Each is an Order: reserved in the requesting transaction, requested from the backend after
+commit by `apps.orders.tasks.fulfil_order`, followed there until the backend is done, and
+reported back with `complete_operation` or `fail_operation`.
 """
 
 from collections.abc import Callable
@@ -56,8 +56,8 @@ class Operation:
     # Checks the parameters and reserves what the operation needs (in the requesting
     # transaction); returns what the order records.
     reserve: Callable[[Instance, dict], dict]
-    # The backend call: (driver, instance, order).
-    call: Callable
+    # The backend request: (driver, instance, order) -> the request's handle, to follow.
+    call: Callable[..., str]
     # Applies the change to the (locked) instance once the backend did it.
     complete: Callable[[Instance, Order], None]
     needs_funds: bool = False  # a positive balance to run on

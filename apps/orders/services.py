@@ -18,7 +18,7 @@ from django.utils.translation import gettext as _
 from apps.billing import metering
 from apps.billing import services as billing
 from apps.catalog.models import Flavor, Image, PriceKind, Region
-from apps.catalog.selectors import price_in_force
+from apps.catalog.selectors import region_prices_in_force
 from apps.core.audit import audit_identity, record_event
 from apps.core.errors import DomainError, InvalidTransition
 from apps.core.transactions import lock, on_commit_task
@@ -27,8 +27,10 @@ from apps.orchestration.backends.base import Capability
 from apps.orchestration.models import TaskPreference
 from apps.orchestration.services import (
     NoCapacity,
-    best_region,
+    PlacementPlan,
     place,
+    plan_placement,
+    region_of,
     release_capacity,
     require_pools_for,
     shape_of,
@@ -226,17 +228,24 @@ def not_priced(flavor, region) -> DomainError:
     )
 
 
-def quote(*, organization: Organization, request: HostRequest) -> Quote:
-    # Letting the scheduler choose, the host is quoted where the scheduler would place it now,
-    # scored over every region with the tenant's preference (and placed there, see below).
-    region = request.region or best_region(
-        park=organization.park, flavor=request.flavor, preference=request.preference
-    )
-    flavor_price = price_in_force(region=region, kind=PriceKind.FLAVOR_HOUR, flavor=request.flavor)
+def quote(
+    *, organization: Organization, request: HostRequest, plan: PlacementPlan | None = None
+) -> Quote:
+    """What `request` costs. Letting the scheduler choose, the host is quoted where the
+    scheduler would place it now, scored over every region with the tenant's preference: `plan`
+    is that scoring when the caller has it (an order places the host with the same plan)."""
+    region = request.region
+    if region is None:
+        plan = plan or plan_placement(
+            park=organization.park, flavor=request.flavor, preference=request.preference
+        )
+        region = region_of(plan, request.flavor)
+    prices = region_prices_in_force(region=region, flavor=request.flavor)
+    flavor_price = prices[PriceKind.FLAVOR_HOUR]
     if flavor_price is None:
         raise not_priced(request.flavor, region)
-    disk_price = price_in_force(region=region, kind=PriceKind.DISK_GB_MONTH)
-    bandwidth_price = price_in_force(region=region, kind=PriceKind.BANDWIDTH_MBPS_MONTH)
+    disk_price = prices[PriceKind.DISK_GB_MONTH]
+    bandwidth_price = prices[PriceKind.BANDWIDTH_MBPS_MONTH]
     billed_disk = metering.billed_disk_gb(
         flavor=request.flavor,
         system_disk_gb=request.system_disk_gb,
@@ -325,12 +334,20 @@ def submit_create(
     *, organization: Organization, actor, request: HostRequest, idempotency_key: str = ""
 ) -> list[Order]:
     """Order `request.count` hosts. The same idempotency key returns the first call's orders,
-    so a double click or a retried request creates nothing twice."""
+    so a double click or a retried request creates nothing twice.
+
+    What only reads (checks, scoring the nodes, prices, the approval policy) is done before the
+    organization's lock; under it come only the quota count and the rows that hold the demand,
+    the wallet's hold and the allocation under each node's own lock. Nothing read before the
+    lock can oversell: the quota is counted under the lock, the wallet is re-read under its
+    lock, and a node's free capacity is re-counted under the node's lock (a plan that went
+    stale falls back to the next node, or refuses).
+    """
     authorize(actor, organization, Action.ORDER)
-    # Under the organization's lock (which the quota check takes anyway), so a concurrent
-    # retry with the same key waits for the first and then replays it.
-    lock(Organization, organization.pk)
     if idempotency_key:
+        # Under the organization's lock, so a concurrent retry with the same key waits for the
+        # first and then replays it (before anything that could refuse the retry).
+        lock(Organization, organization.pk)
         earlier = _orders_for_key(organization, idempotency_key)
         if earlier:
             return earlier
@@ -341,21 +358,27 @@ def submit_create(
         region=request.region,
         capability=Capability.HOSTS,
     )
-    quoted = quote(organization=organization, request=request)
-    reserve(
-        organization=organization,
-        demand=demand_for(
-            flavor=request.flavor,
-            system_disk_gb=request.system_disk_gb,
-            data_disk_gb=request.data_disk_gb,
-            count=request.count,
-            hourly_minor=quoted.hourly_minor_rounded,  # what the monthly spend limit counts
-        ),
+    # Scored once: the quote's region and the first host's placement come from the same plan.
+    plan = plan_placement(
+        park=organization.park,
+        flavor=request.flavor,
+        region=request.region,
+        preference=request.preference,
     )
+    quoted = quote(organization=organization, request=request, plan=plan)
     one_host = Quote(**{**quoted.__dict__, "count": 1})
+    approval = needs_approval(organization, request, quoted)
+    demand = demand_for(
+        flavor=request.flavor,
+        system_disk_gb=request.system_disk_gb,
+        data_disk_gb=request.data_disk_gb,
+        count=request.count,
+        hourly_minor=quoted.hourly_minor_rounded,  # what the monthly spend limit counts
+    )
+    # The organization's lock, held until commit (reserve takes it).
+    reserve(organization=organization, demand=demand)
     # The first hour of every host is held now, so an order never starts what cannot be paid.
     wallet = billing.require_funds(organization, one_host.hourly_minor_rounded * request.count)
-    approval = needs_approval(organization, request, quoted)
     orders = []
     for index in range(request.count):
         name = request.name if request.count == 1 else f"{request.name}-{index + 1}"
@@ -363,13 +386,17 @@ def submit_create(
         order = _create_order(organization, actor, request, one_host, name, key)
         billing.hold(wallet, instance=order.instance, amount_minor=order.hourly_minor)
         orders.append(order)
-    for order in orders:
+    decided = []
+    for index, order in enumerate(orders):
         if approval:
-            move_order(order=order, to=OrderState.AWAITING_APPROVAL, actor=actor)
+            decided.append(move_order(order=order, to=OrderState.AWAITING_APPROVAL, actor=actor))
         else:
-            move_order(order=order, to=OrderState.APPROVED, actor=None)
-            _start_provisioning(order)
-    return [Order.objects.get(pk=order.pk) for order in orders]
+            created = order.instance  # with its flavor and organization loaded
+            order = move_order(order=order, to=OrderState.APPROVED, actor=None)
+            order.instance = created
+            # Later hosts of the same order are scored again, with the earlier ones placed.
+            decided.append(_start_provisioning(order, plan=plan if index == 0 else None))
+    return decided
 
 
 def _create_key(key: str, index: int) -> str:
@@ -428,21 +455,28 @@ def _create_order(organization, actor, request, one_host: Quote, name, key) -> O
     return order
 
 
-def _start_provisioning(order: Order) -> None:
+def _start_provisioning(order: Order, *, plan: PlacementPlan | None = None) -> Order:
     """Allocate accelerators and hand the instance to the backend (after commit). A host whose
-    region the scheduler chose is placed over every region again; should the best node now be
-    in another region than the one it was quoted in (capacity changed meanwhile), it is refused
-    rather than billed at another price than the tenant saw."""
+    region the scheduler chose is placed over every region again (or with the `plan` its quote
+    was scored with); should the best node with room be in another region than the one it was
+    quoted in (capacity changed meanwhile), it is refused rather than billed at another price
+    than the tenant saw. Returns the order as it is now (fulfilling)."""
     from apps.orders.tasks import provision_instance
 
     instance = order.instance
     chosen_by_scheduler = order.parameters.get("scheduler_chose_region", False)
+    # The transitions first and the allocation last: the node's lock is then held only from
+    # the allocation to the commit, so concurrent orders landing on one node wait less. Both
+    # are in this transaction, so no one sees the order fulfilling without its allocation.
+    order = move_order(order=order, to=OrderState.FULFILLING)
+    move_instance(instance=instance, to=InstanceState.PROVISIONING)
     allocation = place(
         instance=instance,
         shape=shape_of(instance.flavor),
         region=None if chosen_by_scheduler else instance.region,
         order=order,
         preference=order.parameters.get("preference", TaskPreference.BALANCED),
+        plan=plan,
     )
     node = allocation.node
     if node.pool.region_id != instance.region_id:
@@ -454,9 +488,8 @@ def _start_provisioning(order: Order) -> None:
             % {"region": node.pool.region.name, "quoted": instance.region.name}
         )
     Instance.objects.filter(pk=instance.pk).update(node=node, pool=node.pool)
-    move_order(order=order, to=OrderState.FULFILLING)
-    move_instance(instance=instance, to=InstanceState.PROVISIONING)
     on_commit_task(provision_instance, instance.pk)
+    return order
 
 
 @transaction.atomic(durable=True)

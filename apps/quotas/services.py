@@ -19,6 +19,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils.translation import gettext as _
 
 from apps.catalog.models import PriceKind
@@ -208,23 +209,24 @@ def park_usage(park: Park) -> Usage:
     return usage_held(Organization.objects.filter(park=park))
 
 
-def _limits(organization: Organization):
-    return list(
-        QuotaLimit.objects.filter(park=organization.park, organization=organization).select_related(
-            "accelerator_model"
-        )
-    ), list(
-        QuotaLimit.objects.filter(park=organization.park, organization__isnull=True).select_related(
-            "accelerator_model"
-        )
+def _limits(organization: Organization) -> tuple[list, list]:
+    """(the organization's own limits, the park's limits), read in one query."""
+    limits = QuotaLimit.objects.filter(park=organization.park_id).filter(
+        Q(organization=organization) | Q(organization__isnull=True)
     )
+    own, park = [], []
+    for limit in limits.select_related("accelerator_model"):
+        (own if limit.organization_id else park).append(limit)
+    return own, park
 
 
 def reserve(*, organization: Organization, demand: Usage) -> None:
     """Refuse `demand` (on top of what the organization and its park hold) if it passes a limit.
 
     Must run inside the transaction that creates the rows holding the demand: the locks taken
-    here are held until it commits, so the next reservation counts those rows too.
+    here are held until it commits, so the next reservation counts those rows too. What is
+    held is counted once per scope (the organization's usage for all of its limits, the park's
+    for all of the park's), after the lock of that scope is taken.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("reserve() must run inside the transaction that holds the demand")

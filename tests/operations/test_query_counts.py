@@ -141,6 +141,8 @@ PAGES = [
     ("backends", "/ops/parks/{park}/backends/", "backends"),
     ("pools", "/ops/parks/{park}/pools/", "pools"),
     ("nodes", "/ops/parks/{park}/nodes/", "nodes"),
+    # Each pool is a choice of the node filter, named with its region.
+    ("nodes-of-many-pools", "/ops/parks/{park}/nodes/", "pools"),
     ("idle", "/ops/parks/{park}/idle/", "idle"),
     ("quotas", "/ops/organizations/{organization}/quotas/", "quota_history"),
     ("organization", "/ops/organizations/{organization}/", "organization_instances"),

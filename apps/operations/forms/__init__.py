@@ -6,9 +6,14 @@ from apps.tenants.models import Organization
 
 class AuditFilterForm(forms.Form):
     actor = forms.CharField(label=_("Actor"), required=False)
+    # An id from an organization's page; the form searches by name (see filters.py).
     organization = forms.ModelChoiceField(
-        label=_("Organization"), queryset=Organization.objects.none(), required=False
+        label=_("Organization"),
+        queryset=Organization.objects.none(),
+        required=False,
+        widget=forms.HiddenInput,
     )
+    organization_name = forms.CharField(label=_("Organization"), required=False, max_length=100)
     action = forms.CharField(label=_("Action"), required=False, help_text=_("e.g. api_key."))
     object_type = forms.CharField(label=_("Object type"), required=False)
     target = forms.CharField(

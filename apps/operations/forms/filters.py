@@ -41,9 +41,12 @@ class OrderFilterForm(FilterForm):
         label=_("State"), required=False, choices=_all(_("All states")) + OrderState.choices
     )
     kind = forms.ChoiceField(label=_("Kind"), required=False, choices=_all() + OrderKind.choices)
+    # An organization's pages link here with its id; the form searches by name, since a list
+    # of every organization to choose from grows with the park (1,000 at issue 15's scale).
     organization = forms.ModelChoiceField(
-        label=_("Organization"), queryset=None, required=False, empty_label=_("All")
+        label=_("Organization"), queryset=None, required=False, widget=forms.HiddenInput
     )
+    organization_name = forms.CharField(label=_("Organization"), required=False, max_length=100)
     q = forms.CharField(label=_("Order # or instance"), required=False, max_length=100)
 
     def __init__(self, data=None, *, organizations, **kwargs):
@@ -62,9 +65,12 @@ class InstanceFilterForm(FilterForm):
         required=False,
         choices=[(ACTIVE, _("Holding resources")), ("", _("All states"))] + InstanceState.choices,
     )
+    # An organization's pages link here with its id; the form searches by name, since a list
+    # of every organization to choose from grows with the park (1,000 at issue 15's scale).
     organization = forms.ModelChoiceField(
-        label=_("Organization"), queryset=None, required=False, empty_label=_("All")
+        label=_("Organization"), queryset=None, required=False, widget=forms.HiddenInput
     )
+    organization_name = forms.CharField(label=_("Organization"), required=False, max_length=100)
     region = forms.ModelChoiceField(
         label=_("Region"), queryset=None, required=False, empty_label=_("All")
     )

@@ -25,6 +25,7 @@ def audit_events(
     *,
     actor="",
     organization=None,
+    organization_name="",
     action="",
     object_type="",
     target="",
@@ -37,6 +38,8 @@ def audit_events(
         events = events.filter(actor_label__icontains=actor)
     if organization is not None:
         events = events.filter(organization=organization)
+    if organization_name:
+        events = events.filter(organization__name__icontains=organization_name)
     if action:
         events = events.filter(action__startswith=action)
     if object_type:

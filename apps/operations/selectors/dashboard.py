@@ -2,16 +2,21 @@
 (CapacitySample), the queues and what waits for an operator."""
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, timedelta
 from decimal import Decimal
 
+from django.core.cache import cache
 from django.db.models import Avg, Count, DurationField, ExpressionWrapper, F, Min, Sum
 from django.utils import timezone
 
+from apps.orchestration.capacity import RAW_SAMPLES_KEPT_FOR
 from apps.orchestration.models import Backend, CapacitySample, Task, TaskState
 from apps.orders.models import Order, OrderState
 
 RECENT = timedelta(hours=24)
+# A chart's cache key changes with each new sample (every 5 minutes); this only bounds how long
+# a key nobody asks for again stays.
+CHART_CACHED_FOR = 15 * 60
 
 
 @dataclass
@@ -50,10 +55,39 @@ def capacity_breakdown(pools) -> dict[str, list[CapacityRow]]:
     }
 
 
-def capacity_series(parks, *, since, until=None) -> dict:
+def capacity_chart(parks, *, period: timedelta) -> dict:
+    """`capacity_series` of the last `period`, kept in the cache until the parks' next sample
+    (the key names the newest one, so a new sample is a new key). Periods past a day are drawn
+    by the hour: older samples are hourly anyway (`capacity.roll_up_samples`)."""
+    park_ids = sorted(park.pk for park in parks)
+    newest = (
+        CapacitySample.objects.filter(park__in=park_ids)
+        .order_by("-taken_at", "-pk")
+        .values_list("taken_at", "pk")
+        .first()
+    )
+    if newest is None:
+        return capacity_series(park_ids, since=timezone.now() - period)
+    key = "ops:capacity-chart:{parks}:{seconds}:{at}:{pk}".format(
+        parks=",".join(map(str, park_ids)),
+        seconds=int(period.total_seconds()),
+        at=newest[0].isoformat(),
+        pk=newest[1],
+    )
+    return cache.get_or_set(
+        key,
+        lambda: capacity_series(
+            park_ids, since=timezone.now() - period, hourly=period > RAW_SAMPLES_KEPT_FOR
+        ),
+        timeout=CHART_CACHED_FOR,
+    )
+
+
+def capacity_series(parks, *, since, until=None, hourly: bool = False) -> dict:
     """The samples of the parks summed per moment, as the charts want them: times (ISO),
     allocation and measured utilization in %, estimated power in kW; and the energy (kWh)
-    the allocated accelerators used over the period."""
+    the allocated accelerators used over the period. `hourly`: one point per hour, the means
+    of the hour's moments."""
     samples = CapacitySample.objects.filter(park__in=parks, taken_at__gte=since)
     if until is not None:
         samples = samples.filter(taken_at__lt=until)
@@ -68,6 +102,8 @@ def capacity_series(parks, *, since, until=None) -> dict:
         )
         .order_by("taken_at")
     )
+    if hourly:
+        rows = _by_hour(rows)
     energy_wh = Decimal(0)
     for before, after in zip(rows, rows[1:], strict=False):
         hours = Decimal((after["taken_at"] - before["taken_at"]).total_seconds()) / 3600
@@ -85,6 +121,32 @@ def capacity_series(parks, *, since, until=None) -> dict:
         "energy_kwh": round(energy_wh / 1000, 1),
         "points": len(rows),
     }
+
+
+def _by_hour(rows: list[dict]) -> list[dict]:
+    """Moments of the same hour (UTC) as one, at the hour's start, with the hour's means."""
+    hours: dict = {}
+    for row in rows:
+        start = row["taken_at"].astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        hours.setdefault(start, []).append(row)
+    merged = []
+    for start, moments in hours.items():
+        utils = [m["util"] for m in moments if m["util"] is not None]
+        merged.append(
+            {
+                "taken_at": start,
+                "total": _mean([m["total"] for m in moments]),
+                "allocated": _mean([m["allocated"] for m in moments]),
+                "idle": round(_mean([m["idle"] for m in moments])),
+                "watts": _mean([m["watts"] for m in moments]),
+                "util": _mean(utils) if utils else None,
+            }
+        )
+    return merged
+
+
+def _mean(values) -> float:
+    return float(sum(values)) / len(values)
 
 
 @dataclass(frozen=True)

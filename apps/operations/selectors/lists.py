@@ -59,7 +59,7 @@ def organizations(parks, *, state="", query=""):
     ).order_by("name", "pk")
 
 
-def orders(parks, *, state="", kind="", organization=None, query=""):
+def orders(parks, *, state="", kind="", organization=None, organization_name="", query=""):
     rows = Order.objects.filter(organization__park__in=parks).select_related(
         "organization__park",
         "instance__flavor",
@@ -73,6 +73,8 @@ def orders(parks, *, state="", kind="", organization=None, query=""):
         rows = rows.filter(kind=kind)
     if organization is not None:
         rows = rows.filter(organization=organization)
+    if organization_name:
+        rows = rows.filter(organization__name__icontains=organization_name)
     if query:
         match = Q(instance__name__icontains=query)
         if query.lstrip("#").isdigit():
@@ -84,7 +86,7 @@ def orders(parks, *, state="", kind="", organization=None, query=""):
 ACTIVE = "active"  # the instance filter's default: every state that holds resources
 
 
-def instances(parks, *, state="", organization=None, region=None, query=""):
+def instances(parks, *, state="", organization=None, organization_name="", region=None, query=""):
     rows = Instance.objects.filter(organization__park__in=parks).select_related(
         "organization__park", "flavor__family__accelerator_model", "region", "node", "pool"
     )
@@ -94,6 +96,8 @@ def instances(parks, *, state="", organization=None, region=None, query=""):
         rows = rows.filter(state=state)
     if organization is not None:
         rows = rows.filter(organization=organization)
+    if organization_name:
+        rows = rows.filter(organization__name__icontains=organization_name)
     if region is not None:
         rows = rows.filter(region=region)
     if query:

@@ -1,13 +1,12 @@
 from datetime import timedelta
 
 from django.shortcuts import render
-from django.utils import timezone
 
 from apps.operations.selectors import pools_with_allocation
 from apps.operations.selectors.dashboard import (
     backends_with_errors,
     capacity_breakdown,
-    capacity_series,
+    capacity_chart,
     queues,
 )
 from apps.operations.views._common import parks_of
@@ -20,7 +19,7 @@ PERIODS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta
 
 @operator_view
 def overview(request):
-    parks = parks_of(request)
+    parks = list(parks_of(request))
     pools = list(pools_with_allocation(parks))
     totals = {
         "total": sum(p.total for p in pools),
@@ -32,11 +31,11 @@ def overview(request):
         verification_state=VerificationState.SUBMITTED
     )
     context = {
-        "parks": list(parks),
+        "parks": parks,
         "pools": pools,
         "totals": totals,
         "breakdown": capacity_breakdown(pools),
-        "series": capacity_series(parks, since=timezone.now() - PERIODS[period]),
+        "series": capacity_chart(parks, period=PERIODS[period]),
         "period": period,
         "periods": list(PERIODS),
         "queues": queues(parks),

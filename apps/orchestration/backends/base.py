@@ -91,6 +91,16 @@ class HostAccess:
 
 
 @dataclass(frozen=True)
+class HostRequestStatus:
+    """Where a host request stands on the backend: still under way, or done. A request that
+    failed is not a status: asking about it raises BackendError (permanent), as the request
+    itself would have."""
+
+    done: bool
+    access: HostAccess | None = None  # a finished provisioning: how to reach the new host
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     """What to run: one training task on the node and the devices (or the share of one) the
     portal allocated."""
@@ -161,19 +171,37 @@ class InventoryDriver(Driver, Protocol):
 
 
 class HostDriver(Driver, Protocol):
-    def provision(self, spec: HostSpec) -> HostAccess: ...
+    """Changes to hosts are requests: each call returns as soon as the backend has accepted
+    the change, with the request's handle, and `host_request_status` says later whether it is
+    done. No call waits for a host to boot, stop or resize, so a worker is never held by a
+    slow backend; the portal polls (apps.orders.tasks) with a job it schedules again.
 
-    def stop(self, handle: str) -> None: ...
+    A call raises BackendError when the backend refuses or cannot be reached (`transient`:
+    ask again later). Calls are idempotent: requesting a host that exists, or a state the host
+    is already in, is accepted again (the portal sends a request again after a lost job).
+    `handle` is the host's, as `HostRequestStatus.access.handle` named it when provisioned."""
 
-    def start(self, handle: str) -> None: ...
+    def provision(self, spec: HostSpec) -> str:
+        """Ask for a host; returns the request's handle."""
+        ...
 
-    def resize(self, handle: str, spec: HostSpec) -> None: ...
+    def stop(self, handle: str) -> str: ...
 
-    def set_disk(self, handle: str, data_disk_gb: int) -> None: ...
+    def start(self, handle: str) -> str: ...
 
-    def set_bandwidth(self, handle: str, bandwidth_mbps: int) -> None: ...
+    def resize(self, handle: str, spec: HostSpec) -> str: ...
 
-    def release(self, handle: str) -> None: ...
+    def set_disk(self, handle: str, data_disk_gb: int) -> str: ...
+
+    def set_bandwidth(self, handle: str, bandwidth_mbps: int) -> str: ...
+
+    def release(self, handle: str) -> str: ...
+
+    def host_request_status(self, request: str) -> HostRequestStatus:
+        """Whether the request is done (and, for a provisioning, the host's access). Raises
+        BackendError: permanent when the request failed for good (the message says why),
+        transient when the backend could not answer now."""
+        ...
 
 
 class BatchDriver(Driver, Protocol):

@@ -1,9 +1,12 @@
 """A simulated backend for demos and tests. Everything it reports is labelled as simulated.
 
 Config (all optional):
-    latency_seconds: [min, max]   time each call takes (uniform), default [0, 0]
-    failure_rate: 0.0..1.0        share of calls that fail permanently
-    transient_failure_rate: 0..1  share of calls that fail transiently (the task retries them)
+    latency_seconds: [min, max]   how long a host request (provision, stop, start, resize, disk,
+                                  bandwidth, release) takes to complete, drawn uniformly per
+                                  request, default [0, 0]; the call itself returns at once
+    failure_rate: 0.0..1.0        share of calls that fail permanently (a host request is
+                                  accepted and fails when it completes)
+    transient_failure_rate: 0..1  share of calls that fail transiently (the job retries them)
     seed: int                     makes the random draws reproducible
     pools: [...]                  the capacity it reports (see `capacity`)
     utilization: {host: {index: pct}}  the utilization `telemetry` reports for those devices
@@ -33,6 +36,7 @@ from apps.orchestration.backends.base import (
     BackendError,
     Capability,
     HostAccess,
+    HostRequestStatus,
     HostSpec,
     NodeCapacity,
     NodeTelemetry,
@@ -81,21 +85,28 @@ class SimulatorDriver:
         with _injected_lock:
             _injected.clear()
 
-    def _call(self, operation: str) -> None:
+    @staticmethod
+    def _raise_injected() -> None:
         with _injected_lock:
             injected = _injected.popleft() if _injected else None
         if injected is not None:
             raise injected
-        low, high = self.config.get("latency_seconds", [0, 0])
-        if high:
-            time.sleep(self._random.uniform(low, high))
+
+    def _drawn_failure(self, operation: str) -> BackendError | None:
         draw = self._random.random()
         failure = float(self.config.get("failure_rate", 0))
         transient = float(self.config.get("transient_failure_rate", 0))
         if draw < failure:
-            raise BackendError(f"simulator: {operation} failed (simulated hardware fault)")
+            return BackendError(f"simulator: {operation} failed (simulated hardware fault)")
         if draw < failure + transient:
-            raise BackendError(f"simulator: {operation} timed out (simulated)", transient=True)
+            return BackendError(f"simulator: {operation} timed out (simulated)", transient=True)
+        return None
+
+    def _call(self, operation: str) -> None:
+        self._raise_injected()
+        failure = self._drawn_failure(operation)
+        if failure is not None:
+            raise failure
 
     # --- the driver protocol -------------------------------------------------------------------
 
@@ -165,30 +176,62 @@ class SimulatorDriver:
             return round(spread * 2, 1)  # 0-2 %: idle
         return round(35 + spread * 60, 1)  # 35-95 %: busy
 
-    def provision(self, spec: HostSpec) -> HostAccess:
-        self._call("provision")
-        digest = hashlib.sha256(f"{spec.node}/{spec.name}".encode()).digest()
+    # --- hosts -----------------------------------------------------------------------------------
+    # A host request completes `latency_seconds` after it was made, with the outcome drawn when
+    # it was made. Drivers are built per call and keep nothing, so the request's handle carries
+    # what a later look needs: "simhost:<operation>:<done at, epoch s>:<ok|fault>:<host handle>".
+
+    def _request(self, operation: str, host: str) -> str:
+        self._raise_injected()
+        low, high = self.config.get("latency_seconds", [0, 0])
+        latency = self._random.uniform(low, high) if high else 0.0
+        failure = self._drawn_failure(operation)
+        if failure is not None and failure.transient:
+            raise failure  # not accepted: the job asks again
+        outcome = "fault" if failure is not None else "ok"
+        return f"simhost:{operation}:{time.time() + latency!r}:{outcome}:{host}"
+
+    def provision(self, spec: HostSpec) -> str:
+        digest = hashlib.sha256(f"{spec.node}/{spec.name}".encode()).hexdigest()
+        return self._request("provision", f"sim-{digest[:12]}")
+
+    def stop(self, handle: str) -> str:
+        return self._request("stop", handle)
+
+    def start(self, handle: str) -> str:
+        return self._request("start", handle)
+
+    def resize(self, handle: str, spec: HostSpec) -> str:
+        return self._request("resize", handle)
+
+    def set_disk(self, handle: str, data_disk_gb: int) -> str:
+        return self._request("set_disk", handle)
+
+    def set_bandwidth(self, handle: str, bandwidth_mbps: int) -> str:
+        return self._request("set_bandwidth", handle)
+
+    def release(self, handle: str) -> str:
+        return self._request("release", handle)
+
+    def host_request_status(self, request: str) -> HostRequestStatus:
+        self._raise_injected()
+        try:
+            kind, operation, done_at, outcome, host = request.split(":", 4)
+            done_at = float(done_at)
+        except ValueError:
+            kind = ""
+        if kind != "simhost":
+            raise BackendError(f"simulator: no host request {request!r}")
+        if time.time() < done_at:
+            return HostRequestStatus(done=False)
+        if outcome == "fault":
+            raise BackendError(f"simulator: {operation} failed (simulated hardware fault)")
+        if operation != "provision":
+            return HostRequestStatus(done=True)
+        digest = bytes.fromhex(host.removeprefix("sim-"))
         # A stable address in the benchmarking range (RFC 2544): nothing answers there.
         address = f"198.18.{digest[0]}.{digest[1] or 1}"
-        return HostAccess(handle=f"sim-{digest.hex()[:12]}", address=address)
-
-    def stop(self, handle: str) -> None:
-        self._call("stop")
-
-    def start(self, handle: str) -> None:
-        self._call("start")
-
-    def resize(self, handle: str, spec: HostSpec) -> None:
-        self._call("resize")
-
-    def set_disk(self, handle: str, data_disk_gb: int) -> None:
-        self._call("set_disk")
-
-    def set_bandwidth(self, handle: str, bandwidth_mbps: int) -> None:
-        self._call("set_bandwidth")
-
-    def release(self, handle: str) -> None:
-        self._call("release")
+        return HostRequestStatus(done=True, access=HostAccess(handle=host, address=address))
 
     # --- training tasks --------------------------------------------------------------------------
     # The handle carries what a later look needs (drivers are built per call and keep nothing):

@@ -141,7 +141,9 @@ def schedule_queue(
             codes = [filters.check(task, n) for n in scratch]
             result.impossible[task.id] = codes[0] if codes else "no_nodes"
             continue
-        pool = [n for n in scratch if n.id not in held]
+        # A node of a model the task does not run on is no candidate for it (the decision
+        # lists it no more than an order's lists the nodes of other models).
+        pool = [n for n in scratch if n.id not in held and filters.gpu_model_allowed(task, n)]
         decision = decide(task, pool, operator=operator, **decide_options)
         if decision.node is not None:
             place(task, decision)

@@ -158,3 +158,27 @@ def test_sig_fits_agrees_with_check():
     for n in nodes:
         for t in tasks:
             assert filters.sig_fits(t, signature(n)) == filters.fits(t, n), (n.id, t)
+
+
+def test_check_is_the_first_of_the_reasons_in_the_order_of_checks():
+    nodes = [
+        node(gpus=(1000, 400), model="T4", region="a"),
+        node(gpus=(), model="", cpu=8000),
+        node(gpus=(1000, 1000, 1000, 0), model="G2", region="b", mem=4096),
+        node(gpus=(100,), model="T4", region="b", drained=True),
+        node(gpus=(500, 500), model="G2", region="a", cpu=2000),
+    ]
+    tasks = [
+        task(num_gpu=0, cpu=4000),
+        task(num_gpu=1, gpu_milli=300),
+        task(num_gpu=1, gpu_milli=600),
+        task(num_gpu=2),
+        task(num_gpu=3, gpu_models={"G2"}, regions={"b"}),
+        task(num_gpu=1, gpu_models={"T4"}, regions={"b"}),
+        task(num_gpu=1, regions={"b"}, mem=8192),
+        task(num_gpu=0, cpu=9000, gpu_models={"T4"}),
+    ]
+    for n in nodes:
+        for t in tasks:
+            reasons = filters.reasons(t, n)
+            assert filters.check(t, n) == (reasons[0] if reasons else None), (n.id, t)

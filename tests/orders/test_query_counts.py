@@ -1,0 +1,81 @@
+"""How many queries a quote and an order take does not grow with the park: not with its nodes
+(scored in a fixed number of reads), nor with the organization's quota limits (usage counted
+once, whatever the number of limits)."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from apps.orders.services import quote, submit_create
+from apps.quotas.models import QuotaResource
+from apps.tenants.models import Organization
+from tests.factories import PoolFactory, RegionFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def grow_park(world, *, regions: int, pools_per_region: int, nodes_per_pool: int) -> None:
+    """More priced regions, each with pools of nodes of the world's accelerator model."""
+    first = world.park.regions.count()
+    for r in range(first, first + regions):
+        region = RegionFactory(park=world.park, code=f"grown-{r}", name=f"Grown {r}")
+        world.price_flavors(region)
+        for p in range(pools_per_region):
+            pool = PoolFactory(
+                backend=world.backend,
+                region=region,
+                accelerator_model=world.model,
+                name=f"grown-{r}-{p}",
+            )
+            for n in range(nodes_per_pool):
+                world.add_node(f"grown-{r}-{p}-{n}", pool=pool, accelerators=4)
+
+
+def queries_of(call) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        call()
+    return len(captured.captured_queries)
+
+
+def organization_of(world):
+    """As the API has it: with its park loaded."""
+    return Organization.objects.select_related("park").get(pk=world.organization.pk)
+
+
+def quote_queries(world) -> int:
+    request, organization = world.request(1, region=None), organization_of(world)
+    return queries_of(lambda: quote(organization=organization, request=request))
+
+
+def order_queries(world, owner, capture, *, name: str) -> int:
+    request, organization = world.request(1, region=None, name=name), organization_of(world)
+
+    def order():
+        with capture(execute=False):
+            submit_create(organization=organization, actor=owner, request=request)
+
+    return queries_of(order)
+
+
+def test_a_quote_without_a_region_takes_as_many_queries_at_12_as_at_100_nodes(world):
+    grow_park(world, regions=1, pools_per_region=2, nodes_per_pool=5)  # 2 + 10 nodes
+    at_12 = quote_queries(world)
+    grow_park(world, regions=4, pools_per_region=2, nodes_per_pool=11)  # + 88 nodes
+    assert quote_queries(world) == at_12
+
+
+def test_an_order_takes_as_many_queries_with_more_nodes_and_limits(
+    world, owner, django_capture_on_commit_callbacks
+):
+    first = order_queries(world, owner, django_capture_on_commit_callbacks, name="first")
+    grow_park(world, regions=3, pools_per_region=2, nodes_per_pool=8)
+    for resource, limit in (
+        (QuotaResource.VCPU, 10_000),
+        (QuotaResource.RAM_GB, 100_000),
+        (QuotaResource.DISK_GB, 100_000),
+        (QuotaResource.COMPUTE_UNITS, 1_000),
+    ):
+        world.set_limit(resource, limit)
+    world.set_limit(QuotaResource.MODEL_ACCELERATORS, 100, model=world.model)
+    second = order_queries(world, owner, django_capture_on_commit_callbacks, name="second")
+    assert second == first
