@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "apps.operations",
     "apps.api",
     "apps.webhooks",
+    "apps.agents",
 ]
 
 MIDDLEWARE = [
@@ -234,6 +235,9 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.webhooks.tasks.reconcile_deliveries",
         "schedule": 60,
     },
+    # Host agents: silent servers marked down; old card samples and orphaned hosts cleared.
+    "mark-silent-agent-servers": {"task": "apps.agents.tasks.mark_silent_servers", "schedule": 10},
+    "tidy-agent-state": {"task": "apps.agents.tasks.tidy_agent_state", "schedule": 300},
 }
 # How long a host, an operation, a task hand-over or a webhook attempt may wait for its job
 # before the reconciliation sweep sends it again.
@@ -381,8 +385,15 @@ LOAM_BACKEND_DRIVERS = env.list(
     default=[
         "apps.orchestration.backends.simulator.SimulatorDriver",
         "apps.orchestration.backends.slurm.driver.SlurmDriver",
+        "apps.orchestration.backends.agent.AgentDriver",
     ],
 )
+# Host agents (apps.agents, docs/agent-protocol.md): a server with no heartbeat for this long is
+# silent (shown unhealthy, its node down: no new placements); per-card samples are kept this
+# long for the charts; a join token is valid this long unless the operator chooses otherwise.
+LOAM_AGENT_SILENT_AFTER_S = env.int("LOAM_AGENT_SILENT_AFTER_S", default=20)
+LOAM_AGENT_SAMPLES_KEPT_S = env.int("LOAM_AGENT_SAMPLES_KEPT_S", default=3600)
+LOAM_AGENT_TOKEN_HOURS = env.int("LOAM_AGENT_TOKEN_HOURS", default=24)
 # A training task its backend keeps waiting (Slurm: pending) longer than this is reported in
 # the audit log; the task page shows the backend's reason all along.
 LOAM_TASK_PENDING_REPORT_S = env.int("LOAM_TASK_PENDING_REPORT_S", default=600)

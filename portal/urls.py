@@ -21,9 +21,12 @@ urlpatterns = [
     path("ops/", include("apps.operations.urls")),
     path("", include("apps.orchestration.urls")),
     path("", include("apps.billing.urls")),
+    # The host agents' API (docs/agent-protocol.md), before the partner API's routes.
+    path("api/v1/agent/", include("apps.agents.api_urls")),
     path("api/", include("apps.api.urls")),
     path("", include("apps.tenants.urls")),
     path("", include("apps.orders.urls")),
+    path("", include("apps.agents.urls")),
     path("", include("apps.quotas.urls")),
     path(
         "",

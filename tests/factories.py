@@ -21,6 +21,15 @@ from django.contrib.auth.hashers import make_password
 from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 
+from apps.agents.models import (
+    AgentCard,
+    AgentHost,
+    AgentServer,
+    CardSample,
+    JoinToken,
+    WantedState,
+)
+from apps.agents.services import secret_hash
 from apps.api.models import IdempotencyRecord
 from apps.billing.models import (
     BillingMode,
@@ -867,3 +876,95 @@ class WebhookDeliveryFactory(Factory):
         }
     )
     state = DeliveryState.PENDING
+
+
+# --- host agents -------------------------------------------------------------------------------
+
+
+class AgentPoolFactory(PoolFactory):
+    """A pool of a backend whose driver is the host agent's."""
+
+    backend = factory.SubFactory(BackendFactory, driver="agent", config={"pools": []})
+
+
+class JoinTokenFactory(Factory):
+    """An unused token valid for a day; pass `secret=` to know it (only its hash is kept).
+    Traits: used, expired, revoked."""
+
+    class Meta:
+        model = JoinToken
+
+    pool = factory.SubFactory(AgentPoolFactory)
+    token_hash = factory.LazyAttribute(lambda o: secret_hash(o.secret))
+    prefix = factory.LazyAttribute(lambda o: o.secret[:13])
+    created_by = factory.SubFactory(UserFactory)
+    expires_at = factory.LazyFunction(lambda: timezone.now() + timedelta(days=1))
+
+    class Params:
+        secret = factory.Sequence(lambda n: f"loamjt_test-{n}")
+        used = factory.Trait(used_at=factory.LazyFunction(timezone.now))
+        expired = factory.Trait(expires_at=factory.LazyFunction(lambda: timezone.now()))
+        revoked = factory.Trait(revoked_at=factory.LazyFunction(timezone.now))
+
+
+class AgentServerFactory(Factory):
+    """An enrolled server; pass `credential=` to know it (only its hash is kept)."""
+
+    class Meta:
+        model = AgentServer
+
+    class Params:
+        credential = factory.Sequence(lambda n: f"loamsc_test-{n}")
+
+    node = factory.SubFactory(NodeFactory, pool=factory.SubFactory(AgentPoolFactory))
+    public_id = factory.Sequence(lambda n: f"srv-test{n:04d}")
+    credential_hash = factory.LazyAttribute(lambda o: secret_hash(o.credential))
+    hostname = factory.SelfAttribute("node.hostname")
+    agent_version = "0.1.0"
+    readers = factory.LazyFunction(
+        lambda: [{"vendor": "nvidia", "state": "ok", "message": "driver 550.54.15"}]
+    )
+    last_heartbeat_at = factory.LazyFunction(timezone.now)
+
+
+class AgentCardFactory(Factory):
+    class Meta:
+        model = AgentCard
+
+    server = factory.SubFactory(AgentServerFactory)
+    accelerator = factory.SubFactory(
+        AcceleratorFactory,
+        node=factory.SelfAttribute("..server.node"),
+        serial=factory.SelfAttribute("..uuid"),
+    )
+    uuid = factory.Sequence(lambda n: f"GPU-{n:08d}-0000-0000-0000-000000000000")
+    vendor = "nvidia"
+    model = "NVIDIA H200"
+    vendor_index = factory.SelfAttribute("accelerator.index")
+    memory_total_mib = 143771
+    device_path = factory.LazyAttribute(lambda o: f"/dev/nvidia{o.vendor_index}")
+
+
+class CardSampleFactory(Factory):
+    class Meta:
+        model = CardSample
+
+    card = factory.SubFactory(AgentCardFactory)
+    at = factory.LazyFunction(timezone.now)
+    utilization_pct = 37
+    memory_used_mib = 20480
+    power_w = 312.5
+
+
+class AgentHostFactory(Factory):
+    class Meta:
+        model = AgentHost
+
+    handle = factory.Sequence(lambda n: f"h-test{n:08d}")
+    server = factory.SubFactory(AgentServerFactory)
+    name = factory.Sequence(lambda n: f"host-{n}")
+    state = WantedState.RUNNING
+    vcpu = 16
+    memory_mib = 131072
+    system_disk_gb = 100
+    image = "ubuntu-cuda"

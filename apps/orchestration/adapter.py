@@ -103,12 +103,13 @@ def card_states(node_ids) -> dict[int, list[Card]]:
     """{node id: its cards in index order}, in two queries.
 
     A card is free (1000) when nothing holds it, 0 when an allocation holds it whole, and
-    1000 minus its live shares when the allocation holding it is a share.
+    1000 minus its live shares when the allocation holding it is a share. A card out of
+    service has nothing free.
     """
     cards = list(
         Accelerator.objects.filter(node_id__in=node_ids)
         .order_by("node_id", "index")
-        .values_list("id", "node_id", "allocation_id", "allocation__share_milli")
+        .values_list("id", "node_id", "allocation_id", "allocation__share_milli", "out_of_service")
     )
     shared = {row[0] for row in cards if row[2] is not None and row[3]}
     used = dict(
@@ -119,8 +120,10 @@ def card_states(node_ids) -> dict[int, list[Card]]:
         .values_list("shared_accelerator_id", "milli")
     )
     by_node = defaultdict(list)
-    for card_id, node_id, holder, holder_share in cards:
-        if holder is None:
+    for card_id, node_id, holder, holder_share, out_of_service in cards:
+        if out_of_service:
+            free = 0
+        elif holder is None:
             free = MILLI
         elif holder_share:
             free = max(0, MILLI - (used.get(card_id) or 0))

@@ -28,7 +28,8 @@ ROLL_UP_LOOKS_BACK = timedelta(days=7)
 def sample_capacity(*, now=None) -> list[CapacitySample]:
     """One sample per pool, at the minute (a second run in the same minute adds nothing):
     accelerators total and allocated, how many of the allocated read idle, their mean measured
-    utilization, and the estimated power of the allocated ones (count × TDP × PUE)."""
+    utilization, and the power of the allocated ones × PUE: measured where fresh telemetry
+    has it (the host agent's), else their TDP."""
     now = (now or timezone.now()).replace(second=0, microsecond=0)
     pools = list(
         Pool.objects.select_related("backend", "accelerator_model")
@@ -51,6 +52,7 @@ def sample_capacity(*, now=None) -> list[CapacitySample]:
         )
     )
     readings: dict[int, list[float]] = {}
+    measured: dict[int, list[float]] = {}  # pool id -> the power its servers measured, W
     for pool_id, node_id, index in held:
         node_telemetry = telemetry.get(node_id) or {}
         updated = parse_datetime(node_telemetry.get("updated_at") or "")
@@ -59,10 +61,15 @@ def sample_capacity(*, now=None) -> list[CapacitySample]:
         reading = (node_telemetry.get("accelerators") or {}).get(str(index))
         if reading and reading.get("util") is not None:
             readings.setdefault(pool_id, []).append(float(reading["util"]))
+        if reading and reading.get("power_w") is not None:
+            measured.setdefault(pool_id, []).append(float(reading["power_w"]))
     samples = []
     for pool in pools:
         utils = readings.get(pool.pk, [])
-        watts = Decimal(pool.allocated * pool.accelerator_model.tdp_w) * pool.pue
+        # Measured power where the backend reports it (the host agent does), TDP for the rest.
+        power = measured.get(pool.pk, [])
+        estimated = max(0, pool.allocated - len(power)) * pool.accelerator_model.tdp_w
+        watts = (Decimal(str(sum(power))) + Decimal(estimated)) * pool.pue
         samples.append(
             CapacitySample(
                 park_id=pool.backend.park_id,

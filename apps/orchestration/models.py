@@ -139,6 +139,13 @@ class Accelerator(models.Model):
     )
     index = models.PositiveSmallIntegerField(_("index"))
     serial = models.CharField(_("serial / UUID"), max_length=80, blank=True)
+    # Set by the card's server (the host agent: ECC errors, a card that stopped answering or
+    # vanished): no new work is given this card, whoever holds it keeps it.
+    out_of_service = models.BooleanField(
+        _("out of service"),
+        default=False,
+        help_text=_("Reported faulty or missing by its server: no new work is placed on it."),
+    )
     allocation = models.ForeignKey(
         "Allocation",
         on_delete=models.SET_NULL,
@@ -734,7 +741,11 @@ class CapacitySample(models.Model):
         help_text=_("Mean over the allocated accelerators that report telemetry."),
     )
     watts = models.PositiveIntegerField(
-        _("estimated power (W)"), help_text=_("Allocated accelerators × TDP × PUE.")
+        _("estimated power (W)"),
+        help_text=_(
+            "Allocated accelerators × PUE × their measured power where their server reports it, "
+            "else their TDP."
+        ),
     )
 
     class Meta:

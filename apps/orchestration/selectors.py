@@ -63,7 +63,9 @@ def schedulable_nodes(*, park=None, accelerator_model_id=None, region=None, capa
 def with_free_capacity(nodes):
     """Annotate free accelerators and used CPU/memory (subqueries: joins would multiply sums)."""
     free = (
-        Accelerator.objects.filter(node=OuterRef("pk"), allocation__isnull=True)
+        Accelerator.objects.filter(
+            node=OuterRef("pk"), allocation__isnull=True, out_of_service=False
+        )
         .values("node")
         .annotate(n=Count("id"))
         .values("n")
@@ -291,7 +293,7 @@ def free_room_by_model(park=None) -> dict[int, list[NodeRoom]]:
     )
     node_ids = nodes.values("pk")
     free = dict(
-        Accelerator.objects.filter(node__in=node_ids, allocation__isnull=True)
+        Accelerator.objects.filter(node__in=node_ids, allocation__isnull=True, out_of_service=False)
         .values("node")
         .annotate(n=Count("id"))
         .values_list("node", "n")

@@ -276,17 +276,66 @@ def _allocate_on(node, *, instance, shape: Shape) -> Allocation | None:
     allocation = Allocation.objects.create(
         node=node, instance=instance, vcpu=shape.vcpu, ram_gb=shape.ram_gb
     )
-    lowest_free = (
-        Accelerator.objects.filter(node=node, allocation__isnull=True)
-        .order_by("index")
-        .values("pk")[: shape.accelerators]
-    )
-    Accelerator.objects.filter(pk__in=lowest_free).update(allocation=allocation)
+    _take_cards(node, allocation, shape.accelerators)
     return allocation
+
+
+def _free_cards(node):
+    """The node's cards new work may take: held by nothing, and in service."""
+    return Accelerator.objects.filter(node=node, allocation__isnull=True, out_of_service=False)
+
+
+def _take_cards(node, allocation: Allocation, count: int) -> None:
+    """Give `allocation` the node's `count` lowest free cards (the node's lock is held)."""
+    if count <= 0:
+        return
+    lowest_free = _free_cards(node).order_by("index").values("pk")[:count]
+    Accelerator.objects.filter(pk__in=lowest_free).update(allocation=allocation)
 
 
 def live_allocation(instance) -> Allocation | None:
     return instance.allocations.filter(released_at__isnull=True).select_related("node").first()
+
+
+def allocate_again(instance, shape: Shape) -> Allocation:
+    """A stopped host starting: cards, CPU and memory of `shape` again, on its own node (its
+    disks are there), under the node's lock. A host stopped while stopping still kept its cards
+    keeps the allocation it has. Raises NoCapacity when its server cannot answer or has no room
+    now (what it gave back at the stop may have gone to other work meanwhile)."""
+    allocation = live_allocation(instance)
+    if allocation is not None:
+        return allocation
+    if instance.node_id is None:
+        raise NoCapacity(_("%(name)s has no host to start on.") % {"name": instance.name})
+    lock(Node, instance.node_id)
+    node = with_free_capacity(Node.objects.filter(pk=instance.node_id)).get()
+    if node.health == NodeHealth.DOWN:
+        raise NoCapacity(
+            _(
+                "The server %(node)s that holds %(name)s is not answering. Start it again once "
+                "the server is back, or release it."
+            )
+            % {"node": node.hostname, "name": instance.name}
+        )
+    if not _fits(node, shape):
+        raise NoCapacity(
+            _(
+                "%(node)s has no room to start %(name)s now: it needs %(count)d free "
+                "accelerators and %(free)d are free (the ones it gave back when it stopped went "
+                "to other work). Try again later, or release it and create a new host."
+            )
+            % {
+                "node": node.hostname,
+                "name": instance.name,
+                "count": shape.accelerators,
+                "free": node.free_accelerators,
+            }
+        )
+    allocation = Allocation.objects.create(
+        node=node, instance=instance, vcpu=shape.vcpu, ram_gb=shape.ram_gb
+    )
+    _take_cards(node, allocation, shape.accelerators)
+    return allocation
 
 
 def release_capacity(instance) -> None:
@@ -301,8 +350,11 @@ def release_capacity(instance) -> None:
 
 
 def resize_capacity(instance, shape: Shape) -> None:
-    """Grow or shrink the instance's allocation in place (on its node), under the node lock."""
+    """Grow or shrink the instance's allocation in place (on its node), under the node lock.
+    A stopped host holds nothing: it takes its new shape when it starts (`allocate_again`)."""
     allocation = live_allocation(instance)
+    if allocation is None:
+        return
     lock(Node, allocation.node_id)
     node = with_free_capacity(Node.objects.filter(pk=allocation.node_id)).get()
     held = list(Accelerator.objects.filter(allocation=allocation).order_by("index"))
@@ -321,12 +373,7 @@ def resize_capacity(instance, shape: Shape) -> None:
             % {"node": node.hostname, "count": shape.accelerators}
         )
     if shape.accelerators > len(held):
-        devices = list(
-            Accelerator.objects.filter(node=node, allocation__isnull=True)
-            .order_by("index")
-            .values_list("pk", flat=True)[: shape.accelerators - len(held)]
-        )
-        Accelerator.objects.filter(pk__in=devices).update(allocation=allocation)
+        _take_cards(node, allocation, shape.accelerators - len(held))
     else:
         surplus = [a.pk for a in held[shape.accelerators :]]
         Accelerator.objects.filter(pk__in=surplus).update(allocation=None)

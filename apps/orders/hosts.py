@@ -11,11 +11,14 @@ def host_driver(instance: Instance) -> HostDriver:
 
 
 def host_spec(instance: Instance, flavor=None) -> HostSpec:
+    """The host as `flavor` (by default its own). A host shrinking to a smaller flavor keeps its
+    lowest-indexed cards (as `orchestration.services.resize_capacity` does once it is done), so
+    the spec names only those."""
     flavor = flavor or instance.flavor
     return HostSpec(
         name=instance.name,
         node=instance.node.hostname,
-        accelerator_indices=device_indices(instance),
+        accelerator_indices=device_indices(instance)[: flavor.accelerator_count],
         vcpu=flavor.vcpu,
         ram_gb=flavor.ram_gb,
         system_disk_gb=instance.system_disk_gb,

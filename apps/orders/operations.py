@@ -22,6 +22,7 @@ from apps.core.errors import DomainError, InvalidTransition
 from apps.core.transactions import on_commit_task
 from apps.orchestration.backends.base import Capability
 from apps.orchestration.services import (
+    allocate_again,
     release_capacity,
     require_capability,
     resize_capacity,
@@ -67,6 +68,13 @@ class Operation:
 
 
 def _nothing_to_reserve(instance: Instance, params: dict) -> dict:
+    return {}
+
+
+def _reserve_start(instance: Instance, params: dict) -> dict:
+    """A stopped host holds no accelerators (it gave them back when it stopped): it takes its
+    flavor's again on its own node, or the start is refused while that node has no room."""
+    allocate_again(instance, shape_of(instance.flavor))
     return {}
 
 
@@ -176,6 +184,13 @@ def _complete_release(instance: Instance, order: Order) -> None:
     move_instance(instance=instance, to=InstanceState.RELEASED)
 
 
+def _complete_stop(instance: Instance, order: Order) -> None:
+    """A stopped host gives its accelerators, CPU and memory back to its node (and pays for its
+    disks only); `_reserve_start` takes them again."""
+    release_capacity(instance)
+    move_instance(instance=instance, to=InstanceState.STOPPED)
+
+
 def _moves_to(state: str) -> Callable[[Instance, Order], None]:
     def complete(instance: Instance, order: Order) -> None:
         move_instance(instance=instance, to=state)
@@ -190,13 +205,13 @@ OPERATIONS: dict[str, Operation] = {
         action=Action.ORDER,
         reserve=_nothing_to_reserve,
         call=lambda driver, instance, order: driver.stop(instance.backend_handle),
-        complete=_moves_to(_I.STOPPED),
+        complete=_complete_stop,
     ),
     OrderKind.START: Operation(
         allowed_from=frozenset({_I.STOPPED}),
         busy_state=_I.STARTING,
         action=Action.ORDER,
-        reserve=_nothing_to_reserve,
+        reserve=_reserve_start,
         call=lambda driver, instance, order: driver.start(instance.backend_handle),
         complete=_moves_to(_I.RUNNING),
         needs_funds=True,
@@ -325,8 +340,9 @@ def request_operation(
 
 
 @transaction.atomic
-def complete_operation(*, order_id: int) -> Order | None:
-    """The backend did it: apply the change to the instance and close the order."""
+def complete_operation(*, order_id: int, access: dict | None = None) -> Order | None:
+    """The backend did it: apply the change to the instance and close the order. `access`:
+    where the host answers now, when the backend says (a host started again may have moved)."""
     order = (
         Order.objects.select_for_update(no_key=True, of=("self",))
         .select_related("instance__flavor")
@@ -335,6 +351,9 @@ def complete_operation(*, order_id: int) -> Order | None:
     if order.state != OrderState.FULFILLING:
         return None
     instance = Instance.objects.select_for_update(no_key=True).get(pk=order.instance_id)
+    if access and access != instance.access and order.kind != OrderKind.RELEASE:
+        instance.access = access
+        instance.save(update_fields=["access", "updated_at"])
     OPERATIONS[order.kind].complete(instance, order)
     return move_order(order=order, to=OrderState.DONE)
 

@@ -79,19 +79,19 @@ def follow_provisioning(self, instance_id: int, request: str, requested_at: floa
     _follow_provisioning(self, instance_id, host_driver(instance), request, requested_at)
 
 
+def _access(status: HostRequestStatus) -> dict | None:
+    access = status.access
+    if access is None:
+        return None
+    return {"address": access.address, "ssh_port": access.ssh_port, "ssh_user": access.ssh_user}
+
+
 def _follow_provisioning(
     job, instance_id: int, driver: HostDriver, request: str, requested_at: float
 ) -> None:
     def complete(status: HostRequestStatus) -> None:
-        access = status.access
         services.complete_provisioning(
-            instance_id=instance_id,
-            handle=access.handle,
-            access={
-                "address": access.address,
-                "ssh_port": access.ssh_port,
-                "ssh_user": access.ssh_user,
-            },
+            instance_id=instance_id, handle=status.access.handle, access=_access(status)
         )
 
     def fail(message: str) -> None:
@@ -150,7 +150,9 @@ def _follow_operation(
         driver,
         request,
         requested_at,
-        complete=lambda status: operations.complete_operation(order_id=order_id),
+        complete=lambda status: operations.complete_operation(
+            order_id=order_id, access=_access(status)
+        ),
         fail=lambda message: operations.fail_operation(order_id=order_id, message=message),
         too_late=lambda seconds: (
             _("The backend did not finish “%(operation)s” within %(seconds)d seconds.")

@@ -3,7 +3,8 @@
 //   <form data-confirm="Sure?">            asks before submitting;
 //   <form data-disable-on-submit="#id">    disables that button once submitted;
 //   <select data-autosubmit>               submits its form when changed;
-//   <button data-print>                    prints the page.
+//   <button data-print>                    prints the page;
+//   <button data-copy="#id" data-copied-label="Copied">  copies that element's text.
 // Listeners sit on the document (capture phase), so content HTMX swaps in behaves the same.
 (function () {
   document.addEventListener("submit", function (event) {
@@ -26,5 +27,30 @@
   document.addEventListener("click", function (event) {
     var target = event.target.closest && event.target.closest("[data-print]");
     if (target) window.print();
+  });
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("[data-copy]");
+    if (!button) return;
+    var source = document.querySelector(button.dataset.copy);
+    if (!source) return;
+    var text = source.textContent.trim();
+    function copied() {
+      if (!button.dataset.copyLabel) button.dataset.copyLabel = button.textContent;
+      button.textContent = button.dataset.copiedLabel || button.dataset.copyLabel;
+      setTimeout(function () { button.textContent = button.dataset.copyLabel; }, 2000);
+    }
+    function select() {  // no clipboard API (plain HTTP): select the text for Ctrl+C
+      var range = document.createRange();
+      range.selectNodeContents(source);
+      var selection = window.getSelection();
+      selection.removeAllRanges();
+      selection.addRange(range);
+      try { if (document.execCommand("copy")) copied(); } catch (error) { /* left selected */ }
+    }
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(copied, select);
+    } else {
+      select();
+    }
   });
 })();

@@ -36,6 +36,10 @@ def live_allocation(instance) -> Allocation:
     return Allocation.objects.get(instance=instance, released_at__isnull=True)
 
 
+def live_allocation_or_none(instance) -> Allocation | None:
+    return Allocation.objects.filter(instance=instance, released_at__isnull=True).first()
+
+
 def actions_for(obj):
     return list(
         AuditEvent.objects.filter(object_type=obj._meta.label_lower, object_id=str(obj.pk))
@@ -47,7 +51,7 @@ def actions_for(obj):
 def snapshot(instance):
     """Everything an operation could change, to check a refusal changed nothing."""
     instance = reload(instance)
-    allocation = live_allocation(instance) if instance.state != InstanceState.RELEASED else None
+    allocation = live_allocation_or_none(instance)
     return (
         instance.state,
         instance.flavor_id,
@@ -77,8 +81,11 @@ def test_stop(world, running_host, operate, owner):
     assert order.kind == "stop"
     assert order.created_by == owner
     assert reload(instance).state == InstanceState.STOPPED
-    # A stopped host keeps its accelerators and its quota (it can be started again).
-    assert len(devices(instance)) == 2
+    # A stopped host gives its accelerators, CPU and memory back to its node (it pays for its
+    # disks only) and keeps its quota (it can be started again).
+    assert devices(instance) == []
+    assert live_allocation_or_none(instance) is None
+    assert world.free_accelerators() == 16
     assert organization_usage(world.organization) == usage
     assert actions_for(order) == DONE_ORDER
     assert actions_for(instance)[-2:] == ["instance.stopping", "instance.stopped"]
@@ -96,17 +103,52 @@ def test_stop_before_the_backend_answers(world, running_host, operate):
     assert reload(instance).state == InstanceState.STOPPING
 
 
+def test_stop_keeps_the_accelerators_until_the_backend_has_stopped(world, running_host, operate):
+    instance = running_host(2)
+
+    operate(instance, "stop", run_tasks=False)
+
+    assert len(devices(instance)) == 2
+
+
 def test_start(world, running_host, operate):
     instance = running_host(1)
-    held = devices(instance)
+    node = reload(instance).node
     operate(instance, "stop")
 
-    order = operate(instance, "start")
+    order = operate(instance, "start", run_tasks=False)
 
-    assert order.state == OrderState.DONE
+    # The accelerators are taken again when the start is requested, on the host's own node.
+    assert len(devices(instance)) == 1
+    assert live_allocation(instance).node == node
+    assert (live_allocation(instance).vcpu, live_allocation(instance).ram_gb) == (16, 128)
+    fulfil_order.delay(order.pk)
+    assert Order.objects.get(pk=order.pk).state == OrderState.DONE
     assert reload(instance).state == InstanceState.RUNNING
+    assert reload(instance).node == node
     assert actions_for(instance)[-2:] == ["instance.starting", "instance.running"]
-    assert devices(instance) == held
+    assert world.free_accelerators() == 15
+
+
+def test_start_is_refused_when_the_node_gave_its_cards_to_other_work(
+    world, running_host, operate, owner
+):
+    world.set_limit(QuotaResource.ACCELERATORS, 24)
+    instance = running_host(8, name="stopped")
+    running_host(8, name="filler")  # the other node is full
+    operate(instance, "stop")
+    node = reload(instance).node
+    other = running_host(8, name="taker")  # takes the cards the stopped host gave back
+    assert reload(other).node == node
+    before = snapshot(instance)
+
+    with pytest.raises(NoCapacity) as excinfo:
+        request_operation(instance=instance, actor=owner, kind="start")
+
+    assert "no room to start stopped" in excinfo.value.message
+    assert "it needs 8 free accelerators and 0 are free" in excinfo.value.message
+    assert snapshot(instance) == before
+    assert not Order.objects.filter(instance=instance, kind="start").exists()
 
 
 # --- resize ----------------------------------------------------------------------------------
@@ -185,6 +227,8 @@ def test_resize_a_stopped_host_leaves_it_stopped(world, running_host, operate):
     resized = reload(instance)
     assert resized.state == InstanceState.STOPPED
     assert resized.flavor == world.flavors[8]
+    assert devices(instance) == []  # a stopped host holds no cards: it takes 8 at its start
+    operate(instance, "start")
     assert len(devices(instance)) == 8
 
 

@@ -23,6 +23,8 @@ SECTIONS = {
     "backend_list": "infrastructure",
     "pool_list": "infrastructure",
     "node_list": "infrastructure",
+    "server_list": "infrastructure",  # agents_ops
+    "token_list": "infrastructure",  # agents_ops
     "audit_log": "audit",
     "park_security": "policies",
     "approval_policy": "policies",
@@ -44,7 +46,9 @@ def ops_subnav(context):
         "parks": parks,
         "park": current,
         "section": SECTIONS.get(url_name, ""),
-        "url_name": url_name if park_id else "",
+        # The park switcher links each park's page of the same view (an app's own back-office
+        # pages, e.g. the host agents', live outside the operations namespace).
+        "url_name": match.view_name if park_id else "",
     }
 
 

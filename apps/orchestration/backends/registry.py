@@ -45,8 +45,13 @@ def get_driver(name: str, config: dict) -> Driver:
 
 
 def driver_of(backend) -> Driver:
-    """The driver of a Backend row, built with its config."""
-    return get_driver(backend.driver, backend.config)
+    """The driver of a Backend row, built with its config. A driver whose state lives in the
+    portal itself (`binds_backend = True`: the host agent's, whose servers poll the portal) is
+    also told which row it serves, as `config["backend_id"]`."""
+    config = backend.config
+    if getattr(driver_class(backend.driver), "binds_backend", False):
+        config = {**(config or {}), "backend_id": backend.pk}
+    return get_driver(backend.driver, config)
 
 
 def supports(name: str, capability: Capability) -> bool:

@@ -1,0 +1,351 @@
+"""The agent driver's store (`apps.orchestration.agent_store`): the hosts one agent backend
+wants on its servers, and what their agents reported.
+
+Every request is a new generation of one host's desired state, written under the host's lock,
+and answered with "<host id>@<generation>"; the server's agent picks it up at its next poll
+(`GET /api/v1/agent/hosts`, whose ETag changes with it). A request that asks for what the host
+already is answers the current generation again, so a request sent twice (after a lost job) is
+done once. A stopped host holds no cards; growing a running host's disk is a generation that
+stops it and, once the agent reports it stopped, one that starts it again
+(`services.record_host_reports`).
+"""
+
+import secrets
+from collections.abc import Mapping
+
+from django.db import transaction
+from django.db.models import Count, Prefetch
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from apps.agents.models import AgentCard, AgentHost, AgentServer, ReportedState, WantedState
+from apps.agents.services import bump_hosts_version, held_card_uuids
+from apps.core.transactions import lock
+from apps.orchestration.backends.base import (
+    AcceleratorReading,
+    BackendError,
+    HostAccess,
+    HostRequestStatus,
+    HostSpec,
+    NodeCapacity,
+    NodeTelemetry,
+    ReportedPool,
+)
+from apps.orchestration.models import Accelerator, Pool
+
+SETTLED = frozenset({ReportedState.RUNNING, ReportedState.STOPPED, ReportedState.REMOVED})
+
+
+def ssh_keys(text: str) -> list[str]:
+    return [line.strip() for line in (text or "").splitlines() if line.strip()]
+
+
+def parse_request(request: str) -> tuple[str, int]:
+    handle, _sep, generation = (request or "").rpartition("@")
+    if not handle or not generation.isdigit():
+        raise BackendError(f"agent: {request!r} is not a host request")
+    return handle, int(generation)
+
+
+class AgentHostStore:
+    """The hosts of one agent backend (a Backend row whose driver is "agent")."""
+
+    def __init__(self, backend_id: int):
+        self.backend_id = backend_id
+
+    # --- inventory -------------------------------------------------------------------------------
+
+    def _servers(self):
+        return AgentServer.objects.filter(node__pool__backend_id=self.backend_id).select_related(
+            "node__pool"
+        )
+
+    def capacity(self, pools: list[dict]) -> list[ReportedPool]:
+        """The configured pools (and any registered later) with their enrolled servers."""
+        registered = {
+            pool.name: pool.accelerator_model.slug
+            for pool in Pool.objects.filter(backend_id=self.backend_id).select_related(
+                "accelerator_model"
+            )
+        }
+        models = {pool["name"]: pool["accelerator_model"] for pool in pools}
+        for name, slug in registered.items():
+            models.setdefault(name, slug)
+        nodes: dict[str, list[NodeCapacity]] = {name: [] for name in models}
+        now = timezone.now()
+        servers = (
+            self._servers()
+            .filter(revoked_at__isnull=True)
+            .annotate(card_count=Count("node__accelerators"))
+        )
+        for server in servers:
+            node = server.node
+            nodes.setdefault(node.pool.name, []).append(
+                NodeCapacity(
+                    hostname=node.hostname,
+                    accelerators=server.card_count,
+                    vcpu=node.vcpu_total,
+                    ram_gb=node.ram_gb_total,
+                    healthy=not server.is_silent(now),
+                )
+            )
+        return [
+            ReportedPool(name=name, accelerator_model=models[name], nodes=tuple(found))
+            for name, found in nodes.items()
+            if name in models
+        ]
+
+    def telemetry(self, hosts: Mapping[str, int]) -> list[NodeTelemetry]:
+        """Each server's latest figures: utilization and power of every card that reported a
+        utilization in the last heartbeat (a null figure is left out, never read as 0). A silent
+        or revoked server reads unhealthy and without figures."""
+        now = timezone.now()
+        cards = AgentCard.objects.filter(vanished_at__isnull=True).select_related("accelerator")
+        servers = (
+            self._servers()
+            .filter(node__hostname__in=list(hosts))
+            .prefetch_related(Prefetch("cards", queryset=cards, to_attr="live_cards"))
+        )
+        readings = []
+        for server in servers:
+            silent = server.is_silent(now)
+            fresh = [
+                card
+                for card in server.live_cards
+                if not silent
+                and card.utilization_pct is not None
+                and card.sampled_at is not None
+                and card.sampled_at >= (server.last_heartbeat_at or now)
+            ]
+            readings.append(
+                NodeTelemetry(
+                    hostname=server.node.hostname,
+                    healthy=not silent,
+                    accelerators=tuple(
+                        AcceleratorReading(
+                            index=card.accelerator.index,
+                            utilization_pct=float(card.utilization_pct),
+                            power_w=card.power_w,
+                        )
+                        for card in sorted(fresh, key=lambda c: c.accelerator.index)
+                    ),
+                )
+            )
+        return readings
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def _server_for(self, hostname: str) -> AgentServer:
+        server = self._servers().filter(node__hostname=hostname).first()
+        if server is None:
+            raise BackendError(
+                _("agent: no enrolled server is called %(node)s") % {"node": hostname}
+            )
+        if server.revoked_at is not None:
+            raise BackendError(_revoked(server))
+        return server
+
+    def _card_uuids(self, server: AgentServer, indices) -> list[str]:
+        serials = dict(
+            Accelerator.objects.filter(node_id=server.node_id, index__in=list(indices)).values_list(
+                "index", "serial"
+            )
+        )
+        missing = [index for index in indices if index not in serials]
+        if missing:
+            raise BackendError(
+                _("agent: %(node)s has no card with index %(indices)s")
+                % {"node": server.node.hostname, "indices": ", ".join(map(str, missing))}
+            )
+        return [serials[index] for index in indices]
+
+    @transaction.atomic
+    def provision(self, spec: HostSpec) -> str:
+        server = self._server_for(spec.node)
+        uuids = self._card_uuids(server, spec.accelerator_indices)
+        lock(AgentServer, server.pk)
+        # The same host asked for again (a provisioning job sent twice): its request again.
+        for host in server.hosts.exclude(state=WantedState.REMOVED).filter(name=spec.name):
+            if sorted(host.card_uuids) == sorted(uuids) and host.generation == 1:
+                return host.request()
+        host = AgentHost.objects.create(
+            handle=f"h-{secrets.token_hex(8)}",
+            server=server,
+            name=spec.name[:63],
+            generation=1,
+            state=WantedState.RUNNING,
+            card_uuids=uuids,
+            vcpu=spec.vcpu,
+            memory_mib=spec.ram_gb * 1024,
+            system_disk_gb=spec.system_disk_gb,
+            data_disk_gb=spec.data_disk_gb,
+            bandwidth_mbps=spec.bandwidth_mbps,
+            image=spec.image,
+            ssh_public_keys=ssh_keys(spec.ssh_public_key),
+        )
+        bump_hosts_version(server)
+        return host.request()
+
+    def _host(self, handle: str, *, for_update: bool) -> AgentHost:
+        found = AgentHost.objects.filter(
+            handle=handle, server__node__pool__backend_id=self.backend_id
+        ).values_list("pk", flat=True)
+        host_id = found.first()
+        if host_id is None:
+            raise BackendError(_("agent: no host %(handle)s") % {"handle": handle})
+        if for_update:
+            lock(AgentHost, host_id)
+        return AgentHost.objects.select_related("server__node").get(pk=host_id)
+
+    def _change(self, handle: str, change) -> str:
+        """Apply `change(host) -> {field: value}` as the host's next generation, unless it asks
+        for nothing new (then the current request is the answer)."""
+        with transaction.atomic():
+            host = self._host(handle, for_update=True)
+            if change is _removal:
+                if host.state == WantedState.REMOVED:
+                    return host.request()
+                return self._remove(host)
+            if host.state == WantedState.REMOVED:
+                raise BackendError(_("agent: host %(handle)s was removed") % {"handle": handle})
+            if host.server.revoked_at is not None:
+                raise BackendError(_revoked(host.server))
+            asked = change(host)
+            final = asked.pop("_final_generation", None)
+            values = {
+                field: value for field, value in asked.items() if getattr(host, field) != value
+            }
+            if not values:
+                return host.request(host.start_after + 1 if host.start_after else None)
+            for field, value in values.items():
+                setattr(host, field, value)
+            host.generation += 1
+            host.save(update_fields=[*values, "generation", "updated_at"])
+            bump_hosts_version(host.server)
+            return host.request(final)
+
+    def _remove(self, host: AgentHost) -> str:
+        host.state, host.card_uuids, host.start_after = WantedState.REMOVED, [], None
+        host.generation += 1
+        host.save(update_fields=["state", "card_uuids", "start_after", "generation", "updated_at"])
+        bump_hosts_version(host.server)
+        return host.request()
+
+    def stop(self, handle: str) -> str:
+        return self._change(
+            handle,
+            lambda host: {"state": WantedState.STOPPED, "card_uuids": [], "start_after": None},
+        )
+
+    def start(self, handle: str) -> str:
+        return self._change(
+            handle,
+            lambda host: {
+                "state": WantedState.RUNNING,
+                "card_uuids": held_card_uuids(host),
+                "start_after": None,
+            },
+        )
+
+    def resize(self, handle: str, spec: HostSpec) -> str:
+        def change(host):
+            values = {"vcpu": spec.vcpu, "memory_mib": spec.ram_gb * 1024}
+            if host.state == WantedState.RUNNING:
+                values["card_uuids"] = self._card_uuids(host.server, spec.accelerator_indices)
+            return values
+
+        return self._change(handle, change)
+
+    def set_disk(self, handle: str, data_disk_gb: int) -> str:
+        """A disk grows only while its host is stopped: a running host is stopped with the new
+        size, then started again; the request is done once it runs again."""
+
+        def change(host):
+            if data_disk_gb == host.data_disk_gb:
+                return {}
+            if host.state != WantedState.RUNNING:
+                return {"data_disk_gb": data_disk_gb}
+            return {
+                "data_disk_gb": data_disk_gb,
+                "state": WantedState.STOPPED,
+                "card_uuids": [],
+                "start_after": host.generation + 1,
+                "_final_generation": host.generation + 2,
+            }
+
+        return self._change(handle, change)
+
+    def set_bandwidth(self, handle: str, bandwidth_mbps: int) -> str:
+        return self._change(handle, lambda host: {"bandwidth_mbps": bandwidth_mbps})
+
+    def release(self, handle: str) -> str:
+        return self._change(handle, _removal)
+
+    # --- status ----------------------------------------------------------------------------------
+
+    def request_status(self, request: str) -> HostRequestStatus:
+        handle, generation = parse_request(request)
+        host = self._host(handle, for_update=False)
+        final = host.start_after + 1 if host.start_after else host.generation
+        if generation > final:
+            raise BackendError(
+                _("agent: host %(handle)s has no generation %(generation)d")
+                % {"handle": handle, "generation": generation}
+            )
+        reported = host.reported_generation or 0
+        wanted = host.state if generation == host.generation else None
+        # A removal has no generation of its own on the server (the host just left the list):
+        # the agent reports it with the last generation it had, so any `removed` will do.
+        gone = host.state == WantedState.REMOVED and host.reported_state == ReportedState.REMOVED
+        if gone or (
+            reported >= generation
+            and (host.reported_state == wanted if wanted else host.reported_state in SETTLED)
+        ):
+            access = None
+            if host.reported_state == ReportedState.RUNNING and host.address:
+                access = HostAccess(
+                    handle=host.handle, address=host.address, ssh_port=host.ssh_port or 22
+                )
+            return HostRequestStatus(done=True, access=access)
+        if host.reported_state == ReportedState.FAILED and reported >= min(
+            generation, host.generation
+        ):
+            if generation == 1 and host.state != WantedState.REMOVED:
+                # A host that never came up: the portal gives its cards back, so the server
+                # must too.
+                with transaction.atomic():
+                    self._remove(self._host(handle, for_update=True))
+            raise BackendError(
+                host.reported_message
+                or _("agent: %(node)s could not bring host %(handle)s to generation %(g)d")
+                % {"node": host.server.node.hostname, "handle": handle, "g": generation}
+            )
+        server = host.server
+        if server.revoked_at is not None:
+            if host.state == WantedState.REMOVED:
+                return HostRequestStatus(done=True)  # nothing will answer: it is gone for us
+            raise BackendError(_revoked(server))
+        if server.is_silent():
+            raise BackendError(
+                _(
+                    "agent: %(node)s has sent no heartbeat since %(time)s; waiting for it to "
+                    "come back"
+                )
+                % {
+                    "node": server.node.hostname,
+                    "time": (server.last_heartbeat_at or server.enrolled_at).isoformat(),
+                },
+                transient=True,
+            )
+        return HostRequestStatus(done=False)
+
+
+def _removal(host: AgentHost) -> dict:
+    """The change a release asks for (`AgentHostStore._remove` makes it)."""
+    return {"state": WantedState.REMOVED}
+
+
+def _revoked(server: AgentServer) -> str:
+    return _("agent: the credential of %(node)s was revoked; it must enrol again") % {
+        "node": server.node.hostname
+    }

@@ -1,0 +1,317 @@
+"""GPU servers that run the Loam host agent (docs/agent-protocol.md): the join tokens they
+enrol with, each server and its cards with their latest figures and an hour of samples, and the
+hosts the portal wants on each server (desired state) beside what the agent last reported.
+
+Secrets are kept as SHA-256 hashes only (a join token, a server's credential): both are 256
+random bits, so a fast hash is as safe as a slow one and lets the lookup be one indexed read.
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from apps.orchestration.models import Accelerator, Node, NodeHealth, Pool
+
+
+class TokenState(models.TextChoices):
+    UNUSED = "unused", _("Unused")
+    USED = "used", _("Used")
+    EXPIRED = "expired", _("Expired")
+    REVOKED = "revoked", _("Revoked")
+
+
+class JoinToken(models.Model):
+    """A single-use, expiring secret an operator issues for one pool: a server trades it for its
+    own credential (`services.enrol_server`). Shown once; only its hash is kept."""
+
+    pool = models.ForeignKey(
+        Pool, on_delete=models.CASCADE, related_name="join_tokens", verbose_name=_("pool")
+    )
+    token_hash = models.CharField(_("token hash"), max_length=64, unique=True)
+    prefix = models.CharField(_("prefix"), max_length=16)
+    note = models.CharField(_("note"), max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="+",
+        verbose_name=_("issued by"),
+    )
+    created_at = models.DateTimeField(_("issued at"), auto_now_add=True)
+    expires_at = models.DateTimeField(_("expires at"))
+    used_at = models.DateTimeField(_("used at"), null=True, blank=True)
+    revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("revoked by"),
+    )
+
+    class Meta:
+        verbose_name = _("join token")
+        verbose_name_plural = _("join tokens")
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(used_at__isnull=True) | Q(revoked_at__isnull=True),
+                name="join_token_used_or_revoked",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.prefix}… ({self.pool.name})"
+
+    def state_at(self, now=None) -> str:
+        now = now or timezone.now()
+        if self.used_at is not None:
+            return TokenState.USED
+        if self.revoked_at is not None:
+            return TokenState.REVOKED
+        if self.expires_at <= now:
+            return TokenState.EXPIRED
+        return TokenState.UNUSED
+
+    @property
+    def state(self) -> str:
+        return self.state_at()
+
+    def get_state_display(self) -> str:
+        return TokenState(self.state).label
+
+
+class ServerCondition(models.TextChoices):
+    HEALTHY = "healthy", _("Healthy")
+    DEGRADED = "degraded", _("Degraded")
+    SILENT = "silent", _("Silent")
+    REVOKED = "revoked", _("Revoked")
+
+
+class AgentServer(models.Model):
+    """One enrolled server: a Node of its token's pool, reached through its credential."""
+
+    public_id = models.CharField(_("server id"), max_length=40, unique=True)
+    node = models.OneToOneField(
+        Node, on_delete=models.CASCADE, related_name="agent_server", verbose_name=_("node")
+    )
+    join_token = models.OneToOneField(
+        JoinToken,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="server",
+        verbose_name=_("join token"),
+    )
+    credential_hash = models.CharField(_("credential hash"), max_length=64, unique=True)
+    hostname = models.CharField(_("reported hostname"), max_length=255)
+    os = models.CharField(_("operating system"), max_length=200, blank=True)
+    kernel = models.CharField(_("kernel"), max_length=200, blank=True)
+    arch = models.CharField(_("architecture"), max_length=40, blank=True)
+    cpu_count = models.PositiveIntegerField(_("CPUs"), null=True, blank=True)
+    memory_total_mib = models.PositiveBigIntegerField(_("memory (MiB)"), null=True, blank=True)
+    agent_version = models.CharField(_("agent version"), max_length=40, blank=True)
+    # [{"vendor", "state", "message"}, ...] as the agent sent them last.
+    readers = models.JSONField(_("readers"), default=list, blank=True)
+    enrolled_at = models.DateTimeField(_("enrolled at"), auto_now_add=True)
+    last_heartbeat_at = models.DateTimeField(_("last heartbeat"), null=True, blank=True)
+    last_taken_at = models.DateTimeField(_("last reading taken at"), null=True, blank=True)
+    # Bumped with every change to the hosts the portal wants here: the ETag of GET hosts.
+    hosts_version = models.PositiveBigIntegerField(_("hosts version"), default=0)
+    revoked_at = models.DateTimeField(_("credential revoked at"), null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("revoked by"),
+    )
+
+    class Meta:
+        verbose_name = _("agent server")
+        verbose_name_plural = _("agent servers")
+        ordering = ["node__hostname", "pk"]
+        indexes = [models.Index(fields=["revoked_at", "last_heartbeat_at"])]
+
+    def __str__(self):
+        return f"{self.node.hostname} ({self.public_id})"
+
+    def is_silent(self, now=None) -> bool:
+        """No heartbeat for LOAM_AGENT_SILENT_AFTER_S (or revoked): unhealthy, no new work."""
+        if self.revoked_at is not None:
+            return True
+        seen = self.last_heartbeat_at or self.enrolled_at
+        if seen is None:
+            return True
+        now = now or timezone.now()
+        return (now - seen).total_seconds() > settings.LOAM_AGENT_SILENT_AFTER_S
+
+    def condition(self, now=None) -> str:
+        """What the console shows: revoked, silent, degraded (a card faulty or missing: it takes
+        no new work) or healthy."""
+        if self.revoked_at is not None:
+            return ServerCondition.REVOKED
+        if self.is_silent(now):
+            return ServerCondition.SILENT
+        if self.node.health == NodeHealth.DEGRADED:
+            return ServerCondition.DEGRADED
+        return ServerCondition.HEALTHY
+
+
+class CardHealth(models.TextChoices):
+    OK = "ok", _("OK")
+    ECC_ERRORS = "ecc_errors", _("ECC errors")
+    UNREACHABLE = "unreachable", _("Unreachable")
+
+
+class AgentCard(models.Model):
+    """One card of a server, kept by its UUID, with its latest sample. Its Accelerator's serial
+    is the UUID. A card that vanished from the inventory keeps its row (and its Accelerator's
+    index), marked, out of service, until it comes back."""
+
+    server = models.ForeignKey(
+        AgentServer, on_delete=models.CASCADE, related_name="cards", verbose_name=_("server")
+    )
+    accelerator = models.OneToOneField(
+        Accelerator,
+        on_delete=models.CASCADE,
+        related_name="agent_card",
+        verbose_name=_("accelerator"),
+    )
+    uuid = models.CharField(_("UUID"), max_length=80)
+    vendor = models.CharField(_("vendor"), max_length=20)
+    model = models.CharField(_("model"), max_length=120, blank=True)
+    vendor_index = models.PositiveIntegerField(_("vendor index"))
+    memory_total_mib = models.PositiveIntegerField(_("memory (MiB)"))
+    device_path = models.CharField(_("device file"), max_length=200, blank=True)
+    vanished_at = models.DateTimeField(_("vanished at"), null=True, blank=True)
+    sampled_at = models.DateTimeField(_("sampled at"), null=True, blank=True)
+    utilization_pct = models.PositiveSmallIntegerField(_("utilization (%)"), null=True, blank=True)
+    memory_used_mib = models.PositiveIntegerField(_("memory used (MiB)"), null=True, blank=True)
+    power_w = models.FloatField(_("power (W)"), null=True, blank=True)
+    temperature_c = models.SmallIntegerField(_("temperature (°C)"), null=True, blank=True)
+    ecc_errors_uncorrected = models.PositiveBigIntegerField(
+        _("uncorrected ECC errors"), null=True, blank=True
+    )
+    health = models.CharField(
+        _("health"), max_length=16, choices=CardHealth.choices, default=CardHealth.OK
+    )
+    health_message = models.CharField(_("health message"), max_length=500, blank=True)
+
+    class Meta:
+        verbose_name = _("agent card")
+        verbose_name_plural = _("agent cards")
+        ordering = ["server", "accelerator__index"]
+        constraints = [
+            models.UniqueConstraint(fields=["server", "uuid"], name="agent_card_uuid_unique"),
+            models.CheckConstraint(
+                condition=Q(health__in=CardHealth.values), name="agent_card_health_known"
+            ),
+        ]
+
+    def __str__(self):
+        return self.uuid
+
+    @property
+    def in_service(self) -> bool:
+        return self.vanished_at is None and self.health == CardHealth.OK
+
+
+class CardSample(models.Model):
+    """One card's figures at one heartbeat: what the charts draw. One row per card and
+    heartbeat, inserted in one statement per heartbeat and pruned to the last
+    LOAM_AGENT_SAMPLES_KEPT_S by `tasks.tidy_agent_state`. `at` is the portal's clock (when
+    the heartbeat arrived), so a server with a wrong clock neither hides nor floods a chart."""
+
+    card = models.ForeignKey(
+        AgentCard, on_delete=models.CASCADE, related_name="samples", verbose_name=_("card")
+    )
+    at = models.DateTimeField(_("at"))
+    utilization_pct = models.PositiveSmallIntegerField(_("utilization (%)"), null=True)
+    memory_used_mib = models.PositiveIntegerField(_("memory used (MiB)"), null=True)
+    power_w = models.FloatField(_("power (W)"), null=True)
+
+    class Meta:
+        verbose_name = _("card sample")
+        verbose_name_plural = _("card samples")
+        ordering = ["card", "at"]
+        indexes = [models.Index(fields=["card", "at"]), models.Index(fields=["at"])]
+
+    def __str__(self):
+        return f"{self.card_id} @ {self.at:%H:%M:%S}"
+
+
+class WantedState(models.TextChoices):
+    RUNNING = "running", _("Running")
+    STOPPED = "stopped", _("Stopped")
+    REMOVED = "removed", _("Removed")
+
+
+class ReportedState(models.TextChoices):
+    CREATING = "creating", _("Creating")
+    RUNNING = "running", _("Running")
+    STOPPED = "stopped", _("Stopped")
+    FAILED = "failed", _("Failed")
+    REMOVED = "removed", _("Removed")
+
+
+class AgentHost(models.Model):
+    """A GPU cloud host the portal wants on a server: its shape at `generation` (bumped with
+    every change), and what the agent reported last. A host wanted `removed` is left out of the
+    list the agent polls, which is how the portal asks for it to go."""
+
+    handle = models.CharField(_("host id"), max_length=40, unique=True)
+    server = models.ForeignKey(
+        AgentServer, on_delete=models.CASCADE, related_name="hosts", verbose_name=_("server")
+    )
+    name = models.CharField(_("name"), max_length=63)
+    generation = models.PositiveIntegerField(_("generation"), default=1)
+    state = models.CharField(
+        _("wanted state"),
+        max_length=16,
+        choices=WantedState.choices,
+        default=WantedState.RUNNING,
+    )
+    # Growing the disk of a running host: the generation that stops it is followed by one that
+    # starts it again (set here while that stop is under way).
+    start_after = models.PositiveIntegerField(_("start again after generation"), null=True)
+    card_uuids = models.JSONField(_("cards"), default=list, blank=True)
+    vcpu = models.PositiveIntegerField(_("vCPU"))
+    memory_mib = models.PositiveIntegerField(_("memory (MiB)"))
+    system_disk_gb = models.PositiveIntegerField(_("system disk (GB)"))
+    data_disk_gb = models.PositiveIntegerField(_("cloud disk (GB)"), default=0)
+    bandwidth_mbps = models.PositiveIntegerField(_("bandwidth (Mbps)"), default=0)
+    image = models.CharField(_("image"), max_length=120)
+    ssh_public_keys = models.JSONField(_("SSH public keys"), default=list, blank=True)
+    reported_generation = models.PositiveIntegerField(_("reported generation"), null=True)
+    reported_state = models.CharField(
+        _("reported state"), max_length=16, choices=ReportedState.choices, blank=True
+    )
+    reported_message = models.TextField(_("reported message"), blank=True)
+    address = models.CharField(_("address"), max_length=45, blank=True)
+    ssh_port = models.PositiveIntegerField(_("SSH port"), null=True, blank=True)
+    reported_at = models.DateTimeField(_("reported at"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("agent host")
+        verbose_name_plural = _("agent hosts")
+        ordering = ["server", "created_at", "pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=WantedState.values), name="agent_host_state_known"
+            ),
+        ]
+        indexes = [models.Index(fields=["server", "state"])]
+
+    def __str__(self):
+        return f"{self.handle} ({self.name})"
+
+    def request(self, generation: int | None = None) -> str:
+        """The handle of the request that asked for `generation` (by default the current)."""
+        return f"{self.handle}@{generation or self.generation}"

@@ -1,0 +1,152 @@
+"""Reads of the host agents shared by the agent API, the operator console and the instance
+page: a park's agent pools, join tokens and servers with their cards, the hosts a server is to
+run, and an instance's card figures for its charts."""
+
+from datetime import timedelta
+
+from django.db.models import Prefetch
+from django.utils import timezone
+
+from apps.agents.models import (
+    AgentCard,
+    AgentHost,
+    AgentServer,
+    CardSample,
+    JoinToken,
+    WantedState,
+)
+from apps.agents.services import AGENT_DRIVER
+from apps.orchestration.models import Allocation, Pool
+
+CHART_MINUTES = 15
+MAX_CHART_MINUTES = 60
+
+
+def agent_pools(park):
+    """The park's pools that servers may join: those of its backends whose driver is "agent"."""
+    return (
+        Pool.objects.filter(backend__park=park, backend__driver=AGENT_DRIVER)
+        .select_related("backend", "region", "accelerator_model")
+        .order_by("name", "pk")
+    )
+
+
+def join_tokens(park):
+    return (
+        JoinToken.objects.filter(pool__backend__park=park)
+        .select_related("pool", "created_by", "revoked_by", "server__node")
+        .order_by("-created_at", "-pk")
+    )
+
+
+def servers(park):
+    """The park's enrolled servers, each with its node, pool and cards (in index order)."""
+    cards = AgentCard.objects.select_related("accelerator").order_by("accelerator__index")
+    return (
+        AgentServer.objects.filter(node__pool__backend__park=park)
+        .select_related("node__pool__region", "node__pool__backend", "revoked_by")
+        .prefetch_related(Prefetch("cards", queryset=cards))
+        .order_by("node__hostname", "pk")
+    )
+
+
+# --- the agent API -----------------------------------------------------------------------------
+
+
+def hosts_etag(server: AgentServer) -> str:
+    """Changes whenever the hosts wanted on the server do (`services.bump_hosts_version`)."""
+    return f'"{server.public_id}.{server.hosts_version}"'
+
+
+def desired_hosts(server: AgentServer) -> list[dict]:
+    """The hosts the server is to run, as GET /api/v1/agent/hosts lists them."""
+    hosts = (
+        AgentHost.objects.filter(server=server)
+        .exclude(state=WantedState.REMOVED)
+        .order_by("created_at", "pk")
+    )
+    return [
+        {
+            "id": host.handle,
+            "generation": host.generation,
+            "state": host.state,
+            "card_uuids": list(host.card_uuids) if host.state == WantedState.RUNNING else [],
+            "vcpu": host.vcpu,
+            "memory_mib": host.memory_mib,
+            "system_disk_gb": host.system_disk_gb,
+            "data_disk_gb": host.data_disk_gb,
+            "bandwidth_mbps": host.bandwidth_mbps,
+            "image": host.image,
+            "ssh_public_keys": list(host.ssh_public_keys),
+        }
+        for host in hosts
+    ]
+
+
+# --- the instance page -------------------------------------------------------------------------
+
+
+def agent_server_of(instance) -> AgentServer | None:
+    """The agent server a host runs on, if it runs on one."""
+    if instance.node_id is None:
+        return None
+    return AgentServer.objects.filter(node_id=instance.node_id).first()
+
+
+def instance_telemetry(instance, *, minutes: int = CHART_MINUTES, now=None) -> dict | None:
+    """The figures of the cards the instance holds now, since it got them and over the last
+    `minutes`: {"cards": [{"uuid", "model", "index", "memory_total_mib"}], "series": {uuid:
+    {"at": [iso], "utilization_pct": [...], "memory_used_mib": [...], "power_w": [...]}},
+    "server_silent": bool, "updated_at": iso}. None when it does not run on an agent server.
+    A figure the card cannot report is null in its series."""
+    server = agent_server_of(instance)
+    if server is None:
+        return None
+    now = now or timezone.now()
+    minutes = max(1, min(int(minutes), MAX_CHART_MINUTES))
+    allocation = (
+        Allocation.objects.filter(instance=instance, released_at__isnull=True)
+        .order_by("-created_at")
+        .first()
+    )
+    cards = []
+    series = {}
+    if allocation is not None:
+        since = max(now - timedelta(minutes=minutes), allocation.created_at)
+        held = list(
+            AgentCard.objects.filter(server=server, accelerator__allocation=allocation)
+            .select_related("accelerator")
+            .order_by("accelerator__index")
+        )
+        cards = [
+            {
+                "uuid": card.uuid,
+                "model": card.model,
+                "index": card.accelerator.index,
+                "memory_total_mib": card.memory_total_mib,
+                "health": card.health,
+            }
+            for card in held
+        ]
+        series = {
+            card.uuid: {"at": [], "utilization_pct": [], "memory_used_mib": [], "power_w": []}
+            for card in held
+        }
+        by_id = {card.pk: card.uuid for card in held}
+        samples = (
+            CardSample.objects.filter(card_id__in=list(by_id), at__gte=since)
+            .order_by("at", "card_id")
+            .values_list("card_id", "at", "utilization_pct", "memory_used_mib", "power_w")
+        )
+        for card_id, at, utilization, memory, power in samples:
+            line = series[by_id[card_id]]
+            line["at"].append(at.isoformat())
+            line["utilization_pct"].append(utilization)
+            line["memory_used_mib"].append(memory)
+            line["power_w"].append(power)
+    return {
+        "cards": cards,
+        "series": series,
+        "server_silent": server.is_silent(now),
+        "updated_at": now.isoformat(),
+    }

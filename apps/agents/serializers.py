@@ -1,0 +1,134 @@
+"""Input of the agent API (docs/agent-protocol.md), validated field by field so a bad request
+is a 400 naming the field. Units are in the field names; a figure a card cannot report is null.
+"""
+
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from rest_framework import serializers
+
+from apps.agents.models import CardHealth, ReportedState
+
+INT32 = 2**31 - 1
+INT63 = 2**63 - 1
+MAX_CARDS = 256
+MAX_READERS = 16
+MAX_HOSTS = 1000
+
+
+class ReaderSerializer(serializers.Serializer):
+    vendor = serializers.CharField(max_length=20)
+    state = serializers.CharField(max_length=30)
+    message = serializers.CharField(max_length=500, allow_blank=True, required=False, default="")
+
+
+class CardSerializer(serializers.Serializer):
+    vendor = serializers.CharField(max_length=20)
+    index = serializers.IntegerField(min_value=0, max_value=INT32)
+    uuid = serializers.CharField(max_length=80)
+    model = serializers.CharField(max_length=120, allow_blank=True, required=False, default="")
+    memory_total_mib = serializers.IntegerField(min_value=0, max_value=INT32)
+    device_path = serializers.CharField(
+        max_length=200, allow_blank=True, allow_null=True, required=False, default=None
+    )
+
+
+def _figure(field_class, **limits):
+    return field_class(allow_null=True, required=False, default=None, **limits)
+
+
+class SampleSerializer(serializers.Serializer):
+    uuid = serializers.CharField(max_length=80)
+    utilization_pct = _figure(serializers.IntegerField, min_value=0, max_value=100)
+    memory_used_mib = _figure(serializers.IntegerField, min_value=0, max_value=INT32)
+    power_w = _figure(serializers.FloatField, min_value=0, max_value=100_000)
+    temperature_c = _figure(serializers.IntegerField, min_value=-100, max_value=300)
+    ecc_errors_uncorrected = _figure(serializers.IntegerField, min_value=0, max_value=INT63)
+    health = serializers.ChoiceField(choices=CardHealth.values)
+    health_message = serializers.CharField(
+        max_length=500, allow_blank=True, required=False, default=""
+    )
+
+
+class ServerSerializer(serializers.Serializer):
+    hostname = serializers.RegexField(
+        r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        max_length=253,
+        error_messages={"invalid": gettext_lazy("Letters, digits, “.”, “-” and “_” only.")},
+    )
+    os = serializers.CharField(max_length=200, allow_blank=True, required=False, default="")
+    kernel = serializers.CharField(max_length=200, allow_blank=True, required=False, default="")
+    arch = serializers.CharField(max_length=40, allow_blank=True, required=False, default="")
+    cpu_count = serializers.IntegerField(
+        min_value=0, max_value=1_000_000, allow_null=True, required=False, default=None
+    )
+    memory_total_mib = serializers.IntegerField(
+        min_value=0, max_value=INT63, allow_null=True, required=False, default=None
+    )
+    agent_version = serializers.CharField(
+        max_length=40, allow_blank=True, required=False, default=""
+    )
+
+
+def _unique_uuids(cards: list[dict]) -> None:
+    seen = set()
+    for position, card in enumerate(cards):
+        if card["uuid"] in seen:
+            raise serializers.ValidationError(
+                {"cards": {position: {"uuid": [_("%(uuid)s is listed twice.") % card]}}}
+            )
+        seen.add(card["uuid"])
+
+
+class InventorySerializer(serializers.Serializer):
+    readers = serializers.ListField(child=ReaderSerializer(), max_length=MAX_READERS)
+    cards = serializers.ListField(child=CardSerializer(), max_length=MAX_CARDS)
+
+    def validate(self, attrs):
+        _unique_uuids(attrs["cards"])
+        return attrs
+
+
+class EnrolSerializer(InventorySerializer):
+    join_token = serializers.CharField(max_length=200)
+    server = ServerSerializer()
+
+
+class HeartbeatSerializer(InventorySerializer):
+    agent_version = serializers.CharField(max_length=40, allow_blank=True)
+    taken_at = serializers.DateTimeField()
+    samples = serializers.ListField(child=SampleSerializer(), max_length=MAX_CARDS)
+
+    def validate(self, attrs):
+        attrs = super().validate(attrs)
+        cards = {card["uuid"] for card in attrs["cards"]}
+        seen = set()
+        for position, sample in enumerate(attrs["samples"]):
+            uuid = sample["uuid"]
+            if uuid not in cards or uuid in seen:
+                message = (
+                    _("%(uuid)s is not among this request's cards.")
+                    if uuid not in cards
+                    else _("%(uuid)s has two samples.")
+                ) % {"uuid": uuid}
+                raise serializers.ValidationError({"samples": {position: {"uuid": [message]}}})
+            seen.add(uuid)
+        return attrs
+
+
+class HostReportSerializer(serializers.Serializer):
+    id = serializers.CharField(max_length=40)
+    generation = serializers.IntegerField(min_value=0, max_value=INT32)
+    state = serializers.ChoiceField(choices=ReportedState.values)
+    address = serializers.IPAddressField(
+        allow_blank=True, allow_null=True, required=False, default=None
+    )
+    ssh_port = serializers.IntegerField(
+        min_value=1, max_value=65535, allow_null=True, required=False, default=None
+    )
+    message = serializers.CharField(
+        max_length=2000, allow_blank=True, required=False, default="", trim_whitespace=True
+    )
+
+
+class HostReportsSerializer(serializers.Serializer):
+    hosts = serializers.ListField(child=HostReportSerializer(), max_length=MAX_HOSTS)

@@ -1,0 +1,176 @@
+"""Pages of the host agents: the operator console's servers and join tokens (/ops/agents/,
+park operators only, another park's object is a 404), and the tenant's card figures of one of
+its hosts (JSON for the instance page's charts; another organization's host is a 404)."""
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied as HttpPermissionDenied
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.http import Http404, JsonResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET
+
+from apps.agents import selectors, services
+from apps.agents.forms import JoinTokenForm
+from apps.agents.models import AgentServer, JoinToken
+from apps.core.errors import DomainError, PermissionDenied
+from apps.core.web import refusals
+from apps.orders.models import Instance
+from apps.tenants.decorators import operator_view, organization_view
+from apps.tenants.selectors import get_for_operator, get_for_organization, operated_park
+
+TOKENS_PER_PAGE = 50
+SERVERS_PER_PAGE = 50
+REFRESH_SECONDS = 5
+
+
+def _posted(request, queryset, *, field: str, park_field: str, park):
+    """The object named by POST[field], if it is in `park` (which the operator operates)."""
+    pk = request.POST.get(field, "")
+    if not pk.isdigit():
+        raise Http404
+    scoped = queryset.filter(**{park_field: park})
+    return get_for_operator(scoped, request.user, park_field=park_field, pk=int(pk))
+
+
+def _act(request, action) -> bool:
+    """Run a service call; its refusal is a message (a permission error a 403). True if done."""
+    try:
+        action()
+    except PermissionDenied as exc:
+        raise HttpPermissionDenied(exc.message) from exc
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        return True
+    return False
+
+
+# --- servers -------------------------------------------------------------------------------------
+
+
+@operator_view
+def server_list(request, park_id):
+    park = operated_park(request.user, park_id)
+    if request.method == "POST":
+        if request.POST.get("action") != "revoke":
+            raise Http404
+        server = _posted(
+            request,
+            AgentServer.objects.select_related("node"),
+            field="server",
+            park_field="node__pool__backend__park",
+            park=park,
+        )
+        if _act(request, lambda: services.revoke_server(server=server, operator=request.user)):
+            messages.success(
+                request,
+                _(
+                    "The credential of %(node)s is revoked: its agent stops, and the node takes "
+                    "no new work."
+                )
+                % {"node": server.node.hostname},
+            )
+        return redirect("agents_ops:server_list", park_id=park.pk)
+    page = Paginator(selectors.servers(park), SERVERS_PER_PAGE).get_page(request.GET.get("page"))
+    now = timezone.now()
+    rows = [
+        (server, server.condition(now), _seconds_since(server.last_heartbeat_at, now))
+        for server in page.object_list
+    ]
+    context = {
+        "park": park,
+        "page": page,
+        "rows": rows,
+        "now": now,
+        "refresh_seconds": REFRESH_SECONDS,
+        "silent_after": settings.LOAM_AGENT_SILENT_AFTER_S,
+        "has_pools": selectors.agent_pools(park).exists(),
+    }
+    if request.htmx:
+        return render(request, "agents/partials/_server_rows.html", context)
+    return render(request, "agents/server_list.html", context)
+
+
+def _seconds_since(moment, now) -> int | None:
+    return None if moment is None else max(0, int((now - moment).total_seconds()))
+
+
+# --- join tokens ---------------------------------------------------------------------------------
+
+
+@operator_view
+def token_list(request, park_id):
+    park = operated_park(request.user, park_id)
+    pools = selectors.agent_pools(park)
+    action = request.POST.get("action") if request.method == "POST" else None
+    form = JoinTokenForm(request.POST if action == "issue" else None, pools=pools)
+    issued = None
+    if action == "revoke":
+        token = _posted(
+            request,
+            JoinToken.objects.all(),
+            field="token",
+            park_field="pool__backend__park",
+            park=park,
+        )
+        if _act(request, lambda: services.revoke_join_token(token=token, operator=request.user)):
+            messages.success(
+                request, _("Join token %(prefix)s… revoked.") % {"prefix": token.prefix}
+            )
+        return redirect("agents_ops:token_list", park_id=park.pk)
+    if action not in (None, "issue"):
+        raise Http404
+    if action == "issue" and form.is_valid():
+        with refusals(request, form) as outcome:
+            token, secret = services.issue_join_token(
+                pool=form.cleaned_data["pool"],
+                operator=request.user,
+                valid_hours=form.cleaned_data["valid_hours"],
+                note=form.cleaned_data["note"],
+            )
+        if not outcome.refused:
+            issued = {
+                "token": token,
+                "secret": secret,
+                "command": f"loam-agent enrol --portal {settings.LOAM_BASE_URL} --token {secret}",
+            }
+            form = JoinTokenForm(pools=pools)
+    page = Paginator(selectors.join_tokens(park), TOKENS_PER_PAGE).get_page(request.GET.get("page"))
+    context = {
+        "park": park,
+        "form": form,
+        "page": page,
+        "issued": issued,
+        "has_pools": pools.exists(),
+    }
+    response = render(
+        request, "agents/token_list.html", context, status=422 if form.errors else 200
+    )
+    if issued:
+        response["Cache-Control"] = "no-store"  # the token is in this page, and only here
+    return response
+
+
+# --- the tenant's host ---------------------------------------------------------------------------
+
+
+@organization_view()
+@require_GET
+def instance_telemetry(request, instance_id):
+    """The figures of the cards the host holds, for its charts (polled every few seconds)."""
+    instance = get_for_organization(Instance, request.organization, pk=instance_id)
+    minutes = request.GET.get("minutes", "")
+    data = selectors.instance_telemetry(
+        instance, minutes=int(minutes) if minutes.isdigit() else selectors.CHART_MINUTES
+    )
+    if data is None:
+        raise Http404
+    response = JsonResponse(data)
+    response["Cache-Control"] = "no-store"
+    return response
