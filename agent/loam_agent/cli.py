@@ -1,4 +1,4 @@
-"""loam-agent: inventory, enrol, run.
+"""loam-agent: inventory, enrol, run, image.
 
 Exit statuses: 0 done; 1 the portal couldn't be reached or answered something unusable;
 2 bad usage or configuration, or no credential; 3 the portal refused the join token or the
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -21,6 +22,9 @@ from loam_agent.client import PortalClient, PortalError, Rejected
 from loam_agent.config import AgentConfig, ConfigError, load_config, parse_portal_url
 from loam_agent.credential import CredentialError, load_credential, save_credential
 from loam_agent.facts import server_facts
+from loam_agent.hosts.image import ImageError, build_image, images_dir, list_images
+from loam_agent.hosts.poller import HostsPoller
+from loam_agent.hosts.runtime import HostRuntime
 from loam_agent.readers import all_readers
 from loam_agent.readers.base import AcceleratorReader, CardSample
 from loam_agent.reading import Reading, take_reading
@@ -49,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     except PortalError as error:
         logger.error("%s", error)
         return EXIT_PORTAL
+    except ImageError as error:
+        logger.error("%s", error)
+        return EXIT_PORTAL
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,8 +80,34 @@ def _parser() -> argparse.ArgumentParser:
     enrol.set_defaults(command=enrol_command)
 
     run = commands.add_parser("run", help="sample and send heartbeats until SIGTERM")
+    run.add_argument("--no-hosts", action="store_true", help="heartbeats only; leave hosts alone")
     run.set_defaults(command=run_command)
+
+    image = commands.add_parser("image", help="build or list the host images")
+    image_commands = image.add_subparsers(required=True, metavar="ACTION")
+    build = image_commands.add_parser("build", help="build a host image (once; cached)")
+    build.add_argument("--name", default="debian-12", help="the image (default debian-12)")
+    build.add_argument("--rebuild", action="store_true", help="build again even if it exists")
+    build.set_defaults(command=image_build_command)
+    image_list = image_commands.add_parser("list", help="list the built images")
+    image_list.set_defaults(command=image_list_command)
     return parser
+
+
+def _images(config: AgentConfig) -> Path:
+    return images_dir(config.state_dir, os.environ.get("LOAM_AGENT_IMAGE_DIR"))
+
+
+def image_build_command(args: argparse.Namespace, config: AgentConfig) -> int:
+    mirror = os.environ.get("MIRROR", config.apt_mirror)
+    print(build_image(_images(config), args.name, mirror, rebuild=args.rebuild))
+    return EXIT_OK
+
+
+def image_list_command(args: argparse.Namespace, config: AgentConfig) -> int:
+    for name in list_images(_images(config)):
+        print(name)
+    return EXIT_OK
 
 
 def inventory_command(args: argparse.Namespace, config: AgentConfig) -> int:
@@ -129,8 +162,20 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
     client = PortalClient(
         credential.portal_url, credential=credential, ca_bundle=config.ca_bundle, stop=stop
     )
+    hosts = None
+    if not args.no_hosts:
+        hosts = HostsPoller(
+            client,
+            HostRuntime(config.state_dir, _images(config), lambda: _card_devices(readers)),
+            poll_interval_s=config.hosts_poll_interval_s,
+            full_report_s=config.sample_interval_s,
+            stop=stop,
+        )
+        threading.Thread(target=hosts.run, name="hosts", daemon=True).start()
     try:
         while not stop.is_set():
+            if hosts is not None and hosts.rejected is not None:
+                raise hosts.rejected
             started = time.monotonic()
             reading = take_reading(readers)
             try:
@@ -149,6 +194,15 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
             reader.close()
     logger.info("stopped")
     return EXIT_OK
+
+
+def _card_devices(readers: list[AcceleratorReader]) -> dict[str, str]:
+    """Card uuid -> device file, for binding cards into hosts; LOAM_AGENT_CARD_DEVICES (JSON)
+    replaces it where there are no real cards (tests, a demo server)."""
+    if override := os.environ.get("LOAM_AGENT_CARD_DEVICES"):
+        return json.loads(override)
+    reading = take_reading(readers)
+    return {card.uuid: card.device_path for card in reading.cards if card.device_path}
 
 
 def _read_once(readers: list[AcceleratorReader]) -> Reading:

@@ -21,6 +21,8 @@ logger = logging.getLogger(__name__)
 
 ENROL_PATH = "/api/v1/agent/enrol"
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
+HOSTS_PATH = "/api/v1/agent/hosts"
+HOSTS_REPORT_PATH = "/api/v1/agent/hosts/report"
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
@@ -38,6 +40,10 @@ class PortalUnavailable(PortalError):
 
 class ProtocolError(PortalError):
     """The portal answered something this agent can't use (another 4xx, a malformed body)."""
+
+
+class HostsNotSupported(ProtocolError):
+    """The portal answered 404 to the hosts API: an older portal without GPU cloud hosts."""
 
 
 class PortalClient:
@@ -108,18 +114,53 @@ class PortalClient:
             ),
         )
 
+    def desired_hosts(self, etag: str | None) -> tuple[str | None, list[dict] | None]:
+        """The hosts the portal wants and the ETag for next time; hosts None while unchanged."""
+        headers = self._bearer()
+        if etag:
+            headers["If-None-Match"] = etag
+        response = self._send("GET", HOSTS_PATH, None, headers=headers, refused=_REFUSED)
+        if response.status_code == 304:
+            return etag, None
+        try:
+            hosts = response.json()["hosts"]
+        except (ValueError, KeyError, TypeError):
+            raise ProtocolError(f"{HOSTS_PATH} answered a body without a hosts list") from None
+        if not isinstance(hosts, list):
+            raise ProtocolError(f"{HOSTS_PATH} answered hosts that are not a list")
+        return response.headers.get("ETag"), hosts
+
+    def report_hosts(self, hosts: list[dict]) -> None:
+        self._send(
+            "POST", HOSTS_REPORT_PATH, {"hosts": hosts}, headers=self._bearer(), refused=_REFUSED
+        )
+
+    def _bearer(self) -> dict:
+        if self._credential is None:
+            raise ValueError("the hosts API needs the client built with a credential")
+        return {"Authorization": f"Bearer {self._credential.secret}"}
+
     def _post(self, path: str, body: dict, *, headers: dict, refused: str) -> httpx.Response:
+        return self._send("POST", path, body, headers=headers, refused=refused)
+
+    def _send(
+        self, method: str, path: str, body: dict | None, *, headers: dict, refused: str
+    ) -> httpx.Response:
         attempt = 0
         while True:
             attempt += 1
             retry_after = None
             try:
-                response = self._http.post(path, json=body, headers=headers)
+                response = self._http.request(method, path, json=body, headers=headers)
             except httpx.TransportError as error:
                 reason = f"{type(error).__name__}: {error}"
             else:
-                if response.is_success:
+                if response.is_success or response.status_code == 304:
                     return response
+                if response.status_code == 404 and path.startswith(HOSTS_PATH):
+                    raise HostsNotSupported(
+                        f"{path} answered HTTP 404: the portal has no hosts API"
+                    )
                 if response.status_code in (401, 403):
                     raise Rejected(f"{refused}: HTTP {response.status_code} {_detail(response)}")
                 if response.status_code not in TRANSIENT_STATUSES:
@@ -141,6 +182,12 @@ class PortalClient:
         # Full backoff times a random factor, so servers cut off together don't return together.
         backoff = min(self._backoff_s * 2 ** (attempt - 1), self._max_backoff_s)
         return backoff * random.uniform(0.5, 1.0)
+
+
+_REFUSED = (
+    "the portal refused this server's credential (revoked, or the server was removed); "
+    "enrol again with a new join token"
+)
 
 
 def _retry_after_s(response: httpx.Response) -> float | None:

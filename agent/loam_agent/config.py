@@ -5,6 +5,9 @@
     credential_path = "/var/lib/loam-agent/credential.json"
     sample_interval_s = 5                           # a sample and a heartbeat every 5 seconds
     ca_bundle = "/etc/loam-agent/portal-ca.pem"     # trust this CA instead of the system's
+    state_dir = "/var/lib/loam-agent"               # host images and per-host folders
+    hosts_poll_interval_s = 1                       # ask the portal for the desired hosts
+    apt_mirror = "http://deb.debian.org/debian"     # where `image build` gets Debian (env MIRROR)
 
 Every key is optional. A missing default file means the defaults; a file named with --config
 must exist. An unknown key is an error, so a typo doesn't silently fall back to a default.
@@ -20,6 +23,8 @@ from urllib.parse import urlsplit
 DEFAULT_CONFIG_PATH = Path("/etc/loam-agent/agent.toml")
 DEFAULT_CREDENTIAL_PATH = Path("/var/lib/loam-agent/credential.json")
 DEFAULT_SAMPLE_INTERVAL_S = 5.0
+DEFAULT_STATE_DIR = Path("/var/lib/loam-agent")
+DEFAULT_APT_MIRROR = "http://deb.debian.org/debian"
 
 
 class ConfigError(Exception):
@@ -32,6 +37,9 @@ class AgentConfig:
     credential_path: Path = DEFAULT_CREDENTIAL_PATH
     sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S
     ca_bundle: Path | None = None
+    state_dir: Path = DEFAULT_STATE_DIR
+    hosts_poll_interval_s: float = 1.0
+    apt_mirror: str = DEFAULT_APT_MIRROR
 
 
 def load_config(path: Path | None = None) -> AgentConfig:
@@ -62,11 +70,19 @@ def _parse(values: dict) -> AgentConfig:
         settings["portal_url"] = parse_portal_url(values["portal_url"])
     if "credential_path" in values:
         settings["credential_path"] = _path(values, "credential_path")
-    if "sample_interval_s" in values:
-        interval = values["sample_interval_s"]
-        if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
-            raise ConfigError(f"sample_interval_s must be a positive number, not {interval!r}")
-        settings["sample_interval_s"] = float(interval)
+    for key in ("sample_interval_s", "hosts_poll_interval_s"):
+        if key in values:
+            interval = values[key]
+            if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
+                raise ConfigError(f"{key} must be a positive number, not {interval!r}")
+            settings[key] = float(interval)
+    if "state_dir" in values:
+        settings["state_dir"] = _path(values, "state_dir")
+    if "apt_mirror" in values:
+        mirror = values["apt_mirror"]
+        if not isinstance(mirror, str) or urlsplit(mirror).scheme not in ("http", "https"):
+            raise ConfigError(f"apt_mirror must be an http(s) URL, not {mirror!r}")
+        settings["apt_mirror"] = mirror
     if "ca_bundle" in values:
         ca_bundle = _path(values, "ca_bundle")
         if not ca_bundle.is_file():

@@ -1,6 +1,8 @@
 import ctypes.util
+import ipaddress
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -87,3 +89,60 @@ def portal():
     server.shutdown()
     server.server_close()
     thread.join()
+
+
+IMAGE_NAME = "debian-12"
+
+
+def _containers_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "real hosts need root"
+    for command in ("systemd-nspawn", "debootstrap", "ssh", "ip", "tc", "resize2fs"):
+        if shutil.which(command) is None:
+            return f"{command} is not installed (bash deploy/agent/install.sh)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def host_images() -> Path:
+    """The folder with the built host image: built once per machine (about a minute or two) into
+    LOAM_AGENT_IMAGE_DIR, default /var/cache/loam-agent/images. Skips where real hosts can't run,
+    unless LOAM_REQUIRE_SERVICES=1, where that is a failure."""
+    from loam_agent.hosts.image import build_image
+
+    required = os.environ.get("LOAM_REQUIRE_SERVICES") == "1"
+    reason = _containers_unavailable()
+    if reason:
+        if required:
+            pytest.fail(f"LOAM_REQUIRE_SERVICES=1 but {reason}")
+        pytest.skip(reason)
+    images = Path(os.environ.get("LOAM_AGENT_IMAGE_DIR", "/var/cache/loam-agent/images"))
+    mirror = os.environ.get("MIRROR", "http://deb.debian.org/debian")
+    build_image(images, IMAGE_NAME, mirror)
+    return images
+
+
+# Taken at import, before any test patches it.
+_real_connect = socket.socket.connect
+HOST_NETWORKS = ipaddress.ip_network("10.213.0.0/16")
+
+
+@pytest.fixture(autouse=True)
+def _no_traffic_off_this_machine(monkeypatch, _no_traffic_off_this_machine):
+    """As tests/conftest.py's guard, plus the host networks: veths on this machine (10.213/16),
+    where the agent's readiness probe connects to each host's sshd."""
+    guarded_connect = socket.socket.connect
+
+    def connect(sock, address):
+        if sock.family == socket.AF_INET and _on_host_network(address[0]):
+            return _real_connect(sock, address)
+        return guarded_connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+
+
+def _on_host_network(host) -> bool:
+    try:
+        return ipaddress.ip_address(str(host)) in HOST_NETWORKS
+    except ValueError:
+        return False

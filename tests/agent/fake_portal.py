@@ -1,6 +1,7 @@
 """The portal's agent API as a scripted HTTP server: it records each request and gives the
 answers a test queued, or by default the documented success (docs/agent-protocol.md)."""
 
+import hashlib
 import json
 import threading
 from collections import defaultdict, deque
@@ -24,6 +25,8 @@ class FakePortal:
         self._lock = threading.Lock()
         self._requests: list[Request] = []
         self._queued: dict[str, deque] = defaultdict(deque)
+        # The desired hosts, once a test sets them; None: a portal without the hosts API (404).
+        self.hosts: list[dict] | None = None
 
     def answer(self, path: str, *answers: tuple) -> None:
         """Answer the next requests to `path` with these (status, JSON body[, headers]) in turn."""
@@ -43,6 +46,19 @@ class FakePortal:
             return ENROLLED
         if request.path == "/api/v1/agent/heartbeat":
             return HEARTBEAT_ACCEPTED
+        if self.hosts is not None:
+            return self._hosts_answer(request)
+        return 404, {"detail": "not found"}
+
+    def _hosts_answer(self, request: Request) -> tuple:
+        if request.path == "/api/v1/agent/hosts/report":
+            return HEARTBEAT_ACCEPTED
+        if request.path == "/api/v1/agent/hosts":
+            hosts = self.hosts
+            etag = '"' + hashlib.sha256(json.dumps(hosts).encode()).hexdigest()[:16] + '"'
+            if request.headers.get("if-none-match") == etag:
+                return 304, None, {"ETag": etag}
+            return 200, {"hosts": hosts}, {"ETag": etag}
         return 404, {"detail": "not found"}
 
 
@@ -64,6 +80,8 @@ def portal_handler(portal: FakePortal) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
+
+        do_GET = do_POST
 
         def log_message(self, format, *args) -> None:
             """Quiet: the tests assert on the recorded requests."""

@@ -113,3 +113,48 @@ def test_an_unreachable_portal_is_retried_then_given_up():
         pytest.raises(PortalUnavailable, match="gave up after 2 attempts; last: ConnectError"),
     ):
         client.heartbeat({})
+
+
+def test_desired_hosts_polls_with_the_etag_and_gets_none_while_unchanged(portal):
+    from loam_agent.client import HOSTS_PATH
+
+    portal.hosts = [{"id": "h-1", "generation": 1, "state": "running"}]
+    with client_for(portal) as client:
+        etag, hosts = client.desired_hosts(None)
+        assert hosts == portal.hosts and etag
+        assert client.desired_hosts(etag) == (etag, None)
+        portal.hosts = []
+        new_etag, hosts = client.desired_hosts(etag)
+
+    assert hosts == [] and new_etag != etag
+    first, second, _ = portal.requests(HOSTS_PATH)
+    assert first.headers["authorization"] == "Bearer s3cret-credential"
+    assert "if-none-match" not in first.headers
+    assert second.headers["if-none-match"] == etag
+
+
+def test_an_old_portal_without_hosts_says_so(portal):
+    from loam_agent.client import HostsNotSupported
+
+    with client_for(portal) as client, pytest.raises(HostsNotSupported, match="no hosts API"):
+        client.desired_hosts(None)
+
+
+def test_report_hosts_posts_the_list(portal):
+    from loam_agent.client import HOSTS_REPORT_PATH
+
+    portal.hosts = []
+    report = [
+        {
+            "id": "h-1",
+            "generation": 2,
+            "state": "stopped",
+            "address": "",
+            "ssh_port": 22,
+            "message": "",
+        }
+    ]
+    with client_for(portal) as client:
+        client.report_hosts(report)
+    [request] = portal.requests(HOSTS_REPORT_PATH)
+    assert request.body == {"hosts": report}

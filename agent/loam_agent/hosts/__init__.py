@@ -1,0 +1,1 @@
+"""GPU cloud hosts: the portal's desired hosts converged into systemd-nspawn containers."""

@@ -1,0 +1,75 @@
+"""The hosts thread of `loam-agent run`: poll the desired hosts, converge, report.
+
+Changes are reported as they happen (from the host workers); the full list goes out at least
+every `full_report_s`, so a report the portal missed heals by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from loam_agent.client import HostsNotSupported, PortalClient, PortalError, Rejected
+from loam_agent.hosts.model import DesiredHost, HostError, HostStatus
+from loam_agent.hosts.reconcile import Reconciler, Runtime
+
+logger = logging.getLogger(__name__)
+
+
+class HostsPoller:
+    def __init__(
+        self,
+        client: PortalClient,
+        runtime: Runtime,
+        *,
+        poll_interval_s: float,
+        full_report_s: float,
+        stop: threading.Event,
+    ) -> None:
+        self._client = client
+        self._poll_interval_s = poll_interval_s
+        self._full_report_s = full_report_s
+        self._stop = stop
+        self.reconciler = Reconciler(runtime, self._report_change)
+        self.rejected: Rejected | None = None
+
+    def run(self) -> None:
+        etag: str | None = None
+        last_full_report = time.monotonic()
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                etag, hosts = self._client.desired_hosts(etag)
+                if hosts is not None:
+                    self.reconciler.apply(self._parse(hosts))
+                if time.monotonic() - last_full_report >= self._full_report_s:
+                    self._client.report_hosts(self.reconciler.full_report())
+                    last_full_report = time.monotonic()
+            except HostsNotSupported:
+                logger.warning("the portal has no hosts API (an older portal); not polling hosts")
+                return
+            except Rejected as error:
+                self.rejected = error  # the heartbeat loop exits 3 on it too
+                return
+            except PortalError as error:
+                logger.warning("hosts poll failed: %s", error)
+            self._stop.wait(max(0.0, self._poll_interval_s - (time.monotonic() - started)))
+
+    @staticmethod
+    def _parse(hosts: list[dict]) -> list[DesiredHost]:
+        parsed = []
+        for value in hosts:
+            try:
+                parsed.append(DesiredHost.from_json(value))
+            except HostError as error:
+                logger.error("%s", error)
+        return parsed
+
+    def _report_change(self, status: HostStatus) -> None:
+        logger.info("host %s: %s %s", status.id, status.state, status.message)
+        try:
+            self._client.report_hosts([status.to_json()])
+        except PortalError as error:
+            # The next full report carries it.
+            logger.warning("host report not delivered: %s", error)

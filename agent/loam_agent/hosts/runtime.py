@@ -1,0 +1,425 @@
+"""Hosts as systemd-nspawn containers: no daemon, one detached nspawn process per host.
+
+Per host, state_dir/hosts/<id>/ holds the overlay upper layer on the image, data.img (ext4,
+loop-mounted at /data inside), the nspawn pid, the console log and state.json (the shape applied
+and the network index). The network is a namespace `loam-<key>` joined to the root namespace by a
+veth `vh-<key>` (10.213.N.1 root side, 10.213.N.2 inside, no NAT). CPU and memory limits are
+cgroups the nspawn process enters before it execs, so everything in the host inherits them.
+
+nspawn runs in its own session with --register=no --keep-unit, so neither machined nor the agent's
+service unit owns it: hosts survive an agent restart and are adopted again from their state files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from loam_agent.hosts.image import is_built, rootfs
+from loam_agent.hosts.model import ActualHost, DesiredHost, HostError
+
+STOP_TIMEOUT_S = 10.0
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+CPU_PERIOD_US = 100_000
+FIRST_INDEX, LAST_INDEX = 1, 254
+
+
+def host_key(host_id: str) -> str:
+    """8 hex characters naming the host's netns, veth and cgroups (interface names ≤ 15)."""
+    return hashlib.sha256(host_id.encode()).hexdigest()[:8]
+
+
+def _run(*command: str) -> str:
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise HostError(f"{' '.join(command)} failed: {result.stderr.strip() or result.stdout}")
+    return result.stdout
+
+
+class Cgroups:
+    """A host's cpu and memory cgroups, on cgroup v2 (unified) or v1 (one tree per controller)."""
+
+    def __init__(self, key: str, root: Path = CGROUP_ROOT) -> None:
+        self.v2 = (root / "cgroup.controllers").exists()
+        if self.v2:
+            # A tree of our own under the root: the agent's own service cgroup has processes, and
+            # v2 forbids controllers on a cgroup with processes of its own.
+            self.parent = root / "loam-hosts"
+            self.dirs = [self.parent / key]
+        else:
+            self.dirs = [
+                _v1_dir(root, "memory") / f"loam-{key}",
+                _v1_dir(root, "cpu") / f"loam-{key}",
+            ]
+
+    def create(self, vcpu: int, memory_mib: int) -> None:
+        if self.v2:
+            self.parent.mkdir(exist_ok=True)
+            (self.parent / "cgroup.subtree_control").write_text("+cpu +memory")
+        for directory in self.dirs:
+            directory.mkdir(exist_ok=True)
+        self.set(vcpu, memory_mib)
+
+    def set(self, vcpu: int, memory_mib: int) -> None:
+        memory = memory_mib * 1024 * 1024
+        if self.v2:
+            (self.dirs[0] / "memory.max").write_text(str(memory))
+            (self.dirs[0] / "cpu.max").write_text(f"{vcpu * CPU_PERIOD_US} {CPU_PERIOD_US}")
+        else:
+            memory_dir, cpu_dir = self.dirs
+            (memory_dir / "memory.limit_in_bytes").write_text(str(memory))
+            (cpu_dir / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+            (cpu_dir / "cpu.cfs_quota_us").write_text(str(vcpu * CPU_PERIOD_US))
+
+    def memory_limit_file(self) -> Path:
+        return self.dirs[0] / ("memory.max" if self.v2 else "memory.limit_in_bytes")
+
+    def procs_files(self) -> list[str]:
+        return [str(directory / "cgroup.procs") for directory in self.dirs]
+
+    def remove(self) -> None:
+        for directory in self.dirs:
+            # A cgroup goes once its processes are gone; they may take a moment to be reaped.
+            for _ in range(50):
+                try:
+                    directory.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+    def exist(self) -> bool:
+        return any(directory.exists() for directory in self.dirs)
+
+
+def _v1_dir(root: Path, controller: str) -> Path:
+    """Where this process sits in a v1 hierarchy (inside a container it's not always `/`)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            nested = root / controller / path.lstrip("/")
+            return nested if nested.is_dir() else root / controller
+    return root / controller
+
+
+class HostRuntime:
+    def __init__(
+        self,
+        state_dir: Path,
+        images: Path,
+        card_devices: Callable[[], dict[str, str]],
+    ) -> None:
+        self.hosts_dir = state_dir / "hosts"
+        self.images = images
+        # uuid -> device file (/dev/nvidiaN); read when a host starts, so new cards count.
+        self._card_devices = card_devices
+        self._index_lock = threading.Lock()
+
+    # -- paths and state -------------------------------------------------------------------
+
+    def folder(self, host_id: str) -> Path:
+        if not host_id or "/" in host_id or host_id.startswith("."):
+            raise HostError(f"host id {host_id!r} can't name a folder")
+        return self.hosts_dir / host_id
+
+    def _state(self, host_id: str) -> dict | None:
+        try:
+            return json.loads((self.folder(host_id) / "state.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _save(self, host_id: str, state: dict) -> None:
+        path = self.folder(host_id) / "state.json"
+        path.with_suffix(".tmp").write_text(json.dumps(state))
+        path.with_suffix(".tmp").replace(path)
+
+    def _pid(self, host_id: str) -> int | None:
+        """The nspawn pid when it's still our nspawn (a reused pid after a reboot isn't)."""
+        try:
+            pid = int((self.folder(host_id) / "pid").read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ValueError, ProcessLookupError):
+            return None
+        machine = f"loam-{host_key(host_id)}".encode()
+        return pid if b"systemd-nspawn" in cmdline[0] and machine in cmdline else None
+
+    def list(self) -> list[str]:
+        if not self.hosts_dir.is_dir():
+            return []
+        return sorted(path.name for path in self.hosts_dir.iterdir() if path.is_dir())
+
+    def inspect(self, host_id: str) -> ActualHost | None:
+        state = self._state(host_id)
+        if state is None:
+            return None
+        return ActualHost(
+            id=host_id,
+            running=self._pid(host_id) is not None,
+            address=f"10.213.{state['index']}.2",
+            card_uuids=tuple(state.get("card_uuids", ())),
+            vcpu=state["vcpu"],
+            memory_mib=state["memory_mib"],
+            data_disk_gb=state["data_disk_gb"],
+            bandwidth_mbps=state["bandwidth_mbps"],
+            extra={"netns": state["netns"], "index": state["index"]},
+        )
+
+    def cgroups(self, host_id: str) -> Cgroups:
+        return Cgroups(host_key(host_id))
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def create(self, host: DesiredHost, index: int | None = None) -> None:
+        """The folder, the data disk and the network; `start` runs it."""
+        if not is_built(self.images, host.image):
+            raise HostError(
+                f"image {host.image!r} isn't built on this server; "
+                f"run `loam-agent image build --name {host.image}`"
+            )
+        folder = self.folder(host.id)
+        if folder.exists():
+            self.remove(host.id)  # half-made by an agent that died mid-create
+        needed = host.data_disk_gb * 1024**3
+        free = shutil.disk_usage(self.hosts_dir if self.hosts_dir.exists() else "/").free
+        if needed > free:
+            raise HostError(
+                f"not enough disk: {host.data_disk_gb} GB asked, {free // 1024**3} GB free"
+            )
+        (folder / "upper").mkdir(parents=True)
+        (folder / "data").mkdir()
+        try:
+            with self._index_lock:
+                index = index or self._free_index()
+                key = host_key(host.id)
+                state = {
+                    "generation": host.generation,
+                    "image": host.image,
+                    "index": index,
+                    "netns": f"loam-{key}",
+                    "veth": f"vh-{key}",
+                    "card_uuids": [],
+                    "vcpu": host.vcpu,
+                    "memory_mib": host.memory_mib,
+                    "data_disk_gb": host.data_disk_gb,
+                    "bandwidth_mbps": 0,
+                }
+                self._save(host.id, state)
+            data = folder / "data.img"
+            with data.open("wb") as file:
+                file.truncate(host.data_disk_gb * 1024**3)
+            _run("mkfs.ext4", "-q", "-F", str(data))
+            self._network_up(state)
+            self.set_bandwidth(host.id, host.bandwidth_mbps)
+        except Exception:
+            self.remove(host.id)
+            raise
+
+    def _free_index(self) -> int:
+        used = {state["index"] for host_id in self.list() if (state := self._state(host_id))}
+        # Networks this agent doesn't know (another state dir, a crashed test) are taken too:
+        # a second 10.213.N.0/24 route would make both hosts unreachable.
+        used |= {
+            int(match)
+            for match in re.findall(r"inet 10\.213\.(\d+)\.1/", _run("ip", "-o", "-4", "addr"))
+        }
+        for index in range(FIRST_INDEX, LAST_INDEX + 1):
+            if index not in used:
+                return index
+        raise HostError(f"no free network: all {LAST_INDEX} host networks are in use")
+
+    def _network_up(self, state: dict) -> None:
+        netns, veth, index = state["netns"], state["veth"], state["index"]
+        if Path(f"/run/netns/{netns}").exists():
+            return
+        _run("ip", "netns", "add", netns)
+        _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
+        _run("ip", "addr", "add", f"10.213.{index}.1/24", "dev", veth)
+        _run("ip", "link", "set", veth, "up")
+        _run("ip", "-n", netns, "addr", "add", f"10.213.{index}.2/24", "dev", "eth0")
+        _run("ip", "-n", netns, "link", "set", "eth0", "up")
+        _run("ip", "-n", netns, "link", "set", "lo", "up")
+
+    def start(self, host: DesiredHost) -> None:
+        state = self._state(host.id)
+        if state is None:
+            raise HostError(f"host {host.id} doesn't exist here")
+        if self._pid(host.id):
+            return
+        folder = self.folder(host.id)
+        devices = self._card_devices()
+        unknown = [uuid for uuid in host.card_uuids if uuid not in devices]
+        if unknown:
+            raise HostError(f"no such card on this server: {', '.join(unknown)}")
+        if not is_built(self.images, state["image"]):
+            raise HostError(f"image {state['image']!r} isn't built on this server")
+        self._network_up(state)
+        self._write_keys(folder, host.ssh_public_keys)
+        data = folder / "data"
+        if not os.path.ismount(data):
+            _run("mount", "-o", "loop", str(folder / "data.img"), str(data))
+        binds = [f"--bind={data}:/data"]
+        for index, uuid in enumerate(sorted(host.card_uuids)):
+            # Renumbered inside from 0, as CUDA_VISIBLE_DEVICES would show them.
+            binds.append(f"--bind={devices[uuid]}:/dev/nvidia{index}")
+        binds += [f"--bind={device}" for device in CONTROL_DEVICES if os.path.exists(device)]
+        cgroups = self.cgroups(host.id)
+        cgroups.create(host.vcpu, host.memory_mib)
+        image = rootfs(self.images, state["image"])
+        nspawn = [
+            "systemd-nspawn",
+            "-q",
+            "-D",
+            str(image),
+            "--register=no",
+            "--keep-unit",
+            "-M",
+            state["netns"],
+            f"--overlay={image}:{folder / 'upper'}:/",
+            f"--network-namespace-path=/run/netns/{state['netns']}",
+            *binds,
+            "/usr/local/sbin/start-sshd",
+        ]
+        # Enter the cgroups, then become nspawn: the whole host inherits them.
+        enter = 'for procs in "$@"; do echo $$ > "$procs"; done; exec "$NSPAWN" ' + " ".join(
+            f"'{argument}'" for argument in nspawn[1:]
+        )
+        with (folder / "console.log").open("ab") as console:
+            process = subprocess.Popen(
+                ["sh", "-c", enter, "enter", *cgroups.procs_files()],
+                env={**os.environ, "NSPAWN": shutil.which("systemd-nspawn") or "systemd-nspawn"},
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=console,
+                start_new_session=True,
+            )
+        (folder / "pid").write_text(str(process.pid))
+        state.update(
+            generation=host.generation,
+            card_uuids=sorted(host.card_uuids),
+            vcpu=host.vcpu,
+            memory_mib=host.memory_mib,
+        )
+        self._save(host.id, state)
+        # nspawn's argv is checked by _pid; give exec a moment before anyone looks.
+        for _ in range(20):
+            if self._pid(host.id) or process.poll() is not None:
+                break
+            time.sleep(0.05)
+        if process.poll() is not None:
+            log = (folder / "console.log").read_text(errors="replace")[-1500:]
+            self._stop_leftovers(host.id)
+            raise HostError(f"the container exited at once ({process.returncode}): {log}")
+
+    @staticmethod
+    def _write_keys(folder: Path, keys: tuple[str, ...]) -> None:
+        ssh = folder / "upper/root/.ssh"
+        ssh.mkdir(parents=True, exist_ok=True, mode=0o700)
+        ssh.chmod(0o700)
+        authorized = ssh / "authorized_keys"
+        authorized.write_text("".join(f"{key.strip()}\n" for key in keys))
+        authorized.chmod(0o600)
+
+    def stop(self, host_id: str) -> None:
+        pid = self._pid(host_id)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            while self._alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self._alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+                while self._alive(pid):
+                    time.sleep(0.05)
+        self._stop_leftovers(host_id)
+        state = self._state(host_id)
+        if state is not None:
+            state["card_uuids"] = []  # a stopped host holds no cards
+            self._save(host_id, state)
+
+    @staticmethod
+    def _alive(pid: int) -> bool:
+        try:
+            # Reap it when it's our child (the agent that started it is still running).
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return False
+        except ChildProcessError:
+            pass
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
+
+    def _stop_leftovers(self, host_id: str) -> None:
+        data = self.folder(host_id) / "data"
+        if os.path.ismount(data):
+            _run("umount", str(data))  # the loop device goes with it (autoclear)
+        (self.folder(host_id) / "pid").unlink(missing_ok=True)
+        self.cgroups(host_id).remove()
+
+    def set_limits(self, host_id: str, vcpu: int, memory_mib: int) -> None:
+        self.cgroups(host_id).set(vcpu, memory_mib)
+        state = self._state(host_id) or {}
+        state.update(vcpu=vcpu, memory_mib=memory_mib)
+        self._save(host_id, state)
+
+    def grow_disk(self, host_id: str, data_disk_gb: int) -> None:
+        if self._pid(host_id):
+            raise HostError("the data disk can only grow while the host is stopped")
+        data = self.folder(host_id) / "data.img"
+        with data.open("r+b") as file:
+            file.truncate(data_disk_gb * 1024**3)
+        # e2fsck exits 1 when it fixed something: still fine for resize2fs.
+        subprocess.run(["e2fsck", "-f", "-y", str(data)], capture_output=True)
+        _run("resize2fs", str(data))
+        state = self._state(host_id) or {}
+        state["data_disk_gb"] = data_disk_gb
+        self._save(host_id, state)
+
+    def set_bandwidth(self, host_id: str, mbps: int) -> None:
+        state = self._state(host_id)
+        if state is None:
+            raise HostError(f"host {host_id} doesn't exist here")
+        veth, netns = state["veth"], state["netns"]
+        ends = [("tc",), ("ip", "netns", "exec", netns, "tc")]
+        devices = [veth, "eth0"]
+        for prefix, device in zip(ends, devices, strict=True):
+            subprocess.run([*prefix, "qdisc", "del", "dev", device, "root"], capture_output=True)
+            if mbps:
+                _run(
+                    *prefix,
+                    "qdisc",
+                    "add",
+                    "dev",
+                    device,
+                    "root",
+                    "tbf",
+                    "rate",
+                    f"{mbps}mbit",
+                    "burst",
+                    "64kb",
+                    "latency",
+                    "50ms",
+                )
+        state["bandwidth_mbps"] = mbps
+        self._save(host_id, state)
+
+    def remove(self, host_id: str) -> None:
+        folder = self.folder(host_id)
+        state = self._state(host_id)
+        self.stop(host_id)
+        netns = state["netns"] if state else f"loam-{host_key(host_id)}"
+        if Path(f"/run/netns/{netns}").exists():
+            _run("ip", "netns", "del", netns)  # the veth goes with it
+        shutil.rmtree(folder, ignore_errors=True)

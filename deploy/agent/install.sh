@@ -1,0 +1,19 @@
+#!/bin/bash
+# What loam-agent needs on a server to run GPU cloud hosts: systemd-nspawn (systemd-container),
+# debootstrap for the host image, ssh for the readiness probe and the tests, ip/tc, ext4 tools.
+# Idempotent and quiet: installs only what is missing.
+set -euo pipefail
+declare -A command_of=(
+  [systemd-container]=systemd-nspawn [debootstrap]=debootstrap [openssh-client]=ssh
+  [iproute2]=ip [e2fsprogs]=resize2fs
+)
+missing=()
+for package in "${!command_of[@]}"; do
+  command -v "${command_of[$package]}" >/dev/null 2>&1 || PATH=$PATH:/usr/sbin:/sbin \
+    command -v "${command_of[$package]}" >/dev/null 2>&1 || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

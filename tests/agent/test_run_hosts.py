@@ -1,0 +1,103 @@
+"""`loam-agent run` converging real hosts to what the (fake) portal lists."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from loam_agent.client import HOSTS_REPORT_PATH
+from loam_agent.credential import Credential, save_credential
+from loam_agent.hosts.reconcile import ssh_answers
+from loam_agent.hosts.runtime import HostRuntime, host_key
+
+from tests.agent.test_cli import wait_for
+
+pytestmark = pytest.mark.containers
+
+
+@pytest.fixture
+def state_dir(tmp_path, host_images):
+    state = tmp_path / "state"
+    yield state
+    runtime = HostRuntime(state, host_images, dict)
+    for host_id in runtime.list():  # whatever the agent left, even when the test failed
+        runtime.remove(host_id)
+
+
+def reported(portal, host_id: str) -> list[str]:
+    return [
+        host["state"]
+        for request in portal.requests(HOSTS_REPORT_PATH)
+        for host in request.body["hosts"]
+        if host["id"] == host_id
+    ]
+
+
+def last_report(portal, host_id: str) -> dict:
+    return [
+        host
+        for request in portal.requests(HOSTS_REPORT_PATH)
+        for host in request.body["hosts"]
+        if host["id"] == host_id
+    ][-1]
+
+
+def test_run_creates_the_listed_host_and_removes_it_when_unlisted(
+    tmp_path, state_dir, host_images, portal, fake_nvml_dir, agent_env
+):
+    credential = tmp_path / "credential.json"
+    save_credential(credential, Credential(portal.url, "srv-1", "s3cret"))
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'credential_path = "{credential}"\nstate_dir = "{state_dir}"\n'
+        "sample_interval_s = 0.5\nhosts_poll_interval_s = 0.2\n"
+    )
+    device = tmp_path / "nvidia0"
+    os.mknod(device, 0o666 | 0o020000, os.makedev(195, 0))
+    env = agent_env(fake_nvml_dir, FAKE_NVML_GPUS="1")
+    env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
+    env["LOAM_AGENT_IMAGE_DIR"] = str(host_images)
+    env["LOAM_AGENT_CARD_DEVICES"] = json.dumps({"GPU-run-0": str(device)})
+    host_id = f"h-run-{uuid.uuid4().hex[:8]}"
+    portal.hosts = [
+        {"id": host_id, "generation": 1, "state": "running", "card_uuids": ["GPU-run-0"],
+         "vcpu": 1, "memory_mib": 256, "system_disk_gb": 1, "data_disk_gb": 1,
+         "bandwidth_mbps": 0, "image": "debian-12", "ssh_public_keys": []}
+    ]  # fmt: skip
+    command = [sys.executable, "-m", "loam_agent", "--config", str(config), "run"]
+    agent = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(
+            lambda: "running" in reported(portal, host_id) or "failed" in reported(portal, host_id)
+        )
+        # Full reports repeat states; the order of first appearance is what happened.
+        assert list(dict.fromkeys(reported(portal, host_id))) == ["creating", "running"], (
+            last_report(portal, host_id)
+        )
+        assert ssh_answers(last_report(portal, host_id)["address"], wait_s=2)
+
+        # The host outlives the agent; the next agent adopts it without restarting it.
+        pid = int((state_dir / "hosts" / host_id / "pid").read_text())
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=10) == 0
+        assert Path(f"/proc/{pid}").exists()
+        reports_before = len(portal.requests(HOSTS_REPORT_PATH))
+        agent = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: len(portal.requests(HOSTS_REPORT_PATH)) > reports_before)
+        assert last_report(portal, host_id)["state"] == "running"
+        assert int((state_dir / "hosts" / host_id / "pid").read_text()) == pid
+
+        portal.hosts = []
+        wait_for(lambda: "removed" in reported(portal, host_id))
+        assert not (state_dir / "hosts" / host_id).exists()
+        assert not Path(f"/run/netns/loam-{host_key(host_id)}").exists()
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=10) == 0
+    finally:
+        agent.kill()
+        stderr = agent.stderr.read()
+    assert "stopped" in stderr
