@@ -142,3 +142,19 @@ def test_a_host_lives_through_create_resize_stop_grow_start_remove(runtime, ssh_
     assert not Path(f"/run/netns/{netns}").exists()
     assert not cgroups.exist()
     assert not folder.exists()
+
+
+def test_a_host_ordered_without_a_data_disk_gets_one_when_it_grows(runtime, ssh_key):
+    host_id = f"h-test-{uuid.uuid4().hex[:8]}"
+    host = desired(host_id, ssh_key, card_uuids=(), data_disk_gb=0, bandwidth_mbps=0)
+    runtime.create(host)
+    runtime.start(host)
+    address = runtime.inspect(host_id).address
+    assert ssh_answers(address)
+    assert ssh(ssh_key, address, "mountpoint -q /data && echo disk || echo none").strip() == "none"
+
+    runtime.stop(host_id)
+    runtime.grow_disk(host_id, 1)
+    runtime.start(desired(host_id, ssh_key, generation=2, card_uuids=(), data_disk_gb=1))
+    assert ssh_answers(address)
+    assert 0.9 < data_size_gb(ssh_key, address) <= 1.0

@@ -39,6 +39,13 @@ def host_key(host_id: str) -> str:
     return hashlib.sha256(host_id.encode()).hexdigest()[:8]
 
 
+def _make_disk(image: Path, size_gb: int) -> None:
+    """A sparse ext4 image of `size_gb`, the host's data disk."""
+    with image.open("wb") as file:
+        file.truncate(size_gb * 1024**3)
+    _run("mkfs.ext4", "-q", "-F", str(image))
+
+
 def _run(*command: str) -> str:
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
@@ -215,10 +222,8 @@ class HostRuntime:
                     "bandwidth_mbps": 0,
                 }
                 self._save(host.id, state)
-            data = folder / "data.img"
-            with data.open("wb") as file:
-                file.truncate(host.data_disk_gb * 1024**3)
-            _run("mkfs.ext4", "-q", "-F", str(data))
+            if host.data_disk_gb:
+                _make_disk(folder / "data.img", host.data_disk_gb)
             self._network_up(state)
             self.set_bandwidth(host.id, host.bandwidth_mbps)
         except Exception:
@@ -265,10 +270,11 @@ class HostRuntime:
             raise HostError(f"image {state['image']!r} isn't built on this server")
         self._network_up(state)
         self._write_keys(folder, host.ssh_public_keys)
-        data = folder / "data"
-        if not os.path.ismount(data):
-            _run("mount", "-o", "loop", str(folder / "data.img"), str(data))
-        binds = [f"--bind={data}:/data"]
+        data, binds = folder / "data", []
+        if (folder / "data.img").exists():  # none when the host was ordered without one
+            if not os.path.ismount(data):
+                _run("mount", "-o", "loop", str(folder / "data.img"), str(data))
+            binds.append(f"--bind={data}:/data")
         for index, uuid in enumerate(sorted(host.card_uuids)):
             # Renumbered inside from 0, as CUDA_VISIBLE_DEVICES would show them.
             binds.append(f"--bind={devices[uuid]}:/dev/nvidia{index}")
@@ -378,11 +384,14 @@ class HostRuntime:
         if self._pid(host_id):
             raise HostError("the data disk can only grow while the host is stopped")
         data = self.folder(host_id) / "data.img"
-        with data.open("r+b") as file:
-            file.truncate(data_disk_gb * 1024**3)
-        # e2fsck exits 1 when it fixed something: still fine for resize2fs.
-        subprocess.run(["e2fsck", "-f", "-y", str(data)], capture_output=True)
-        _run("resize2fs", str(data))
+        if not data.exists():  # a host ordered without a data disk gets its first one
+            _make_disk(data, data_disk_gb)
+        else:
+            with data.open("r+b") as file:
+                file.truncate(data_disk_gb * 1024**3)
+            # e2fsck exits 1 when it fixed something: still fine for resize2fs.
+            subprocess.run(["e2fsck", "-f", "-y", str(data)], capture_output=True)
+            _run("resize2fs", str(data))
         state = self._state(host_id) or {}
         state["data_disk_gb"] = data_disk_gb
         self._save(host_id, state)

@@ -1,0 +1,166 @@
+"""A real GPU server for the portal, on this machine: `loam-agent` enrolled in a pool with a join
+token, its cards a fake libnvidia-ml.so.1 (tests/agent/fake_nvml, built with gcc) bound into
+hosts as character devices 195:N, its hosts systemd-nspawn containers (deploy/agent/).
+
+Shared by the browser journey (tests/e2e/test_agent_host_journey.py) and bench/agent_hosts.py.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+FAKE_NVML = Path(__file__).resolve().parent / "agent" / "fake_nvml" / "fake_nvml.c"
+IMAGE = "debian-12"
+IMAGE_DIR = os.environ.get("LOAM_AGENT_IMAGE_DIR", "/var/cache/loam-agent/images")
+
+
+def missing_for_hosts() -> str:
+    """Why real hosts can't run here ('' when they can)."""
+    if os.geteuid() != 0:
+        return "container hosts need root"
+    for tool in ("systemd-nspawn", "gcc", "ssh", "ssh-keygen"):
+        if not shutil.which(tool):
+            return f"{tool} is not installed (deploy/agent/install.sh)"
+    if not (Path(IMAGE_DIR) / IMAGE / "rootfs").is_dir():
+        return f"the host image is not built in {IMAGE_DIR} (loam-agent image build)"
+    return ""
+
+
+@dataclass
+class AgentPark:
+    organization: object
+    owner: object
+    operator: object
+    flavor: object
+    image: object
+    region: object
+    pool: object
+
+
+def build_agent_park(*, quota: int) -> AgentPark:
+    """A verified organization (owner, quota of `quota` hosts and cards), an agent backend with
+    one pool, a one-card flavor (1 vCPU, 1 GB) priced in the pool's region, the agent's image."""
+    from apps.quotas.models import QuotaLimit
+    from tests.factories import (
+        AcceleratorModelFactory,
+        BackendFactory,
+        FlavorFactory,
+        ImageFactory,
+        MembershipFactory,
+        OrganizationFactory,
+        ParkOperatorFactory,
+        PoolFactory,
+        PriceFactory,
+        RegionFactory,
+        UserFactory,
+    )
+
+    organization = OrganizationFactory(verification_state="verified")
+    owner = UserFactory()
+    MembershipFactory(organization=organization, user=owner, role="owner")
+    park = organization.park
+    operator = UserFactory()
+    ParkOperatorFactory(park=park, user=operator)
+    region = RegionFactory(park=park)
+    model = AcceleratorModelFactory()
+    flavor = FlavorFactory(
+        family__park=park, family__accelerator_model=model, accelerator_count=1, vcpu=1, ram_gb=1
+    )
+    image = ImageFactory(park=park, code=IMAGE, os="Debian 12")
+    image.compatible_accelerators.add(model)
+    PriceFactory(flavor=flavor, region=region, amount_minor=1000)
+    pools = [{"name": "agents", "accelerator_model": model.slug}]
+    backend = BackendFactory(park=park, driver="agent", config={"pools": pools})
+    pool = PoolFactory(backend=backend, region=region, name="agents", accelerator_model=model)
+    for resource in ("accelerators", "instances"):
+        QuotaLimit.objects.create(
+            park=park, organization=organization, resource=resource, limit=quota
+        )
+    return AgentPark(
+        organization=organization,
+        owner=owner,
+        operator=operator,
+        flavor=flavor,
+        image=image,
+        region=region,
+        pool=pool,
+    )
+
+
+@dataclass
+class AgentServer:
+    process: subprocess.Popen
+    state_dir: Path
+    log: Path
+
+    def stop(self) -> None:
+        """Stop the agent, and remove the hosts it left running (hosts outlive their agent)."""
+        from loam_agent.hosts.runtime import HostRuntime
+
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        runtime = HostRuntime(self.state_dir, Path(IMAGE_DIR), dict)
+        for host_id in runtime.list():
+            runtime.remove(host_id)
+
+    def host_folders(self) -> list[str]:
+        return sorted(path.name for path in (self.state_dir / "hosts").glob("*"))
+
+
+def card_uuid(index: int) -> str:
+    """The fake NVML's uuid of card `index`."""
+    return f"GPU-fa4e0000-0000-0000-0000-{index:012d}"
+
+
+def start_agent_server(*, pool, operator, portal_url: str, work: Path, cards: int) -> AgentServer:
+    """Issue a join token for `pool`, enrol a real agent with it, start `loam-agent run`."""
+    from apps.agents.services import issue_join_token
+
+    _token, secret = issue_join_token(pool=pool, operator=operator)
+    library = work / "nvml"
+    library.mkdir(parents=True)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", library / "libnvidia-ml.so.1", FAKE_NVML], check=True
+    )
+    devices = {}
+    for index in range(cards):
+        device = work / f"nvidia{index}"
+        os.mknod(device, 0o666 | 0o020000, os.makedev(195, index))
+        devices[card_uuid(index)] = str(device)
+    state_dir = work / "state"
+    config = work / "agent.toml"
+    config.write_text(
+        f'portal_url = "{portal_url}"\ncredential_path = "{work / "credential.json"}"\n'
+        f'state_dir = "{state_dir}"\nsample_interval_s = 2\nhosts_poll_interval_s = 0.5\n'
+    )
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(library),
+        "FAKE_NVML_GPUS": str(cards),
+        "FAKE_NVML_POWER_W": "231",
+        "LOAM_AGENT_CARD_DEVICES": json.dumps(devices),
+        "LOAM_AGENT_IMAGE_DIR": IMAGE_DIR,
+    }
+    agent = [sys.executable, "-m", "loam_agent", "--config", str(config)]
+    subprocess.run([*agent, "enrol", "--token", secret], env=env, check=True)
+    log = work / "agent.log"
+    process = subprocess.Popen(
+        [*agent, "run"], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
+    return AgentServer(process=process, state_dir=state_dir, log=log)
+
+
+def ssh_answers(address: str, key: Path, command: str = "true") -> subprocess.CompletedProcess:
+    """Run `command` on root@address with `key` (no host key checks: each host is new)."""
+    ssh = ["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes"]
+    ssh += ["-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=2", "-q"]
+    return subprocess.run(
+        [*ssh, f"root@{address}", command], capture_output=True, text=True, timeout=15
+    )

@@ -1,0 +1,132 @@
+"""A GPU cloud host ordered in the browser runs as a real container on a real host agent.
+
+A `loam-agent` enrols with a join token and serves the live portal (tests/agent_server.py);
+the tenant orders a host in Chromium, SSHes into it with their key and finds the card bound in,
+sees the card's figures on the instance page, stops it (the card is free for others), starts
+it again, releases it, and nothing is left on the server. Celery runs eagerly in the live
+server, so the order's request waits while the agent creates the host.
+"""
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from loam_agent.hosts.runtime import host_key
+from playwright.sync_api import Page, expect
+
+from apps.orchestration.models import Accelerator
+from apps.orders.models import Instance
+from tests.agent_server import (
+    build_agent_park,
+    missing_for_hosts,
+    ssh_answers,
+    start_agent_server,
+)
+
+pytestmark = pytest.mark.containers
+PASSWORD = "agent-journey-password-1"
+TIMEOUT_MS = 30_000
+
+
+@pytest.fixture
+def can_run_hosts():
+    if missing := missing_for_hosts():
+        if os.environ.get("LOAM_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"CI must run real container hosts: {missing}")
+        pytest.skip(missing)
+
+
+def wait_until(check, seconds: float = 30):
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_host_ordered_in_the_browser_is_a_real_container(
+    page: Page, live_server, screenshot, settings, tmp_path, can_run_hosts
+):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    park = build_agent_park(quota=2)
+    park.owner.set_password(PASSWORD)
+    park.owner.save()
+    server = start_agent_server(
+        pool=park.pool,
+        operator=park.operator,
+        portal_url=live_server.url,
+        work=tmp_path / "server",
+        cards=2,
+    )
+    try:
+        cards = Accelerator.objects.filter(node__pool=park.pool)
+        wait_until(lambda: cards.count() == 2)
+        key = tmp_path / "tenant_key"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+        host_id = journey(page, live_server, screenshot, park, key)
+        wait_until(lambda: not server.host_folders())
+        assert not Path(f"/run/netns/loam-{host_key(host_id)}").exists()
+        assert not cards.filter(allocation__isnull=False).exists()
+    finally:
+        server.stop()
+
+
+def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
+    """The tenant's part; returns the agent's id of the host."""
+    expect.set_options(timeout=TIMEOUT_MS)
+    page.set_default_timeout(TIMEOUT_MS)
+    page.context.add_cookies([{"name": "django_language", "value": "en", "url": live_server.url}])
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill('input[name="login"]', park.owner.email)
+    page.fill('input[name="password"]', PASSWORD)
+    page.locator('form:has(input[name="login"]) button[type="submit"]').click()
+    page.wait_for_url(lambda url: "/accounts/login/" not in url)
+
+    # Order: the instance page comes back once the agent reports the host running.
+    page.goto(f"{live_server.url}/instances/new/?flavor={park.flavor.code}")
+    page.fill("#id_name", "agent-host")
+    page.fill("#id_ssh_public_key", key.with_suffix(".pub").read_text().strip())
+    started = time.monotonic()
+    page.locator("#order-submit").click()
+    page.wait_for_url(re.compile(r"/instances/\d+/$"))
+    expect(page.locator(".state-badge").first).to_have_attribute("data-state", "running")
+    instance = Instance.objects.get(name="agent-host")
+    address = instance.access["address"]
+    expect(page.locator("#ssh-command")).to_have_text(f"ssh -p 22 root@{address}")
+
+    # SSH with the tenant's key: the ordered card is bound in, and only it.
+    wait_until(lambda: ssh_answers(address, key).returncode == 0, seconds=10)
+    print(f"order -> SSH-able: {time.monotonic() - started:.2f} s")
+    devices = ssh_answers(address, key, "ls /dev/ | grep -E '^nvidia[0-9]+$'").stdout.split()
+    assert devices == ["nvidia0"]
+
+    # The card's live figures, measured by the agent (the fake NVML draws 231 W).
+    expect(page.locator("#chart-gpu-power canvas")).to_have_count(1)
+    telemetry = page.request.get(
+        f"{live_server.url}{page.locator('#agent-host-charts').get_attribute('data-url')}"
+    ).json()
+    assert "231" in str(telemetry)
+    screenshot("agent-host-running")
+
+    # Stop: the card goes back to the pool for others; the host keeps its disk.
+    page.locator("#instance-actions button", has_text="Stop").click()
+    expect(page.locator(".state-badge").first).to_have_attribute("data-state", "stopped")
+    assert not Accelerator.objects.filter(allocation__instance=instance).exists()
+    assert ssh_answers(address, key).returncode != 0
+    screenshot("agent-host-stopped")
+
+    # Start again: a card again, SSH again.
+    page.locator("#instance-actions button", has_text="Start").click()
+    expect(page.locator(".state-badge").first).to_have_attribute("data-state", "running")
+    instance.refresh_from_db()
+    wait_until(lambda: ssh_answers(instance.access["address"], key).returncode == 0, seconds=10)
+
+    # Release: the host, its disk and its network are gone from the server.
+    page.locator("#release-button").click()
+    expect(page.locator(".state-badge").first).to_have_attribute("data-state", "released")
+    screenshot("agent-host-released")
+    return instance.backend_handle
