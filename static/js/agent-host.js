@@ -34,7 +34,7 @@ document.addEventListener("DOMContentLoaded", function () {
         return {
           name: section.dataset.cardLabel + " " + card.index,
           type: "line",
-          showSymbol: false,
+          showSymbol: line.at.length < 3,  // a line needs two points; show the first ones
           connectNulls: false,
           data: line.at.map(function (at, i) {
             var value = line[figure][i];
@@ -42,7 +42,10 @@ document.addEventListener("DOMContentLoaded", function () {
           })
         };
       });
-      charts[figure].setOption({series: series}, {replaceMerge: ["series"]});
+      // The window the figures cover, not a range ECharts guesses from one or two points.
+      var xAxis = {type: "time", max: new Date(data.updated_at)};
+      if (data.since) xAxis.min = new Date(data.since);
+      charts[figure].setOption({xAxis: xAxis, series: series}, {replaceMerge: ["series"]});
     });
     var text;
     if (!data.cards.length) text = section.dataset.noneLabel;

@@ -97,6 +97,7 @@ def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
     instance = Instance.objects.get(name="agent-host")
     address = instance.access["address"]
     expect(page.locator("#ssh-command")).to_have_text(f"ssh -p 22 root@{address}")
+    expect(page.locator("#disk-offline-note")).to_be_visible()
 
     # SSH with the tenant's key: the ordered card is bound in, and only it.
     wait_until(lambda: ssh_answers(address, key).returncode == 0, seconds=10)
