@@ -97,8 +97,9 @@ def instance_telemetry(instance, *, minutes: int = CHART_MINUTES, now=None) -> d
     """The figures of the cards the instance holds now, since it got them and over the last
     `minutes`: {"cards": [{"uuid", "model", "index", "memory_total_mib"}], "series": {uuid:
     {"at": [iso], "utilization_pct": [...], "memory_used_mib": [...], "power_w": [...]}},
-    "server_silent": bool, "since": iso of the charts' start or null, "updated_at": iso}. None when it does not run on an agent server.
-    A figure the card cannot report is null in its series."""
+    "server_silent": bool, "since": iso of the charts' start or null, "updated_at": iso}.
+    None when it does not run on an agent server. A figure the card cannot report is null in
+    its series."""
     server = agent_server_of(instance)
     if server is None:
         return None

@@ -17,10 +17,13 @@ on its node, the better, which keeps whole nodes for large requests.
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cached_property
 
 from django.db.models import Sum
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from apps.catalog.models import ResourceType
 from apps.catalog.selectors import prices_in_force
@@ -133,11 +136,33 @@ def card_states(node_ids) -> dict[int, list[Card]]:
     return by_node
 
 
+# A card this busy draws close to its power under load, so its measured draw can stand in for
+# the datasheet's TDP in the energy score; readings older than the window prove nothing.
+LOADED_PCT = 50
+MEASURED_POWER_FRESH_FOR = timedelta(minutes=10)
+
+
+def watts_under_load(node, tdp_w: int, now) -> float:
+    """What one of the node's cards draws under load: the mean measured power of its loaded
+    cards where fresh telemetry has it (the host agent reads it through NVML), else its TDP."""
+    telemetry = node.telemetry or {}
+    updated = parse_datetime(telemetry.get("updated_at") or "")
+    if updated is None or now - updated > MEASURED_POWER_FRESH_FOR:
+        return float(tdp_w)
+    loaded = [
+        float(reading["power_w"])
+        for reading in (telemetry.get("accelerators") or {}).values()
+        if reading.get("power_w") is not None and (reading.get("util") or 0) >= LOADED_PCT
+    ]
+    return sum(loaded) / len(loaded) if loaded else float(tdp_w)
+
+
 def node_views(nodes, *, prices: dict) -> list[NodeView]:
     """`nodes` (with_free_capacity, select_related pool__region and pool__accelerator_model);
     `prices`: {pool id: price of one accelerator-hour, or None}."""
     nodes = list(nodes)
     cards = card_states([n.pk for n in nodes])
+    now = timezone.now()
     views = []
     for node in nodes:
         pool, model = node.pool, node.pool.accelerator_model
@@ -155,7 +180,7 @@ def node_views(nodes, *, prices: dict) -> list[NodeView]:
             region=pool.region.code,
             latency_ms=float(pool.region.latency_ms),
             perf_units_per_gpu=units,
-            watts_per_unit=model.tdp_w / units,
+            watts_per_unit=watts_under_load(node, model.tdp_w, now) / units,
             pue=float(pool.pue),
             carbon_g_per_kwh=float(pool.carbon_g_per_kwh),
             price_per_hour_minor=float(price) if price is not None else 0,

@@ -28,8 +28,9 @@ ROLL_UP_LOOKS_BACK = timedelta(days=7)
 def sample_capacity(*, now=None) -> list[CapacitySample]:
     """One sample per pool, at the minute (a second run in the same minute adds nothing):
     accelerators total and allocated, how many of the allocated read idle, their mean measured
-    utilization, and the power of the allocated ones × PUE: measured where fresh telemetry
-    has it (the host agent's), else their TDP."""
+    utilization, the estimated power of the allocated ones (count × TDP × PUE) and, beside it,
+    the power the pool's accelerators measured (fresh telemetry with power: the host agent's),
+    so the overview shows the estimate against the meters."""
     now = (now or timezone.now()).replace(second=0, microsecond=0)
     pools = list(
         Pool.objects.select_related("backend", "accelerator_model")
@@ -41,35 +42,34 @@ def sample_capacity(*, now=None) -> list[CapacitySample]:
         )
         .order_by("pk")
     )
-    held = list(
-        Accelerator.objects.filter(allocation__isnull=False).values_list(
-            "node__pool_id", "node_id", "index"
+    cards = list(
+        Accelerator.objects.filter(node__telemetry__has_key="accelerators").values_list(
+            "node__pool_id", "node_id", "index", "allocation_id"
         )
     )
     telemetry = dict(
-        Node.objects.filter(pk__in={node for _pool, node, _i in held}).values_list(
+        Node.objects.filter(pk__in={node for _pool, node, _i, _a in cards}).values_list(
             "pk", "telemetry"
         )
     )
-    readings: dict[int, list[float]] = {}
-    measured: dict[int, list[float]] = {}  # pool id -> the power its servers measured, W
-    for pool_id, node_id, index in held:
+    readings: dict[int, list[float]] = {}  # pool id -> utilization of its allocated cards, %
+    measured: dict[int, list[float]] = {}  # pool id -> the power its cards measured, W
+    for pool_id, node_id, index, allocation_id in cards:
         node_telemetry = telemetry.get(node_id) or {}
         updated = parse_datetime(node_telemetry.get("updated_at") or "")
         if updated is None or now - updated > TELEMETRY_FRESH_FOR:
             continue
-        reading = (node_telemetry.get("accelerators") or {}).get(str(index))
-        if reading and reading.get("util") is not None:
+        reading = (node_telemetry.get("accelerators") or {}).get(str(index)) or {}
+        if allocation_id is not None and reading.get("util") is not None:
             readings.setdefault(pool_id, []).append(float(reading["util"]))
-        if reading and reading.get("power_w") is not None:
+        if reading.get("power_w") is not None:
             measured.setdefault(pool_id, []).append(float(reading["power_w"]))
     samples = []
     for pool in pools:
         utils = readings.get(pool.pk, [])
-        # Measured power where the backend reports it (the host agent does), TDP for the rest.
-        power = measured.get(pool.pk, [])
-        estimated = max(0, pool.allocated - len(power)) * pool.accelerator_model.tdp_w
-        watts = (Decimal(str(sum(power))) + Decimal(estimated)) * pool.pue
+        watts = Decimal(pool.allocated * pool.accelerator_model.tdp_w) * pool.pue
+        power = measured.get(pool.pk)
+        measured_watts = Decimal(str(sum(power))) * pool.pue if power else None
         samples.append(
             CapacitySample(
                 park_id=pool.backend.park_id,
@@ -81,7 +81,9 @@ def sample_capacity(*, now=None) -> list[CapacitySample]:
                 utilization_pct=(
                     Decimal(sum(utils) / len(utils)).quantize(Decimal("0.1")) if utils else None
                 ),
-                watts=int(watts.quantize(Decimal(1), rounding=ROUND_HALF_UP)),
+                watts=_whole(watts),
+                measured_watts=_whole(measured_watts) if power else None,
+                measured_accelerators=len(power or ()),
             )
         )
     CapacitySample.objects.bulk_create(samples, ignore_conflicts=True)
@@ -110,6 +112,8 @@ def roll_up_samples(*, now) -> int:
             idle=Avg("accelerators_idle"),
             util=Avg("utilization_pct"),
             watts=Avg("watts"),
+            measured_watts=Avg("measured_watts"),
+            measured=Avg("measured_accelerators"),
         )
         .order_by()
     )
@@ -133,6 +137,10 @@ def roll_up_samples(*, now) -> int:
                 Decimal(hour["util"]).quantize(Decimal("0.1")) if hour["util"] is not None else None
             ),
             watts=_whole(hour["watts"]),
+            measured_watts=(
+                _whole(hour["measured_watts"]) if hour["measured_watts"] is not None else None
+            ),
+            measured_accelerators=_whole(hour["measured"]),
         )
         for hour in hours
     )

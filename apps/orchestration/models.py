@@ -741,11 +741,19 @@ class CapacitySample(models.Model):
         help_text=_("Mean over the allocated accelerators that report telemetry."),
     )
     watts = models.PositiveIntegerField(
-        _("estimated power (W)"),
+        _("estimated power (W)"), help_text=_("Allocated accelerators × TDP × PUE.")
+    )
+    measured_watts = models.PositiveIntegerField(
+        _("measured power (W)"),
+        null=True,
+        blank=True,
         help_text=_(
-            "Allocated accelerators × PUE × their measured power where their server reports it, "
-            "else their TDP."
+            "What the pool's accelerators that report their power drew (the host agent reads "
+            "it through NVML), idle ones included, × PUE; empty when none reports it."
         ),
+    )
+    measured_accelerators = models.PositiveIntegerField(
+        _("accelerators measured"), default=0, help_text=_("How many reported their power.")
     )
 
     class Meta:

@@ -27,7 +27,10 @@ document.addEventListener("DOMContentLoaded", function () {
   var power = echarts.init(powerElement, null, {locale: locale});
   power.setOption(Object.assign({}, base, {
     yAxis: {type: "value", axisLabel: {formatter: "{value} kW"}},
-    series: [{name: powerElement.dataset.powerLabel, type: "line", showSymbol: false, areaStyle: {}, data: pairs(data.power_kw)}]
+    series: [
+      {name: powerElement.dataset.powerLabel, type: "line", showSymbol: false, areaStyle: {}, data: pairs(data.power_kw)},
+      {name: powerElement.dataset.measuredLabel, type: "line", showSymbol: false, connectNulls: false, data: pairs(data.measured_kw)}
+    ]
   }));
   window.addEventListener("resize", function () { utilization.resize(); power.resize(); });
   window.loamCharts = {utilization: utilization, power: power};

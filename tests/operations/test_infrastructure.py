@@ -303,6 +303,62 @@ def test_sample_capacity_counts_allocated_power_and_measured_utilization(
     assert CapacitySample.objects.filter(pool=console.pool).count() == 1
 
 
+def test_sample_capacity_puts_the_measured_power_beside_the_estimate(console, running):
+    host = running(2)
+    now = timezone.now().replace(second=5)
+    node = host.node
+    # What the host agent read: two busy cards and an idle one, which draws power too.
+    node.telemetry = {
+        "updated_at": now.isoformat(),
+        "accelerators": {
+            "0": {"util": 90, "power_w": 600.0},
+            "1": {"util": 80, "power_w": 550.5},
+            "2": {"util": 0, "power_w": 75.0},
+            "3": {"util": 0},  # a card that does not report its power
+        },
+    }
+    node.save(update_fields=["telemetry"])
+
+    (sample,) = [s for s in sample_capacity(now=now) if s.pool_id == console.pool.pk]
+
+    assert sample.watts == round(2 * 700 * Decimal("1.30"))  # the TDP estimate, as before
+    assert sample.measured_accelerators == 3
+    assert sample.measured_watts == round(Decimal("1225.5") * Decimal("1.30"))
+
+
+def test_stale_or_missing_power_readings_measure_nothing(console, running):
+    host = running(1)
+    now = timezone.now().replace(second=5)
+    Node.objects.filter(pk=host.node.pk).update(
+        telemetry={
+            "updated_at": (now - timedelta(hours=1)).isoformat(),
+            "accelerators": {"0": {"util": 90, "power_w": 600.0}},
+        }
+    )
+    (sample,) = [s for s in sample_capacity(now=now) if s.pool_id == console.pool.pk]
+    assert (sample.measured_watts, sample.measured_accelerators) == (None, 0)
+    assert sample.watts == round(700 * Decimal("1.30"))
+
+
+def test_capacity_series_draws_measured_power_where_a_pool_reports_it(console):
+    start = timezone.now().replace(second=0, microsecond=0) - timedelta(hours=1)
+    for minutes, measured in ((0, None), (30, 2400), (60, 1800)):
+        CapacitySample.objects.create(
+            park=console.park,
+            pool=console.pool,
+            taken_at=start + timedelta(minutes=minutes),
+            accelerators_total=4,
+            accelerators_allocated=2,
+            watts=1820,
+            measured_watts=measured,
+            measured_accelerators=4 if measured else 0,
+        )
+    series = capacity_series([console.park], since=start - timedelta(minutes=1))
+    assert series["power_kw"] == [1.82, 1.82, 1.82]
+    assert series["measured_kw"] == [None, 2.4, 1.8]
+    assert series["measured_accelerators"] == 4
+
+
 def test_capacity_series_sums_pools_per_moment_and_integrates_energy(console):
     start = timezone.now().replace(second=0, microsecond=0) - timedelta(hours=2)
     other = Pool.objects.create(

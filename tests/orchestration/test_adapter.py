@@ -1,11 +1,13 @@
 """apps.orchestration.adapter: rows to the engine's NodeState/TaskRequest (every attribute
 scoring reads), the prices it scores with, and the few queries it takes."""
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from apps.catalog.models import ResourceType
 from apps.orchestration import adapter
@@ -53,6 +55,40 @@ def test_a_node_maps_to_the_engines_state(task_world):
     assert view.accelerator_ids == list(
         Accelerator.objects.filter(node=view.node).order_by("index").values_list("pk", flat=True)
     )
+
+
+def agent_readings(node, *, age=timedelta(0), **cards):
+    """Telemetry as the host agent's driver writes it: {index: (utilization %, watts)}."""
+    node.telemetry = {
+        "updated_at": (timezone.now() - age).isoformat(),
+        "accelerators": {
+            index.lstrip("c"): {"util": util, "power_w": watts}
+            for index, (util, watts) in cards.items()
+        },
+    }
+    node.save(update_fields=["telemetry"])
+
+
+def test_the_energy_score_uses_the_measured_power_of_loaded_cards(task_world):
+    node = task_world.nodes["h1"]
+    # Two loaded cards measured at 500 and 540 W (an idle one at 80 W is not "under load").
+    agent_readings(node, c0=(95, 500.0), c1=(70, 540.0), c2=(3, 80.0))
+    (view,) = views_of(task_world, "h1")
+    assert view.state.watts_per_unit == pytest.approx(520 / 9.895)
+
+
+@pytest.mark.parametrize(
+    "readings, age",
+    [
+        ({"c0": (95, 500.0)}, timedelta(minutes=11)),  # stale: proves nothing now
+        ({"c0": (10, 120.0)}, timedelta(0)),  # no card under load
+        ({"c0": (95, None)}, timedelta(0)),  # the card does not report its power
+    ],
+)
+def test_without_fresh_measured_load_the_energy_score_uses_the_tdp(task_world, readings, age):
+    agent_readings(task_world.nodes["h1"], age=age, **readings)
+    (view,) = views_of(task_world, "h1")
+    assert view.state.watts_per_unit == pytest.approx(700 / 9.895)
 
 
 def test_held_and_shared_cards_and_used_cpu_are_counted(task_world):

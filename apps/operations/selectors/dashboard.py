@@ -85,7 +85,8 @@ def capacity_chart(parks, *, period: timedelta) -> dict:
 
 def capacity_series(parks, *, since, until=None, hourly: bool = False) -> dict:
     """The samples of the parks summed per moment, as the charts want them: times (ISO),
-    allocation and measured utilization in %, estimated power in kW; and the energy (kWh)
+    allocation and measured utilization in %, estimated power (TDP) and measured power (the
+    host agents' meters, where any reports) in kW; and the energy (kWh)
     the allocated accelerators used over the period. `hourly`: one point per hour, the means
     of the hour's moments."""
     samples = CapacitySample.objects.filter(park__in=parks, taken_at__gte=since)
@@ -98,6 +99,8 @@ def capacity_series(parks, *, since, until=None, hourly: bool = False) -> dict:
             allocated=Sum("accelerators_allocated"),
             idle=Sum("accelerators_idle"),
             watts=Sum("watts"),
+            measured_watts=Sum("measured_watts"),
+            measured=Sum("measured_accelerators"),
             util=Avg("utilization_pct"),
         )
         .order_by("taken_at")
@@ -118,6 +121,12 @@ def capacity_series(parks, *, since, until=None, hourly: bool = False) -> dict:
         ],
         "idle": [row["idle"] for row in rows],
         "power_kw": [round(row["watts"] / 1000, 2) for row in rows],
+        # What the host agents' meters read (null where no pool's accelerators report power).
+        "measured_kw": [
+            round(row["measured_watts"] / 1000, 2) if row["measured_watts"] is not None else None
+            for row in rows
+        ],
+        "measured_accelerators": rows[-1]["measured"] if rows else 0,
         "energy_kwh": round(energy_wh / 1000, 1),
         "points": len(rows),
     }
@@ -132,6 +141,7 @@ def _by_hour(rows: list[dict]) -> list[dict]:
     merged = []
     for start, moments in hours.items():
         utils = [m["util"] for m in moments if m["util"] is not None]
+        measured = [m["measured_watts"] for m in moments if m["measured_watts"] is not None]
         merged.append(
             {
                 "taken_at": start,
@@ -139,6 +149,8 @@ def _by_hour(rows: list[dict]) -> list[dict]:
                 "allocated": _mean([m["allocated"] for m in moments]),
                 "idle": round(_mean([m["idle"] for m in moments])),
                 "watts": _mean([m["watts"] for m in moments]),
+                "measured_watts": _mean(measured) if measured else None,
+                "measured": round(_mean([m["measured"] for m in moments])),
                 "util": _mean(utils) if utils else None,
             }
         )
