@@ -35,7 +35,7 @@ class AgentPark:
     organization: object
     owner: object
     operator: object
-    flavor: object
+    flavor: object  # one card; the family also has a two-card flavor
     image: object
     region: object
     pool: object
@@ -43,7 +43,8 @@ class AgentPark:
 
 def build_agent_park(*, quota: int) -> AgentPark:
     """A verified organization (owner, quota of `quota` hosts and cards), an agent backend with
-    one pool, a one-card flavor (1 vCPU, 1 GB) priced in the pool's region, the agent's image."""
+    one pool, a one-card flavor (1 vCPU, 1 GB) and a two-card one of its family priced in the
+    pool's region, the agent's image."""
     from apps.quotas.models import QuotaLimit
     from tests.factories import (
         AcceleratorModelFactory,
@@ -73,6 +74,8 @@ def build_agent_park(*, quota: int) -> AgentPark:
     image = ImageFactory(park=park, code=IMAGE, os="Debian 12")
     image.compatible_accelerators.add(model)
     PriceFactory(flavor=flavor, region=region, amount_minor=1000)
+    larger = FlavorFactory(family=flavor.family, accelerator_count=2, vcpu=2, ram_gb=2)
+    PriceFactory(flavor=larger, region=region, amount_minor=2000)
     pools = [{"name": "agents", "accelerator_model": model.slug}]
     backend = BackendFactory(park=park, driver="agent", config={"pools": pools})
     pool = PoolFactory(backend=backend, region=region, name="agents", accelerator_model=model)

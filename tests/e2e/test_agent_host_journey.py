@@ -3,8 +3,8 @@
 A `loam-agent` enrols with a join token and serves the live portal (tests/agent_server.py);
 the tenant orders a host in Chromium, SSHes into it with their key and finds the card bound in,
 sees the card's figures on the instance page, stops it (the card is free for others), starts
-it again, releases it, and nothing is left on the server. Celery runs eagerly in the live
-server, so the order's request waits while the agent creates the host.
+it again, resizes it to two cards, releases it, and nothing is left on the server. Celery runs
+eagerly in the live server, so the order's request waits while the agent creates the host.
 """
 
 import os
@@ -125,6 +125,19 @@ def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
     expect(page.locator(".state-badge").first).to_have_attribute("data-state", "running")
     instance.refresh_from_db()
     wait_until(lambda: ssh_answers(instance.access["address"], key).returncode == 0, seconds=10)
+
+    # Resize to the family's two-card flavor: the host restarts with both cards bound in.
+    larger = park.flavor.family.flavors.get(accelerator_count=2)
+    page.select_option("#resize-form select[name=flavor]", larger.code)
+    page.locator("#resize-form button[type=submit]").click()
+    expect(page.locator("#instance-flavor")).to_contain_text(larger.code)
+    expect(page.locator(".state-badge").first).to_have_attribute("data-state", "running")
+    instance.refresh_from_db()
+    address = instance.access["address"]
+    wait_until(lambda: ssh_answers(address, key).returncode == 0, seconds=10)
+    devices = ssh_answers(address, key, "ls /dev/ | grep -E '^nvidia[0-9]+$'").stdout.split()
+    assert devices == ["nvidia0", "nvidia1"]
+    screenshot("agent-host-resized")
 
     # Release: the host, its disk and its network are gone from the server.
     page.locator("#release-button").click()
