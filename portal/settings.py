@@ -151,6 +151,9 @@ ACCOUNT_LOGIN_METHODS = {"email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
 ACCOUNT_EMAIL_VERIFICATION = env.str("ACCOUNT_EMAIL_VERIFICATION", default="mandatory")
 ACCOUNT_UNIQUE_EMAIL = True
+# The subjects (templates/account/email/) name the product themselves; allauth's default prefix
+# is the site's domain ("[127.0.0.1:8000]").
+ACCOUNT_EMAIL_SUBJECT_PREFIX = ""
 # Failed logins: 10 a minute per address, 5 per 5 minutes per email (counted in the shared
 # cache above). A locked email is locked for the rest of those 5 minutes only, never for good;
 # a password reset clears it at once, and a successful login does not count.

@@ -1,4 +1,4 @@
-from apps.billing.models import Wallet
+from apps.billing.models import Meter, Wallet
 
 
 def wallet_banner(request):
@@ -9,4 +9,8 @@ def wallet_banner(request):
     wallet = Wallet.objects.filter(organization=organization).first()
     if wallet is None or (wallet.low_balance_warned_at is None and wallet.available_minor > 0):
         return {}
-    return {"low_wallet": wallet}
+    # An organization that never ran anything is told to top up, not that hosts were stopped.
+    return {
+        "low_wallet": wallet,
+        "wallet_never_used": not Meter.objects.filter(organization=organization).exists(),
+    }

@@ -3,7 +3,7 @@ from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
-from apps.core.money import Currency
+from apps.core.money import Currency, format_money
 from apps.tenants.models import Organization
 
 
@@ -159,7 +159,8 @@ class Payment(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.wallet} +{self.amount_minor} ({self.get_state_display()})"
+        amount = format_money(self.amount_minor, self.currency)
+        return f"{self.wallet} +{amount} ({self.get_state_display()})"
 
 
 class InvoiceState(models.TextChoices):

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 
 from django.db.models import CharField, Count, F, Min, Q, Sum, Value
 from django.db.models.functions import Coalesce, TruncDate, TruncMonth
@@ -91,19 +92,33 @@ class MonthEstimate:
         return self.so_far_minor + self.projected_minor
 
 
-def month_estimate(organization: Organization, *, now: datetime | None = None) -> MonthEstimate:
-    now = now or timezone.now()
-    metered = (
-        UsageRecord.objects.filter(
-            organization=organization, started_at__gte=month_start(now)
-        ).aggregate(total=Sum("amount_minor"))["total"]
+def _metered_since(organization: Organization, since: datetime) -> int:
+    return (
+        UsageRecord.objects.filter(organization=organization, started_at__gte=since).aggregate(
+            total=Sum("amount_minor")
+        )["total"]
         or 0
     )
-    accrued, hourly = 0, 0
-    for meter in Meter.objects.filter(organization=organization, ended_at__isnull=True):
+
+
+def _open_meters(organization: Organization):
+    return Meter.objects.filter(organization=organization, ended_at__isnull=True)
+
+
+def _accrued(open_meters, now: datetime) -> tuple[int, Decimal]:
+    """(what the open meters ran since they were last metered, what they cost an hour)."""
+    accrued, hourly = 0, Decimal(0)
+    for meter in open_meters:
         seconds = max(0, int((now - meter.started_at).total_seconds()))
         accrued += max(0, amount_for(meter.hourly_minor, seconds) - meter.metered_minor)
         hourly += meter.hourly_minor
+    return accrued, hourly
+
+
+def month_estimate(organization: Organization, *, now: datetime | None = None) -> MonthEstimate:
+    now = now or timezone.now()
+    metered = _metered_since(organization, month_start(now))
+    accrued, hourly = _accrued(_open_meters(organization), now)
     hours_left = (next_month_start(now) - now).total_seconds() / 3600
     return MonthEstimate(
         currency=organization.park.currency,
@@ -112,6 +127,45 @@ def month_estimate(organization: Organization, *, now: datetime | None = None) -
         projected_minor=amount_for(hourly, int(hours_left * 3600)),
         hourly_minor=int(hourly),
     )
+
+
+def today_spend(organization: Organization, *, now: datetime | None = None) -> int:
+    """What the organization spent since midnight (the park's time zone): usage recorded today
+    and what its running meters ran since they were last metered (minutes at most)."""
+    now = now or timezone.now()
+    midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    return _metered_since(organization, midnight) + _accrued(_open_meters(organization), now)[0]
+
+
+@dataclass(frozen=True)
+class InstanceCost:
+    currency: str
+    so_far_minor: int  # metered and accrued, since it was ordered
+    hourly_minor: int  # what it costs an hour now (compute while running, disk, bandwidth)
+    running_since: datetime | None  # when its current run started; None while not running
+
+
+def instance_cost(instance, *, now: datetime | None = None) -> InstanceCost:
+    """What one host has cost so far and costs now, for its page."""
+    now = now or timezone.now()
+    metered = (
+        UsageRecord.objects.filter(instance=instance).aggregate(total=Sum("amount_minor"))["total"]
+        or 0
+    )
+    open_meters = list(Meter.objects.filter(instance=instance, ended_at__isnull=True))
+    accrued, hourly = _accrued(open_meters, now)
+    compute = [meter for meter in open_meters if meter.kind == MeterKind.COMPUTE]
+    return InstanceCost(
+        currency=instance.organization.park.currency,
+        so_far_minor=metered + accrued,
+        hourly_minor=int(hourly.quantize(Decimal(1), rounding=ROUND_HALF_UP)),
+        running_since=compute[0].started_at if compute else None,
+    )
+
+
+def wallet_for(organization: Organization) -> Wallet | None:
+    """The organization's wallet, or None before its first top-up or order (nothing created)."""
+    return Wallet.objects.filter(organization=organization).first()
 
 
 # --- Operators -----------------------------------------------------------------------------

@@ -4,21 +4,33 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import AcceleratorModel, Region, RegionLevel, ResourceType, Vendor
-from apps.catalog.selectors import CatalogFilters
+from apps.catalog.selectors import CatalogFilters, resource_types_on_sale
 
 SORT_CHOICES = [
     ("", _("Recommended")),
     ("price", _("Price, lowest first")),
+    ("price_per_accelerator", _("Price per card, lowest first")),
     ("price_per_tflops", _("Price per TFLOPS, lowest first")),
+    ("price_per_compute_unit", _("Price per compute unit, lowest first")),
     ("performance", _("Performance, highest first")),
+    ("accelerator_memory", _("Memory per card, highest first")),
 ]
+VIEW_CHOICES = [("cards", _("Cards")), ("table", _("Table"))]
+# Query parameters that change how the list looks, not which flavors it holds.
+PRESENTATION_FIELDS = ("sort", "view")
 
 
 class CatalogFilterForm(forms.Form):
     """The catalog's filters, read from the query string (so a filtered list is a link)."""
 
     resource_type = forms.ChoiceField(
-        label=_("Resource type"), required=False, choices=[("", _("All"))] + ResourceType.choices
+        label=_("Resource type"),
+        required=False,
+        choices=[("", _("All"))] + ResourceType.choices,
+        help_text=_(
+            "Only resource types on sale are listed. Training tasks need no flavor: submit them "
+            "on the Training tasks page."
+        ),
     )
     vendor = forms.ChoiceField(
         label=_("Vendor"), required=False, choices=[("", _("All vendors"))] + Vendor.choices
@@ -61,12 +73,27 @@ class CatalogFilterForm(forms.Form):
     domestic = forms.BooleanField(label=_("Domestic chips only"), required=False)
     available = forms.BooleanField(label=_("Available now"), required=False)
     sort = forms.ChoiceField(label=_("Sort by"), required=False, choices=SORT_CHOICES)
+    view = forms.ChoiceField(required=False, choices=VIEW_CHOICES, widget=forms.HiddenInput)
 
     def __init__(self, *args, park=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.park = park
         if park is not None:
             self.fields["region"].queryset = Region.objects.filter(park=park)
+        on_sale = resource_types_on_sale(park)
+        self.fields["resource_type"].choices = [("", _("All"))] + [
+            (value, label) for value, label in ResourceType.choices if value in on_sale
+        ]
+
+    @property
+    def has_filters(self) -> bool:
+        """Whether any filter (not the sort order or the view) narrows the list."""
+        return any(value for name, value in self.data.items() if name not in PRESENTATION_FIELDS)
+
+    @property
+    def view_mode(self) -> str:
+        """ "table" for the comparison table, else "cards"."""
+        return "table" if self.data.get("view") == "table" else "cards"
 
     def clean(self):
         data = super().clean()

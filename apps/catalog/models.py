@@ -5,7 +5,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
-from apps.core.money import Currency
+from apps.core.money import Currency, format_money
 from apps.tenants.models import Park
 
 # One normalized compute unit (算力单位) is 100 dense FP16 TFLOPS; operators may override the
@@ -319,4 +319,4 @@ class Price(models.Model):
 
     def __str__(self):
         subject = self.flavor or self.get_kind_display()
-        return f"{subject} @ {self.region}: {self.amount_minor} {self.currency}"
+        return f"{subject} @ {self.region}: {format_money(self.amount_minor, self.currency)}"

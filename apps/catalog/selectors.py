@@ -10,7 +10,7 @@ from django.core.cache import cache
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from apps.catalog.models import AcceleratorModel, Flavor, Price, PriceKind
+from apps.catalog.models import AcceleratorModel, Flavor, FlavorFamily, Price, PriceKind
 from apps.core.extensions import ExtensionPoint
 
 
@@ -138,12 +138,37 @@ class FlavorCard:
             for room in self.rooms
         )
 
+    @property
+    def price_per_accelerator_minor(self) -> Decimal | None:
+        """Hourly price of one card of the flavor: how sizes of one family compare."""
+        if not self.cheapest:
+            return None
+        return Decimal(self.cheapest.amount_minor) / self.flavor.accelerator_count
+
+    @property
+    def price_per_compute_unit_minor(self) -> Decimal | None:
+        """Hourly price per normalized compute unit (the park's own measure of performance)."""
+        if not self.cheapest:
+            return None
+        return Decimal(self.cheapest.amount_minor) / self.flavor.compute_units
+
 
 SORTS = {
     "price": lambda c: (c.cheapest is None, c.cheapest.amount_minor if c.cheapest else 0),
+    "price_per_accelerator": lambda c: (c.cheapest is None, c.price_per_accelerator_minor or 0),
     "price_per_tflops": lambda c: (c.cheapest is None, c.price_per_tflops_minor or 0),
+    "price_per_compute_unit": lambda c: (c.cheapest is None, c.price_per_compute_unit_minor or 0),
     "performance": lambda c: -c.tflops,
+    "accelerator_memory": lambda c: -c.flavor.family.accelerator_model.memory_gb,
 }
+
+
+def resource_types_on_sale(park=None) -> list[str]:
+    """The resource types that have a flavor on sale (in the park, or in any park)."""
+    families = FlavorFamily.objects.filter(flavors__is_active=True)
+    if park is not None:
+        families = families.filter(park=park)
+    return sorted(set(families.values_list("resource_type", flat=True)))
 
 
 @dataclass(frozen=True)

@@ -528,6 +528,23 @@ class Placement(models.Model):
     def currency(self) -> str:
         return (self.weights or {}).get("currency", "CNY")
 
+    def plain_reason(self) -> str:
+        """Why here in a tenant's words, one short phrase; the figures are `describe`'s, for
+        the park's operators."""
+        if self.chosen_node is None:
+            return gettext("No host had room for it yet.")
+        region = self.chosen_pool.region.name
+        if len(self.feasible_candidates() if self.is_scored else self._fitting()) <= 1:
+            return gettext("%(region)s: the only place with free cards for it.") % {
+                "region": region
+            }
+        reasons = self.reasons(top=1)
+        text = PLAIN_REASONS.get(reasons[0]["part"] if reasons else "fragmentation")
+        return str(text) % {"region": region}
+
+    def _fitting(self) -> list[dict]:
+        return [c for c in self.candidates if c.get("fits")]
+
     def describe(self) -> str:
         """Why here, in the reader's language (so it is built when shown, not when stored)."""
         if self.chosen_node is None:
@@ -540,7 +557,7 @@ class Placement(models.Model):
                 "hosts."
             ) % {
                 **values,
-                "fitting": sum(1 for c in self.candidates if c.get("fits")),
+                "fitting": len(self._fitting()),
                 "left": self.weights.get("left_free", 0),
             }
         separator = gettext(", ")
@@ -564,6 +581,18 @@ class Placement(models.Model):
             **values,
             "reasons": separator.join(r["text"] for r in self.reasons()),
         }
+
+
+# The score part that decided a placement, as a tenant reads it.
+PLAIN_REASONS = {
+    "price": _("%(region)s: the cheapest place with free cards."),
+    "region": _("%(region)s: the closest place to the regions you prefer."),
+    "energy": _("%(region)s: the lowest energy use and carbon for the same work."),
+    "performance": _("%(region)s: the fastest cards with room for it."),
+    "fragmentation": _(
+        "%(region)s: a host your size fits exactly, keeping whole hosts free for large orders."
+    ),
+}
 
 
 def minor_units(amount) -> int:

@@ -9,6 +9,7 @@ from decimal import Decimal
 from django.db.models import Count, OuterRef, Prefetch, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from apps.catalog.selectors import NodeRoom
 from apps.orchestration import adapter
@@ -190,6 +191,33 @@ def task_placement(task) -> Placement | None:
         .order_by("-created_at", "-pk")
         .first()
     )
+
+
+def blocked_reason(task) -> str | None:
+    """Why a queued task cannot start whatever the queue does: no pool of its model (in its
+    regions), or every host of it drained or down. None when some host could take it."""
+    if task.state != TaskState.QUEUED:
+        return None
+    nodes = Node.objects.filter(
+        pool__region__park_id=task.organization.park_id, pool__is_schedulable=True
+    )
+    if task.accelerator_model_id:
+        nodes = nodes.filter(pool__accelerator_model_id=task.accelerator_model_id)
+    regions = list(task.allowed_regions.values_list("pk", flat=True))
+    if regions:
+        nodes = nodes.filter(pool__region_id__in=regions)
+    what = str(task.accelerator_model) if task.accelerator_model_id else _("accelerator")
+    if not nodes.exists():
+        return _(
+            "No pool of the park offers %(model)s hosts in the regions it may run in: it waits "
+            "until one does. Cancel it, or submit it again with other regions or another model."
+        ) % {"model": what}
+    if not nodes.filter(is_drained=False).exclude(health=NodeHealth.DOWN).exists():
+        return _(
+            "Every %(model)s host it may run on is drained or down for maintenance: it starts "
+            "when the park's operators bring one back into service."
+        ) % {"model": what}
+    return None
 
 
 def placements_for_operator(user):

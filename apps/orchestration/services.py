@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy
 from apps.catalog.models import AcceleratorModel
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
+from apps.core.extensions import ExtensionPoint
 from apps.core.transactions import lock
 from apps.orchestration import adapter
 from apps.orchestration.backends.base import BackendError, Capability, NodeTelemetry, ReportedPool
@@ -648,6 +649,11 @@ def _backend_checked(backend: Backend, *, error: str, now) -> Backend:
 # --- Nodes: drain and undrain ----------------------------------------------------------------
 
 
+# What else happens when a node is drained: the orders app tells the owners of the hosts on it.
+# Each provider is a callable (node, reason), run inside the drain's transaction.
+NODE_DRAINED = ExtensionPoint("tell the tenants of a drained node")
+
+
 @transaction.atomic
 def drain_node(*, node: Node, operator, reason: str = "") -> Node:
     """No new placements on the node; what runs there stays (and is counted in the audit)."""
@@ -689,6 +695,9 @@ def _set_drained(*, node: Node, operator, drained: bool, reason: str) -> Node:
         park=park,
         data={"reason": reason.strip(), "running": running} if drained else {},
     )
+    if drained:
+        for tell in NODE_DRAINED.providers():
+            tell(node, reason.strip())
     return node
 
 

@@ -76,6 +76,7 @@ def task_detail(request, task_id):
         "task": task,
         "busy": task.state in selectors.BUSY_STATES,
         "queue_position": selectors.queue_positions_in(request.organization.park).get(task.pk),
+        "blocked_reason": selectors.blocked_reason(task),
         "placement": placement,
         "units": selectors.measure(selectors.task_compute_units(task)),
         "capacity": capacity,

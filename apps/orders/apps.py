@@ -8,10 +8,13 @@ class OrdersConfig(AppConfig):
 
     def ready(self):
         from apps.billing.services import RESUME_HOSTS, SUSPEND_HOSTS
+        from apps.orchestration.services import NODE_DRAINED
         from apps.orders.funds import resume_suspended, suspend_for_funds
+        from apps.orders.idle import tell_owners_of_drained_node
         from apps.orders.selectors import instance_quota_usage
         from apps.quotas.services import QUOTA_HOLDERS
 
         QUOTA_HOLDERS.plug(instance_quota_usage)
         SUSPEND_HOSTS.plug(suspend_for_funds)
         RESUME_HOSTS.plug(resume_suspended)
+        NODE_DRAINED.plug(tell_owners_of_drained_node)

@@ -3,8 +3,9 @@ import uuid
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from apps.catalog.models import Flavor, Image, Region
-from apps.catalog.selectors import compatible_images
+from apps.catalog.models import Flavor, Image, PriceKind, Region
+from apps.catalog.selectors import compatible_images, price_in_force
+from apps.core.money import format_money
 from apps.orchestration.models import TaskPreference
 from apps.orders.services import (
     MAX_BANDWIDTH_MBPS,
@@ -12,6 +13,18 @@ from apps.orders.services import (
     MAX_DATA_DISK_GB,
     MAX_SYSTEM_DISK_GB,
     HostRequest,
+)
+
+# The fields a quote depends on; the others (name, key) only have to be right to order.
+PRICED_FIELDS = (
+    "flavor",
+    "image",
+    "region",
+    "preference",
+    "system_disk_gb",
+    "data_disk_gb",
+    "bandwidth_mbps",
+    "count",
 )
 
 
@@ -79,6 +92,14 @@ class InstanceOrderForm(forms.Form):
     def host_request(self) -> HostRequest:
         return HostRequest.from_data(self.cleaned_data)
 
+    def priced_request(self) -> HostRequest | None:
+        """The request as far as its price goes, once the fields that set the price are valid
+        (the name and the SSH key may still be missing); None while one of those is not."""
+        self.is_valid()
+        if any(name in self.errors for name in PRICED_FIELDS):
+            return None
+        return HostRequest.from_data(self.cleaned_data)
+
 
 class ResizeForm(forms.Form):
     flavor = forms.ModelChoiceField(
@@ -87,15 +108,46 @@ class ResizeForm(forms.Form):
 
     def __init__(self, *args, instance, **kwargs):
         super().__init__(*args, **kwargs)
-        # Every active size is offered; one of another family is refused with the reason.
-        self.fields["flavor"].queryset = (
-            Flavor.objects.filter(is_active=True, family__park=instance.organization.park)
-            .exclude(pk=instance.flavor_id)
-            .order_by("family__code", "accelerator_count")
-        )
-        same = self.fields["flavor"].queryset.filter(family=instance.flavor.family).first()
-        if same:
-            self.fields["flavor"].initial = same.code
+        field = self.fields["flavor"]
+        # Any size on sale is accepted here, so one of another family is refused by the
+        # service with the reason; only the sizes of the host's own family are offered.
+        field.queryset = Flavor.objects.filter(
+            is_active=True, family__park=instance.organization.park
+        ).exclude(pk=instance.flavor_id)
+        currency = instance.organization.park.currency
+        current = instance.rates.get("flavor_hour")
+        field.choices = [
+            (
+                flavor.code,
+                _size_label(
+                    flavor,
+                    price_in_force(
+                        region=instance.region, kind=PriceKind.FLAVOR_HOUR, flavor=flavor
+                    ),
+                    current,
+                    currency,
+                ),
+            )
+            for flavor in field.queryset.filter(family=instance.flavor.family)
+            .select_related("family__accelerator_model")
+            .order_by("accelerator_count")
+        ]
+
+
+def _size_label(flavor: Flavor, price, current_hourly_minor, currency: str) -> str:
+    """a100.2x · 2 × A100 · ¥55.20/h (+¥27.60): what the size costs and how that changes."""
+    cards = _("%(count)d × %(model)s") % {
+        "count": flavor.accelerator_count,
+        "model": flavor.family.accelerator_model.name,
+    }
+    if price is None:
+        return f"{flavor.code} · {cards} · {_('not priced in this region')}"
+    hourly = _("%(price)s/h") % {"price": format_money(price.amount_minor, currency)}
+    if current_hourly_minor is None:
+        return f"{flavor.code} · {cards} · {hourly}"
+    change = price.amount_minor - int(current_hourly_minor)
+    sign = "+" if change >= 0 else "-"
+    return f"{flavor.code} · {cards} · {hourly} ({sign}{format_money(abs(change), currency)})"
 
 
 class DiskForm(forms.Form):

@@ -28,6 +28,7 @@ from apps.orchestration.models import Accelerator, Allocation
 from apps.orchestration.services import TELEMETRY_FRESH_FOR
 from apps.orders.models import (
     INSTANCE_BUSY_STATES,
+    INSTANCE_HOLDING_STATES,
     IdlePolicy,
     Instance,
     InstanceState,
@@ -278,6 +279,15 @@ def _stuck(instance: Instance) -> bool:
     busy = INSTANCE_BUSY_STATES - {InstanceState.PENDING}  # pending waits for approval
     waited = timezone.now() - current.updated_at
     return current.state in busy and waited.total_seconds() > settings.LOAM_RECONCILE_AFTER_S
+
+
+def tell_owners_of_drained_node(node, reason: str) -> int:
+    """Mail the owners of every host on a node the operators just drained (their hosts keep
+    running; the node takes nothing new, usually ahead of maintenance). Returns how many hosts."""
+    hosts = list(Instance.objects.filter(node=node, state__in=INSTANCE_HOLDING_STATES))
+    for instance in hosts:
+        _mail_owners(instance, "node_drained", reason)
+    return len(hosts)
 
 
 def _mail_owners(instance: Instance, kind: str, reason: str) -> None:

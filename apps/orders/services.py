@@ -147,6 +147,9 @@ class Quote:
     # The unit prices behind the disk and bandwidth figures, fixed on the instance it orders.
     disk_gb_month_minor: int = 0
     bandwidth_mbps_month_minor: int = 0
+    # The quantities priced: cloud disk beyond the flavor's own system disk, and bandwidth.
+    billed_disk_gb: int = 0
+    bandwidth_mbps: int = 0
 
     @property
     def hourly_minor(self) -> Decimal:
@@ -164,6 +167,12 @@ class Quote:
     @property
     def hourly_minor_rounded(self) -> int:
         return int(self.hourly_minor.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+    @property
+    def hold_minor(self) -> int:
+        """What ordering it holds from the wallet: the first hour of every host, each rounded
+        to the minor unit (as each host's order records its price)."""
+        return Quote(**{**self.__dict__, "count": 1}).hourly_minor_rounded * self.count
 
     def as_json(self) -> dict:
         return {
@@ -264,6 +273,8 @@ def quote(
         / HOURS_PER_MONTH,
         disk_gb_month_minor=disk_price.amount_minor if disk_price else 0,
         bandwidth_mbps_month_minor=bandwidth_price.amount_minor if bandwidth_price else 0,
+        billed_disk_gb=billed_disk,
+        bandwidth_mbps=request.bandwidth_mbps,
     )
 
 
@@ -378,7 +389,7 @@ def submit_create(
     # The organization's lock, held until commit (reserve takes it).
     reserve(organization=organization, demand=demand)
     # The first hour of every host is held now, so an order never starts what cannot be paid.
-    wallet = billing.require_funds(organization, one_host.hourly_minor_rounded * request.count)
+    wallet = billing.require_funds(organization, quoted.hold_minor)
     orders = []
     for index in range(request.count):
         name = request.name if request.count == 1 else f"{request.name}-{index + 1}"

@@ -30,7 +30,7 @@ from apps.orders.hosts import host_driver, host_spec
 from apps.orders.models import Instance, InstanceState, Order, OrderKind, OrderState
 from apps.tenants.models import Role
 
-NOTICE_KINDS = ("idle", "idle_stopped", "force_released")
+NOTICE_KINDS = ("idle", "idle_stopped", "force_released", "node_drained")
 
 # A request is looked at again after half the time it has taken so far, within these bounds:
 # a quick backend is seen done soon after it is, a slow one is not asked every half second.
@@ -249,8 +249,8 @@ def enforce_idle_policies() -> int:
 @shared_task(autoretry_for=(OSError,), retry_backoff=True, max_retries=5)
 def send_instance_notice(instance_id: int, kind: str, reason: str = "") -> int:
     """Mail the organization's owners about their instance; returns how many were written to.
-    `reason` is the operator's (force_released) or the policy's threshold in minutes
-    (idle_stopped)."""
+    `reason` is the operator's (force_released, node_drained) or the policy's threshold in
+    minutes (idle_stopped)."""
     if kind not in NOTICE_KINDS:
         raise ValueError(f"unknown notice {kind!r}")
     instance = (

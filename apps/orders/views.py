@@ -5,24 +5,52 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from apps.billing.selectors import instance_cost, wallet_for
 from apps.catalog.models import Flavor
 from apps.core.errors import DomainError
 from apps.core.web import refusals
 from apps.orders import operations, services
 from apps.orders.forms import BandwidthForm, DiskForm, InstanceOrderForm, ResizeForm
-from apps.orders.models import INSTANCE_BUSY_STATES, Instance, Order, OrderKind, OrderState
+from apps.orders.models import (
+    INSTANCE_BUSY_STATES,
+    Instance,
+    InstanceState,
+    Order,
+    OrderKind,
+    OrderState,
+)
 from apps.orders.selectors import instance_orders, instances_for, orders_for
+from apps.quotas.selectors import quota_rows
 from apps.tenants.decorators import organization_view
-from apps.tenants.roles import Action
-from apps.tenants.selectors import get_for_organization
+from apps.tenants.roles import Action, can
+from apps.tenants.selectors import for_organization, get_for_organization
 
 
 def _order_form(request, data=None):
+    """The order form; `?flavor=<code>` picks the size, `?again=<instance>` fills it in like
+    that host of the organization (after a failed create)."""
     park = request.organization.park
     flavor = Flavor.objects.filter(
         code=request.GET.get("flavor", ""), is_active=True, family__park=park
     ).first()
-    return InstanceOrderForm(data, park=park, flavor=flavor)
+    initial = {}
+    again = request.GET.get("again", "")
+    previous = (
+        for_organization(Instance, request.organization).filter(pk=again).first()
+        if again.isdigit()
+        else None
+    )
+    if previous is not None:
+        flavor = flavor or previous.flavor
+        initial = {
+            "image": previous.image.code,
+            "system_disk_gb": previous.system_disk_gb,
+            "data_disk_gb": previous.data_disk_gb,
+            "bandwidth_mbps": previous.bandwidth_mbps,
+            "ssh_public_key": previous.ssh_public_key,
+            "name": previous.name,
+        }
+    return InstanceOrderForm(data, park=park, flavor=flavor, initial=initial)
 
 
 @organization_view(Action.ORDER)
@@ -53,21 +81,31 @@ def instance_create(request):
 @organization_view(Action.ORDER)
 @require_POST
 def instance_quote(request):
-    """The live quote beside the order form (HTMX): price per hour, second, month, and where."""
+    """The live quote beside the order form (HTMX), from the moment a flavor is chosen: what it
+    costs (compute, disk, bandwidth) and where it runs, what the wallet and the quotas have
+    left, and what still has to be filled in before ordering."""
+    organization = request.organization
     form = _order_form(request, request.POST)
-    context = {"form": form}
+    priced = form.priced_request()
+    context = {
+        "form": form,
+        "problems": [],
+        "wallet": wallet_for(organization),
+        "show_balance": can(request.membership.role, Action.VIEW_BILLING),
+        "quotas": quota_rows(organization),
+    }
+    if priced is not None:
+        try:
+            context["quote"] = services.quote(organization=organization, request=priced)
+        except DomainError as exc:
+            context["problems"].append(exc.message)
     if form.is_valid():
         try:
-            services.validate_host_request(request.organization, form.host_request())
-            context["quote"] = services.quote(
-                organization=request.organization, request=form.host_request()
-            )
+            services.validate_host_request(organization, form.host_request())
         except ValidationError as exc:
-            context["problems"] = exc.messages
-        except DomainError as exc:
-            context["problems"] = [exc.message]
+            context["problems"] += exc.messages
     else:
-        context["problems"] = [
+        context["problems"] += [
             f"{form.fields[name].label}: {errors[0]}" if name in form.fields else errors[0]
             for name, errors in form.errors.items()
         ]
@@ -99,6 +137,9 @@ def instance_detail(request, instance_id):
     context = {
         "instance": instance,
         "busy": instance.state in INSTANCE_BUSY_STATES,
+        "cost": instance_cost(instance),
+        # It never ran: the backend refused or failed to create it (a handle comes with a host).
+        "failed_create": instance.state == InstanceState.ERROR and not instance.backend_handle,
         "orders": instance_orders(instance),
         "resize_form": ResizeForm(instance=instance),
         "disk_form": DiskForm(initial={"data_disk_gb": instance.data_disk_gb + 100}),

@@ -20,13 +20,36 @@ from apps.quotas.services import (
 
 @dataclass(frozen=True)
 class QuotaRow:
+    limit_id: int
+    resource: str
     label: str
     used: object
     limit: int
+    currency: str = ""  # set for a limit on money (the monthly spend): used and limit in fen
 
     @property
     def percent(self) -> int:
         return min(100, round(100 * self.used / self.limit)) if self.limit else 100
+
+    @property
+    def left(self):
+        """What can still be used (never below zero: a limit may be set under the use)."""
+        return max(0, self.limit - self.used)
+
+
+def resource_label(resource: str) -> str:
+    """A quota resource as people read it: "Monthly spend" (shown as money, whatever the stored
+    unit) for the spend limit; an unknown code as it is."""
+    if resource == QuotaResource.MONTHLY_SPEND:
+        return _("Monthly spend")
+    return QuotaResource(resource).label if resource in QuotaResource.values else resource
+
+
+def limit_label(limit: QuotaLimit) -> str:
+    """What a limit limits: the model for a per-model limit, else its resource."""
+    if limit.resource == QuotaResource.MODEL_ACCELERATORS:
+        return str(limit.accelerator_model)
+    return str(resource_label(limit.resource))
 
 
 def quota_rows(organization) -> list[QuotaRow]:
@@ -37,13 +60,18 @@ def quota_rows(organization) -> list[QuotaRow]:
     )
     order = list(QuotaResource.values)
     rows = []
+    currency = organization.park.currency
     for limit in sorted(limits, key=lambda q: (order.index(q.resource), str(q.accelerator_model))):
-        label = (
-            str(limit.accelerator_model)
-            if limit.resource == QuotaResource.MODEL_ACCELERATORS
-            else str(limit.get_resource_display())
+        rows.append(
+            QuotaRow(
+                limit_id=limit.pk,
+                resource=limit.resource,
+                label=limit_label(limit),
+                used=used_against(limit, usage),
+                limit=limit.limit,
+                currency=currency if limit.resource == QuotaResource.MONTHLY_SPEND else "",
+            )
         )
-        rows.append(QuotaRow(label=label, used=used_against(limit, usage), limit=limit.limit))
     return rows
 
 
@@ -64,12 +92,7 @@ def below_usage_warning(limit: QuotaLimit) -> str | None:
     used = used_against(limit)
     if used <= limit.limit:
         return None
-    what = (
-        str(limit.accelerator_model)
-        if limit.resource == QuotaResource.MODEL_ACCELERATORS
-        else str(limit.get_resource_display())
-    )
-    values = {"what": what, "used": used, "limit": limit.limit}
+    values = {"what": limit_label(limit), "used": used, "limit": limit.limit}
     if limit.resource == QuotaResource.MONTHLY_SPEND:
         currency = limit.park.currency
         values.update(used=format_money(used, currency), limit=format_money(limit.limit, currency))

@@ -1,6 +1,6 @@
 // Behaviour the templates ask for with data attributes, so no page needs inline JavaScript
 // (the Content-Security-Policy allows scripts from this site only):
-//   <form data-confirm="Sure?">            asks before submitting;
+//   <form data-confirm="Sure?" data-confirm-label="Release">  asks in a dialog before submitting;
 //   <form data-disable-on-submit="#id">    disables that button once submitted;
 //   <select data-autosubmit>               submits its form when changed;
 //   <button data-print>                    prints the page;
@@ -10,16 +10,40 @@
   document.addEventListener("submit", function (event) {
     var form = event.target;
     if (!(form instanceof HTMLFormElement)) return;
-    if (form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
+    if (form.dataset.confirm && form.dataset.confirmed !== "yes") {
       event.preventDefault();
       event.stopImmediatePropagation();
+      confirmThen(form, event.submitter);
       return;
     }
+    delete form.dataset.confirmed;
     if (form.dataset.disableOnSubmit) {
       var button = form.querySelector(form.dataset.disableOnSubmit);
       if (button) button.disabled = true;
     }
   }, true);
+  // The page's confirmation dialog (base.html); the browser's own where it is missing.
+  function confirmThen(form, submitter) {
+    var dialog = document.getElementById("confirm-dialog");
+    function go() {
+      form.dataset.confirmed = "yes";
+      if (form.requestSubmit) form.requestSubmit(submitter || undefined); else form.submit();
+    }
+    if (!dialog || !window.bootstrap) {
+      if (window.confirm(form.dataset.confirm)) go();
+      return;
+    }
+    var ok = document.getElementById("confirm-dialog-ok");
+    document.getElementById("confirm-dialog-message").textContent = form.dataset.confirm;
+    ok.textContent = form.dataset.confirmLabel || ok.dataset.defaultLabel;
+    var modal = window.bootstrap.Modal.getOrCreateInstance(dialog);
+    ok.onclick = function () {
+      ok.onclick = null;
+      modal.hide();
+      go();
+    };
+    modal.show();
+  }
   document.addEventListener("change", function (event) {
     var field = event.target;
     if (field.matches && field.matches("select[data-autosubmit]") && field.form) field.form.submit();

@@ -107,7 +107,7 @@ def test_sign_in_lands_where_the_user_works(client, organization, owner, operato
     from tests.factories import UserFactory
 
     client.force_login(owner)
-    assert client.get("/start/")["Location"] == "/org/"
+    assert client.get("/start/")["Location"] == "/"  # the console home
     client.force_login(operator)
     assert client.get("/start/")["Location"] == "/ops/"
     client.force_login(UserFactory())

@@ -79,7 +79,6 @@ def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
     expect.set_options(timeout=TIMEOUT_MS)
     page.set_default_timeout(TIMEOUT_MS)
     page.context.add_cookies([{"name": "django_language", "value": "en", "url": live_server.url}])
-    page.on("dialog", lambda dialog: dialog.accept())
     page.goto(f"{live_server.url}/accounts/login/")
     page.fill('input[name="login"]', park.owner.email)
     page.fill('input[name="password"]', PASSWORD)
@@ -141,6 +140,7 @@ def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
 
     # Release: the host, its disk and its network are gone from the server.
     page.locator("#release-button").click()
+    page.locator("#confirm-dialog-ok").click()  # the page's own dialog
     expect(page.locator(".state-badge").first).to_have_attribute("data-state", "released")
     screenshot("agent-host-released")
     return instance.backend_handle

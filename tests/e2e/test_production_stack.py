@@ -234,8 +234,8 @@ def test_a_tenant_orders_a_host_sees_it_running_and_billed_and_releases_it(page:
 
         # 5. Release it.
         page.goto(instance_url)
-        page.on("dialog", lambda dialog: dialog.accept())
         page.locator("#release-button").click()
+        page.locator("#confirm-dialog-ok").click()  # the page's own dialog
         expect(page.locator(".state-badge").first).to_have_attribute("data-state", "released")
         expect(page.locator("#ssh-command")).to_have_count(0)
     finally:

@@ -135,8 +135,8 @@ def test_tenant_journey(page: Page, live_server, screenshot, settings):
     screenshot("disk-expanded")
 
     # 9. Release it, accepting the confirmation.
-    page.on("dialog", lambda dialog: dialog.accept())
     page.locator("#release-button").click()
+    page.locator("#confirm-dialog-ok").click()  # the page's own dialog
     expect(page.locator(".state-badge").first).to_have_attribute("data-state", "released")
     expect(page.locator("#ssh-command")).to_have_count(0)
     expect(page.locator("#instance-actions")).to_have_count(0)

@@ -528,12 +528,14 @@ def test_pool_attributes_are_edited_in_place(ops, console):
         "pool": console.pool.pk,
         "region": console.region.pk,
         "pue": "1.18",
-        "power_price_minor_per_kwh": "55",
+        "power_price_per_kwh": "0.55",  # yuan, as on the power bill
         "carbon_g_per_kwh": "420",
     }
     assert ops.post(path, data).status_code == 302
     pool = Pool.objects.get(pk=console.pool.pk)
     assert (str(pool.pue), pool.carbon_g_per_kwh, pool.is_schedulable) == ("1.18", 420, False)
+    assert pool.power_price_minor_per_kwh == 55
+    assert 'value="0.55"' in html(ops.get(path))
     bad = ops.post(path, {**data, "pue": "0.5"})
     assert bad.status_code == 422 and "greater than or equal to 1" in html(bad)
 

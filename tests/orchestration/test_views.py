@@ -162,11 +162,13 @@ def test_a_placed_task_says_why_and_what_it_measures(tenant, task_world):
 
     html = tenant.get(f"/tasks/{task.pk}/", **ENGLISH).content.decode()
 
-    reason = Placement.objects.get(task=task).describe()
-    assert "Why here:" in html and reason.replace("'", "&#x27;") in html
+    placement = Placement.objects.get(task=task)
+    assert "Why here:" in html and placement.plain_reason().replace("'", "&#x27;") in html
+    assert placement.describe().replace("'", "&#x27;") not in html  # the figures: operators'
+    assert 'id="placement-details"' not in html
     assert "19.79 compute units" in html  # 2 × 9.895
     assert "8 accelerators = 79.16 compute units; 6 free = 59.37 units" in html
-    assert "¥40.00 / h" in html
+    assert "¥40.00 per hour" in html
     assert "All candidates" not in html  # for the park's operators only
 
 

@@ -312,14 +312,25 @@ def quote(client, **fields):
 
 
 def figures(html: str) -> dict:
-    """The quote's figures, in the order the partial shows them."""
+    """The quote's figures: the itemised hour, the month, the second and where it runs."""
     block = re.search(r'<dl[^>]*id="quote-figures"[^>]*>(.*?)</dl>', html, re.S)
     assert block, html
-    values = [text_of(v) for v in re.findall(r"<dd[^>]*>(.*?)</dd>", block.group(1), re.S)]
-    hourly = re.search(r'id="quote-hourly">(.*?)</dd>', html, re.S).group(1)
-    region = re.search(r'id="quote-region">(.*?)</dd>', html, re.S).group(1)
-    assert values[0] == text_of(hourly) and values[3] == text_of(region)
-    return dict(zip(["hour", "second", "month", "region", "flavor"], values, strict=True))
+    month, second, region = [
+        text_of(v) for v in re.findall(r"<dd[^>]*>(.*?)</dd>", block.group(1), re.S)
+    ]
+
+    def cell(id_):
+        return text_of(re.search(rf'id="{id_}">(.*?)</td>', html, re.S).group(1))
+
+    return {
+        "hour": cell("quote-hourly"),
+        "compute": cell("quote-compute"),
+        "disk": cell("quote-disk"),
+        "bandwidth": cell("quote-bandwidth"),
+        "month": month,
+        "second": second,
+        "region": region,
+    }
 
 
 def test_quote_gives_hour_second_month_and_region(tenant):
@@ -334,20 +345,25 @@ def test_quote_gives_hour_second_month_and_region(tenant):
         + Decimal(10 * BANDWIDTH_MBPS_MONTH) / 720
     )
     shown = figures(html)
-    assert shown["hour"] == format_money(hourly, "CNY", places=4) == "¥76.8333"
+    assert shown["hour"] == format_money(hourly, "CNY") == "¥76.83"  # to the fen
     assert shown["second"] == format_money(hourly / 3600, "CNY", places=4) == "¥0.0213"
-    assert shown["month"] == format_money(hourly * 720, "CNY", places=4)
-    assert shown["month"] == "¥55,320.0000"
+    assert shown["month"] == format_money(hourly * 720, "CNY") == "¥55,320.00"
     assert shown["region"] == "上海算力中心 (Center)"
-    assert shown["flavor"] == "¥38.00 × 2"
+    # Itemised per host: compute, 200 GB of cloud disk, 10 Mbps; then × 2 hosts.
+    assert shown["compute"] == "¥38.00"
+    assert shown["disk"] == format_money(Decimal(200 * DISK_GB_MONTH) / 720, "CNY") == "¥0.10"
+    assert shown["bandwidth"] == format_money(Decimal(10 * BANDWIDTH_MBPS_MONTH) / 720, "CNY")
+    assert "× 2" in html
     assert 'id="quote-problems"' not in html
 
 
 def test_quote_counts_system_disk_above_the_flavors_as_cloud_disk(tenant):
-    shown = figures(quote(tenant, system_disk_gb=172, bandwidth_mbps=0))
+    html = quote(tenant, system_disk_gb=172, bandwidth_mbps=0)
+    shown = figures(html)
 
-    # 72 GB more than the flavor's 100 GB: 72 × 35 / 720 = 3.5 fen an hour.
-    assert shown["hour"] == "¥38.0350"
+    # 72 GB more than the flavor's 100 GB: 72 × 35 / 720 = 3.5 fen an hour, half up.
+    assert shown["hour"] == "¥38.04"
+    assert shown["disk"] == "¥0.04" and "(72 GB)" in html
 
 
 def test_quote_without_a_region_lands_where_it_is_cheapest(tenant):
@@ -355,7 +371,7 @@ def test_quote_without_a_region_lands_where_it_is_cheapest(tenant):
 
     # Nanjing (province, ×0.92) beats the Suzhou edge (×1.15).
     assert shown["region"] == "江苏省节点 · 南京 (Province)"
-    assert shown["hour"] == "¥8.2800"
+    assert shown["hour"] == "¥8.28"
 
 
 def test_quote_without_a_region_skips_a_full_region(tenant):
@@ -364,7 +380,7 @@ def test_quote_without_a_region_skips_a_full_region(tenant):
     shown = figures(quote(tenant, flavor="l40s.1x", region="", bandwidth_mbps=0))
 
     assert shown["region"] == "苏州工业园边缘站 (Edge)"
-    assert shown["hour"] == "¥10.3500"
+    assert shown["hour"] == "¥10.35"
 
 
 def problems(html: str) -> list[str]:
@@ -390,7 +406,7 @@ def test_quote_names_what_the_services_refuse(tenant, field, value):
 
     html = quote(tenant, **{field: value})
 
-    assert 'id="quote-figures"' not in html
+    assert 'id="quote-figures"' in html  # the price does not depend on the name or the key
     assert problems(html) == [refusal(check, value)]
 
 
@@ -417,7 +433,9 @@ INVALID_CHOICE = "Select a valid choice. That choice is not one of the available
 def test_quote_names_the_field_with_bad_input(tenant, field, value, error):
     html = quote(tenant, **{field: value})
 
-    assert 'id="quote-figures"' not in html
+    # Priced once the fields that set the price are right; the others are named below it.
+    priced = field in ("ssh_public_key", "name")
+    assert ('id="quote-figures"' in html) is priced
     assert f"{label(InstanceOrderForm, field)}: {error}" in problems(html)
 
 

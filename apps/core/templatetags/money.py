@@ -2,7 +2,7 @@ from decimal import Decimal
 
 from django import template
 
-from apps.core.money import format_money
+from apps.core.money import SYMBOLS, format_money, to_major
 
 register = template.Library()
 
@@ -27,3 +27,17 @@ def rate(amount_minor, currency):
 def per_second(hourly_minor):
     """An hourly amount in minor units as a per-second rate (a Decimal)."""
     return Decimal(hourly_minor) / 3600 if hourly_minor is not None else None
+
+
+@register.filter
+def major(amount_minor, currency):
+    """Minor units as the plain amount a form field takes: 350000, "CNY" -> 3500.00"""
+    if amount_minor is None:
+        return ""
+    return to_major(amount_minor, currency).quantize(Decimal("0.01"))
+
+
+@register.filter
+def currency_symbol(currency):
+    """ "CNY" -> ¥"""
+    return SYMBOLS.get(currency, currency)

@@ -4,6 +4,7 @@ from django import forms
 from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
+from apps.billing.forms import to_minor
 from apps.orchestration.backends.registry import config_examples, driver_names
 from apps.orders.models import IdlePolicy
 
@@ -44,16 +45,18 @@ class PoolForm(forms.Form):
     pue = forms.DecimalField(
         label=_("PUE"), min_value=1, max_value=5, max_digits=4, decimal_places=2
     )
-    power_price_minor_per_kwh = forms.IntegerField(
-        label=_("Power price (minor units per kWh)"), min_value=0, max_value=100_000
+    # Typed in yuan (as on the power bill, ¥0.65), stored in fen.
+    power_price_per_kwh = forms.DecimalField(
+        label=_("Power price per kWh"), min_value=0, max_value=1000, max_digits=6, decimal_places=2
     )
     carbon_g_per_kwh = forms.IntegerField(
         label=_("Carbon intensity (gCO₂/kWh)"), min_value=0, max_value=5000
     )
     is_schedulable = forms.BooleanField(label=_("Schedulable"), required=False)
 
-    def __init__(self, *args, regions, html_form: str = "", **kwargs):
+    def __init__(self, *args, regions, currency: str, html_form: str = "", **kwargs):
         super().__init__(*args, **kwargs)
+        self.currency = currency
         self._regions = {region.pk: region for region in regions}
         self.fields["region"].choices = [
             (region.pk, f"{region} · {region.get_level_display()}") for region in regions
@@ -64,6 +67,14 @@ class PoolForm(forms.Form):
 
     def clean_region(self):
         return self._regions[self.cleaned_data["region"]]
+
+    def clean(self):
+        data = super().clean()
+        if data.get("power_price_per_kwh") is not None:
+            data["power_price_minor_per_kwh"] = to_minor(
+                data.pop("power_price_per_kwh"), self.currency
+            )
+        return data
 
 
 class IdlePolicyForm(forms.Form):

@@ -3,6 +3,9 @@ from datetime import timedelta
 from django import template
 from django.utils.translation import gettext as _
 
+from apps.operations import audit_labels
+from apps.orchestration.models import TaskPreference
+from apps.quotas.selectors import resource_label
 from apps.tenants.selectors import parks_operated_by
 
 register = template.Library()
@@ -28,6 +31,11 @@ SECTIONS = {
     "audit_log": "audit",
     "park_security": "policies",
     "approval_policy": "policies",
+    "scheduling_policy": "policies",  # tasks_ops
+    "decision_detail": "policies",  # tasks_ops
+    "ops_overview": "billing",  # billing
+    "ops_organization": "billing",  # billing
+    "ops_invoice": "billing",  # billing
 }
 
 
@@ -78,3 +86,33 @@ def mean_utilization(telemetry) -> float | None:
         if isinstance(reading, dict) and reading.get("util") is not None
     ]
     return round(sum(readings) / len(readings), 1) if readings else None
+
+
+@register.filter
+def audit_action(code: str) -> str:
+    """An audit action code as people read it (`task.succeeded` -> "Training task: Succeeded")."""
+    return audit_labels.action_label(code)
+
+
+@register.filter
+def audit_actor(label: str) -> str:
+    """An audit actor label as people read it (`system:scheduler` -> "System · scheduler")."""
+    return audit_labels.actor_label(label)
+
+
+@register.filter
+def object_type(label: str) -> str:
+    """A model label (`orders.instance`) as its verbose name."""
+    return audit_labels.object_type_label(label)
+
+
+@register.filter
+def preference_label(value: str) -> str:
+    """A task preference code (`balanced`) as its label; an unknown one as it is."""
+    return TaskPreference(value).label if value in TaskPreference.values else value
+
+
+@register.filter
+def quota_resource(value: str) -> str:
+    """A quota resource code (`monthly_spend`) as its label."""
+    return resource_label(value)

@@ -6,6 +6,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 
 from apps.catalog.models import Region
+from apps.core.money import to_major
 from apps.core.web import refusals
 from apps.operations.forms.filters import IdleFilterForm, NodeFilterForm
 from apps.operations.forms.infrastructure import BackendForm, IdlePolicyForm, PoolForm
@@ -97,6 +98,7 @@ def pool_list(request, park_id):
         form = PoolForm(
             request.POST,
             regions=regions,
+            currency=park.currency,
             auto_id=f"pool{pool.pk}_%s",
             html_form=f"pool-form-{pool.pk}",
         )
@@ -120,11 +122,12 @@ def pool_list(request, park_id):
                     "pool": pool.pk,
                     "region": pool.region_id,
                     "pue": pool.pue,
-                    "power_price_minor_per_kwh": pool.power_price_minor_per_kwh,
+                    "power_price_per_kwh": to_major(pool.power_price_minor_per_kwh, park.currency),
                     "carbon_g_per_kwh": pool.carbon_g_per_kwh,
                     "is_schedulable": pool.is_schedulable,
                 },
                 regions=regions,
+                currency=park.currency,
                 auto_id=f"pool{pool.pk}_%s",
                 html_form=f"pool-form-{pool.pk}",
             )

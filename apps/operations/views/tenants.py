@@ -1,4 +1,5 @@
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
@@ -10,7 +11,7 @@ from apps.operations.selectors import audit_events, lists
 from apps.operations.views._common import outcome_of, page_of, parks_of
 from apps.orders.models import INSTANCE_HOLDING_STATES
 from apps.quotas.models import QuotaLimit
-from apps.quotas.selectors import below_usage_warning, quota_rows, used_against
+from apps.quotas.selectors import below_usage_warning, quota_rows
 from apps.quotas.services import add_quota_limit, organization_usage, set_limit
 from apps.tenants import services as tenant_services
 from apps.tenants.decorators import operator_view
@@ -112,7 +113,10 @@ def organization_quotas(request, organization_id):
     the history of changes (from the audit log)."""
     organization = _organization(request, organization_id)
     limits = QuotaLimit.objects.filter(organization=organization)
-    add_form = QuotaAddForm(request.POST if request.POST.get("action") == "add" else None)
+    add_form = QuotaAddForm(
+        request.POST if request.POST.get("action") == "add" else None,
+        currency=organization.park.currency,
+    )
     status = 200
     if request.method == "POST":
         action = request.POST.get("action")
@@ -126,10 +130,13 @@ def organization_quotas(request, organization_id):
             limit = limits.filter(pk=change.cleaned_data["limit_id"]).first()
             if limit is None:
                 raise Http404
+            try:
+                value = change.stored_value(limit)
+            except ValidationError as error:
+                messages.error(request, " ".join(error.messages))
+                return redirect("operations:organization_quotas", organization_id=organization.pk)
             with outcome_of() as outcome:
-                limit = set_limit(
-                    limit=limit, operator=request.user, value=change.cleaned_data["value"]
-                )
+                limit = set_limit(limit=limit, operator=request.user, value=value)
             if outcome.refused:
                 messages.error(request, outcome.error)
             else:
@@ -152,11 +159,7 @@ def organization_quotas(request, organization_id):
                 _warn_below_usage(request, added)
                 return redirect("operations:organization_quotas", organization_id=organization.pk)
         status = 422
-    usage = organization_usage(organization)
-    rows = [
-        (limit, used_against(limit, usage))
-        for limit in limits.select_related("accelerator_model").order_by("resource", "pk")
-    ]
+    rows = quota_rows(organization)
     history, query = page_of(request, lists.quota_history(organization), per_page=20)
     context = {
         "organization": organization,

@@ -1,0 +1,120 @@
+"""How the back office names what the audit log stores as codes: actions (`task.succeeded`),
+actors (`system:scheduler`, `api-key:ab12cd`) and object types (`orders.instance`).
+
+The log keeps the codes (they are what filters and exports match on); people read the labels.
+A code without a label is shown as it is, so a new action is never hidden."""
+
+from django.apps import apps
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from apps.billing.models import InvoiceState, PaymentState
+from apps.orchestration.models import TaskState
+from apps.orders.models import InstanceState, OrderState
+from apps.tenants.models import VerificationState
+
+ACTIONS = {
+    "agent.credential_revoked": gettext_lazy("Agent credential revoked"),
+    "agent.join_token_issued": gettext_lazy("Agent join token issued"),
+    "agent.join_token_revoked": gettext_lazy("Agent join token revoked"),
+    "agent.server_enrolled": gettext_lazy("Agent server enrolled"),
+    "api_key.created": gettext_lazy("API key created"),
+    "api_key.revoked": gettext_lazy("API key revoked"),
+    "auth.login": gettext_lazy("Signed in"),
+    "auth.login_failed": gettext_lazy("Sign-in failed"),
+    "backend.error": gettext_lazy("Backend error"),
+    "backend.recovered": gettext_lazy("Backend recovered"),
+    "backend.registered": gettext_lazy("Backend registered"),
+    "billing.balance_adjusted": gettext_lazy("Balance adjusted"),
+    "billing.low_balance": gettext_lazy("Low balance warning"),
+    "billing.spend_quota": gettext_lazy("Monthly spend limit reached"),
+    "billing.terms_changed": gettext_lazy("Billing terms changed"),
+    "catalog.family_created": gettext_lazy("Flavor family created"),
+    "catalog.flavor_created": gettext_lazy("Flavor created"),
+    "catalog.flavor_on_sale": gettext_lazy("Flavor put on sale"),
+    "catalog.flavor_withdrawn": gettext_lazy("Flavor withdrawn from sale"),
+    "catalog.image_available": gettext_lazy("Image made available"),
+    "catalog.image_created": gettext_lazy("Image created"),
+    "catalog.image_withdrawn": gettext_lazy("Image withdrawn"),
+    "catalog.price_scheduled": gettext_lazy("Price set"),
+    "catalog.price_withdrawn": gettext_lazy("Scheduled price withdrawn"),
+    "instance.force_released": gettext_lazy("Instance force-released"),
+    "instance.idle_notice": gettext_lazy("Idle instance notice"),
+    "instance.idle_stopped": gettext_lazy("Idle instance stopped"),
+    "invitation.accepted": gettext_lazy("Invitation accepted"),
+    "invitation.created": gettext_lazy("Member invited"),
+    "invitation.resent": gettext_lazy("Invitation resent"),
+    "invitation.revoked": gettext_lazy("Invitation revoked"),
+    "invoice.issued": gettext_lazy("Invoice issued"),
+    "membership.removed": gettext_lazy("Member removed"),
+    "membership.role_changed": gettext_lazy("Member role changed"),
+    "node.drained": gettext_lazy("Node drained"),
+    "node.health_changed": gettext_lazy("Node health changed"),
+    "node.undrained": gettext_lazy("Node back in service"),
+    "order.submitted": gettext_lazy("Order submitted"),
+    "organization.created": gettext_lazy("Organization created"),
+    "park.approval_policy": gettext_lazy("Approval policy changed"),
+    "park.idle_policy": gettext_lazy("Idle policy changed"),
+    "park.mfa_policy": gettext_lazy("Security policy changed"),
+    "pool.updated": gettext_lazy("Pool updated"),
+    "quota.changed": gettext_lazy("Quota changed"),
+    "scheduling_policy.changed": gettext_lazy("Scheduling policy changed"),
+    "task.pending_at_backend": gettext_lazy("Task waiting at the backend"),
+    "task.submitted": gettext_lazy("Training task submitted"),
+    "webhook.created": gettext_lazy("Webhook created"),
+    "webhook.deleted": gettext_lazy("Webhook deleted"),
+    "webhook.redelivered": gettext_lazy("Webhook redelivered"),
+    "webhook.updated": gettext_lazy("Webhook updated"),
+}
+
+# State transitions are logged as "<model>.<new state>" (apps.core.transitions).
+TRANSITIONS = {
+    "order": (gettext_lazy("Order"), OrderState),
+    "instance": (gettext_lazy("Instance"), InstanceState),
+    "task": (gettext_lazy("Training task"), TaskState),
+    "organization": (gettext_lazy("Verification"), VerificationState),
+    "payment": (gettext_lazy("Payment"), PaymentState),
+    "invoice": (gettext_lazy("Invoice"), InvoiceState),
+}
+
+SYSTEM_ACTORS = {
+    "system": gettext_lazy("System"),
+    "system:billing": gettext_lazy("System · billing"),
+    "system:idle-policy": gettext_lazy("System · idle policy"),
+    "system:scheduler": gettext_lazy("System · scheduler"),
+}
+
+
+def action_label(code: str) -> str:
+    """`task.succeeded` -> "Training task: Succeeded"; an unknown code is returned as it is."""
+    if code in ACTIONS:
+        return str(ACTIONS[code])
+    subject, _dot, state = code.partition(".")
+    if subject in TRANSITIONS:
+        name, states = TRANSITIONS[subject]
+        if state in states.values:
+            return _("%(object)s: %(state)s") % {"object": name, "state": states(state).label}
+    return code
+
+
+def actor_label(label: str) -> str:
+    """A user's e-mail stays; the system, park operators acting for the park, API keys and host
+    agents get a readable name."""
+    if label in SYSTEM_ACTORS:
+        return str(SYSTEM_ACTORS[label])
+    kind, _colon, name = label.partition(":")
+    if kind == "system" and name.startswith("park-operator:"):
+        return _("Park operator %(name)s") % {"name": name.removeprefix("park-operator:")}
+    if kind == "api-key" and name:
+        return _("API key %(prefix)s…") % {"prefix": name}
+    if kind == "agent" and name:
+        return _("Host agent on %(host)s") % {"host": name}
+    return label
+
+
+def object_type_label(label: str) -> str:
+    """`orders.instance` -> the model's verbose name; an unknown label is returned as it is."""
+    try:
+        return str(apps.get_model(label)._meta.verbose_name)
+    except (LookupError, ValueError):
+        return label

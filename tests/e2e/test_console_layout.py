@@ -1,0 +1,212 @@
+"""The console's layout in Chinese, the park's default language, on a desktop (1440 px) and a
+phone (390 px): every main page of a tenant and of an operator fits the viewport's width (a wide
+table scrolls inside its own container) and no button, column header or navigation link breaks
+its label over two lines ("立即购/买").
+
+Each page is saved full length as test-artifacts/<role>-<width>-<page>.png for a person to look
+at; the live server runs the demo park (`seed_demo`) with a host, a training task and an
+adjusted price, so lists, charts and the audit log are not empty.
+"""
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from playwright.sync_api import Page, expect
+
+from apps.catalog.models import PriceKind
+from apps.catalog.services import schedule_price
+from apps.operations import demo
+from apps.orchestration.scheduling import submit_task
+from apps.orders.models import Instance
+from apps.orders.services import HostRequest, submit_create
+from apps.tenants.models import Organization, Park
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+TIMEOUT_MS = 15_000
+WIDTHS = {"desktop": (1440, 900), "phone": (390, 844)}
+SSH_KEY = (
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAOhB7/zzhC+HXDdGOdLwJln5NYwm6UNXx3chmQSVTG4 e2e@layout"
+)
+
+# What the page must not do, measured in the browser. An element may reach past the viewport's
+# edge only inside a container that scrolls sideways (a .table-responsive); a label (button,
+# column header, navigation link, badge) is on one line when no piece of its text starts below
+# the bottom of its first line.
+LAYOUT_PROBLEMS_JS = """
+() => {
+  const problems = [];
+  const width = window.innerWidth;
+  const scrolls = (el) => {
+    for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+      const overflow = getComputedStyle(p).overflowX;
+      if (overflow === "auto" || overflow === "scroll") return true;
+    }
+    return false;
+  };
+  const name = (el) => {
+    const id = el.id ? "#" + el.id : "";
+    const cls = el.classList.length ? "." + [...el.classList].slice(0, 3).join(".") : "";
+    return `${el.tagName.toLowerCase()}${id}${cls} "${(el.innerText || "").trim().slice(0, 30)}"`;
+  };
+  if (document.scrollingElement.scrollWidth > width) {
+    problems.push(`the page is ${document.scrollingElement.scrollWidth}px wide`);
+  }
+  for (const el of document.body.querySelectorAll("*")) {
+    const box = el.getBoundingClientRect();
+    if (box.width <= 1 || box.height <= 1) continue;  // nothing drawn, or visually hidden
+    if ((box.right > width + 1 || box.left < -1) && !scrolls(el)) {
+      problems.push(`${name(el)} reaches ${Math.round(box.left)}..${Math.round(box.right)}px`);
+    }
+  }
+  const labels = "button, .btn, th, .nav-link, .dropdown-item, .navbar-brand, .badge";
+  for (const el of document.querySelectorAll(labels)) {
+    if (!el.getClientRects().length || el.closest(".visually-hidden")) continue;
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    const pieces = [...range.getClientRects()].filter((r) => r.width > 1 && r.height > 1);
+    if (!pieces.length) continue;
+    const first = pieces.reduce((a, b) => (b.top < a.top ? b : a));
+    if (pieces.some((r) => r.top >= first.bottom - 1)) problems.push(`${name(el)} wraps`);
+  }
+  return problems.slice(0, 20);
+}
+"""
+
+
+@pytest.fixture
+def park_at_work(settings):
+    """The demo park with the enterprise's host and training task, and a price an operator
+    changed (so the audit log shows money)."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    call_command("seed_demo", stdout=io.StringIO())
+    park = Park.objects.get(slug=demo.PARK["slug"])
+    enterprise = Organization.objects.get(slug=demo.ENTERPRISE["slug"])
+    owner = enterprise.memberships.get(role="owner").user
+    image = park.images.get(code="ubuntu2204-cuda124")
+    (order,) = submit_create(
+        organization=enterprise,
+        actor=owner,
+        request=HostRequest(
+            flavor=park.flavor_families.get(code="a100").flavors.get(accelerator_count=1),
+            image=image,
+            region=park.regions.get(code="sh-center"),
+            system_disk_gb=100,
+            data_disk_gb=200,
+            ssh_public_key=SSH_KEY,
+            name="llm-finetune-a100-primary",
+        ),
+    )
+    submit_task(
+        organization=enterprise,
+        actor=owner,
+        data={"image": image, "command": "python train.py --epochs 3", "name": "qwen-sft"},
+    )
+    schedule_price(
+        region=park.regions.get(code="sh-center"),
+        operator=park.operators.get(user__email=demo.OPERATOR["email"]).user,
+        kind=PriceKind.DISK_GB_MONTH,
+        amount_minor=40,
+    )
+    return park, Instance.objects.get(pk=order.instance_id)
+
+
+def tenant_pages(park, instance) -> dict[str, str]:
+    return {
+        "home": "/",
+        "catalog": "/catalog/",
+        "catalog-table": "/catalog/?view=table",
+        "order-form": "/instances/new/?flavor=a100.1x",
+        "instances": "/instances/",
+        "instance": f"/instances/{instance.pk}/",
+        "tasks": "/tasks/",
+        "task-form": "/tasks/new/",
+        "billing": "/billing/",
+    }
+
+
+def operator_pages(park, instance) -> dict[str, str]:
+    return {
+        "ops-home": "/ops/",
+        "pools": f"/ops/parks/{park.pk}/pools/",
+        "nodes": f"/ops/parks/{park.pk}/nodes/",
+        "tenants": "/ops/organizations/",
+        "verification": "/ops/verifications/",
+        "audit-log": "/ops/audit/",
+        "scheduling-policy": f"/ops/tasks/policy/{park.pk}/",
+        "billing": "/ops/billing/",
+    }
+
+
+def log_in(page: Page, base_url: str, account: dict) -> None:
+    page.goto(f"{base_url}/accounts/login/")
+    page.fill('input[name="login"]', account["email"])
+    page.fill('input[name="password"]', account["password"])
+    page.locator('form:has(input[name="login"]) button[type="submit"]').click()
+    page.wait_for_url(lambda url: "/accounts/login/" not in url)
+
+
+def check_pages(page: Page, base_url: str, role: str, pages: dict[str, str]) -> dict:
+    """Visit every page at both widths; {"<role>-<width>-<page>": [problems]} for the bad ones."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    found = {}
+    for width, height in WIDTHS.values():
+        page.set_viewport_size({"width": width, "height": height})
+        for name, path in pages.items():
+            page.goto(base_url + path)
+            page.wait_for_load_state("networkidle")  # HTMX fragments (the live quote) are in
+            expect(page.locator("html")).to_have_attribute("lang", "zh-hans")
+            page.screenshot(path=str(ARTIFACTS / f"{role}-{width}-{name}.png"), full_page=True)
+            problems = page.evaluate(LAYOUT_PROBLEMS_JS)
+            if problems:
+                found[f"{role}-{width}-{name}"] = problems
+        if width < 992:  # the collapsed main navigation, opened
+            page.goto(base_url + next(iter(pages.values())))
+            page.locator(".navbar-toggler").click()
+            expect(page.locator("#main-nav")).to_have_class(re.compile(r"\bshow\b"))
+            page.wait_for_timeout(400)  # the collapse animation
+            page.screenshot(path=str(ARTIFACTS / f"{role}-{width}-navigation.png"), full_page=True)
+            problems = page.evaluate(LAYOUT_PROBLEMS_JS)
+            if problems:
+                found[f"{role}-{width}-navigation"] = problems
+    return found
+
+
+def chinese_browser(browser, base_url: str) -> Page:
+    context = browser.new_context(locale="zh-CN", extra_http_headers={"Accept-Language": "zh-CN"})
+    context.add_cookies([{"name": "django_language", "value": "zh-hans", "url": base_url}])
+    context.set_default_timeout(TIMEOUT_MS)
+    return context.new_page()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_tenant_console_fits_desktop_and_phone(browser, live_server, park_at_work):
+    park, instance = park_at_work
+    page = chinese_browser(browser, live_server.url)
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    log_in(page, live_server.url, demo.OWNER)
+    assert page.url.rstrip("/") == live_server.url  # a tenant lands on the console home
+    expect(page.locator("#home-hosts")).to_contain_text("1")
+
+    found = check_pages(page, live_server.url, "tenant", tenant_pages(park, instance))
+
+    assert found == {}
+    assert errors == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operator_console_fits_desktop_and_phone(browser, live_server, park_at_work):
+    park, instance = park_at_work
+    page = chinese_browser(browser, live_server.url)
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    log_in(page, live_server.url, demo.OPERATOR)
+    page.wait_for_url(re.compile(r"/ops/$"))
+
+    found = check_pages(page, live_server.url, "operator", operator_pages(park, instance))
+
+    assert found == {}
+    assert errors == []
