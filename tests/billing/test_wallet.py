@@ -575,3 +575,17 @@ def test_only_operators_of_the_park_adjust(world, owner):
             organization=world.organization, operator=owner, amount_minor=100, reason="x"
         )
     assert not LedgerEntry.objects.exists()
+
+
+def test_a_new_organization_is_asked_to_top_up_not_told_hosts_were_stopped(
+    organization, owner, english_client
+):
+    services.wallet_of(organization)
+    Wallet.objects.filter(organization=organization).update(balance_minor=0)  # nothing ever ran
+    english_client.force_login(owner)
+
+    html = english_client.get(reverse("billing:overview")).content.decode()
+
+    assert 'id="low-balance"' in html
+    assert "top up the wallet to order hosts and run tasks" in html
+    assert "running hosts are stopped" not in html

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 
 from apps.core.errors import PermissionDenied
 from apps.core.models import AuditEvent
-from apps.orchestration.models import Placement, SchedulingPolicy, Task, TaskState
+from apps.orchestration.models import Node, Placement, Pool, SchedulingPolicy, Task, TaskState
 from apps.orchestration.scheduling import set_scheduling_policy
 from tests.factories import ParkFactory, ParkOperatorFactory, UserFactory
 from tests.orchestration.test_scheduling import hold_cards, verified_org
@@ -478,3 +478,49 @@ def test_a_decision_is_404_to_anyone_but_its_parks_operators(client, task_world,
     client.force_login(user)
 
     assert client.get(f"/ops/tasks/decisions/{decided['a'].pk}/").status_code == 404
+
+
+def test_a_placed_task_gives_the_reason_in_plain_words_and_the_figures_to_operators(
+    client, task_world, member_of
+):
+    user = member_of(task_world.organization, "member")
+    ParkOperatorFactory(park=task_world.park, user=user)
+    task = task_world.submit()
+    task_world.schedule()
+    client.force_login(user)
+
+    html = client.get(f"/tasks/{task.pk}/", **ENGLISH).content.decode()
+
+    placement = Placement.objects.get(task=task)
+    assert "East: the only place with free cards for it." in html  # one node in the world
+    assert 'id="placement-details"' in html
+    assert placement.describe().replace("'", "&#x27;") in html
+
+
+def test_a_task_blocked_by_drained_hosts_says_so(tenant, task_world):
+    Node.objects.update(is_drained=True)
+    task = task_world.submit(accelerator_model=task_world.h100)
+    task_world.schedule()
+
+    html = tenant.get(f"/tasks/{task.pk}/", **ENGLISH).content.decode()
+
+    assert Task.objects.get(pk=task.pk).state == TaskState.QUEUED
+    assert 'id="task-blocked"' in html
+    assert f"Every {task_world.h100} host it may run on is drained or down" in html
+
+
+def test_a_task_no_pool_can_take_says_so_and_a_waiting_one_does_not(tenant, task_world):
+    nowhere = task_world.submit(accelerator_model=task_world.h100)
+    # Its model's only pool is taken out of scheduling after it was queued.
+    Pool.objects.filter(accelerator_model=task_world.h100).update(is_schedulable=False)
+    task_world.pool("west-a10", region=task_world.west, model=task_world.a10, price=500)
+    task_world.node("a1", pool="west-a10")
+    hold_cards(task_world.nodes["a1"], 8)
+    waiting = task_world.submit(accelerator_model=task_world.a10)  # a full node: it waits
+    task_world.schedule()
+
+    blocked = tenant.get(f"/tasks/{nowhere.pk}/", **ENGLISH).content.decode()
+    queued = tenant.get(f"/tasks/{waiting.pk}/", **ENGLISH).content.decode()
+
+    assert f"No pool of the park offers {task_world.h100} hosts in the regions" in blocked
+    assert 'id="task-blocked"' not in queued

@@ -15,17 +15,21 @@ import io
 import re
 import struct
 import uuid
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
-from django.utils import translation
+from django.utils import timezone, translation
 
+from apps.billing.models import Meter
+from apps.billing.selectors import instance_cost
 from apps.catalog.models import Flavor
 from apps.core.money import format_money
 from apps.operations import demo
 from apps.orchestration.models import Accelerator, Backend, Node
+from apps.orchestration.services import drain_node
 from apps.orders.forms import InstanceOrderForm
 from apps.orders.models import (
     ApprovalPolicy,
@@ -35,10 +39,17 @@ from apps.orders.models import (
     OrderKind,
     OrderState,
 )
+from apps.orders.services import fail_instance
 from apps.orders.validation import validate_hostname, validate_ssh_public_key
 from apps.quotas.models import QuotaResource
 from apps.tenants.models import Membership, Organization, Park, Role, VerificationState
-from tests.factories import InstanceFactory, MembershipFactory, OrderFactory, UserFactory
+from tests.factories import (
+    InstanceFactory,
+    MembershipFactory,
+    OrderFactory,
+    OrganizationFactory,
+    UserFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -1183,3 +1194,97 @@ def test_another_parks_policy_is_404(ops, park):
 
 def test_tenants_may_not_see_the_policy(tenant, demo_park):
     assert tenant.get(f"/ops/parks/{demo_park.pk}/approval-policy/").status_code == 403
+
+
+# --- The instance page: what it costs, resizing, failures, drained hosts ---------------------
+
+
+def test_instance_page_shows_uptime_cost_so_far_and_the_locked_price(tenant, running):
+    instance = running()
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    Meter.objects.filter(instance=instance).update(started_at=an_hour_ago)
+
+    html = html_of(tenant.get(f"/instances/{instance.pk}/"))
+
+    cost = instance_cost(instance)
+    # An hour of h200.1x (¥38.00) and 10 Mbps (10 × ¥23 / 720 h), none of it metered yet.
+    assert cost.so_far_minor == 3800 + round(Decimal(10 * BANDWIDTH_MBPS_MONTH) / 720)
+    assert format_money(cost.so_far_minor, "CNY") in text_of(
+        re.search(r'id="instance-cost">(.*?)</dd>', html, re.S).group(1)
+    )
+    assert "1\xa0hour" in re.search(r'id="instance-uptime">(.*?)</dd>', html, re.S).group(1)
+    assert "¥38.00 per hour while running" in html
+    assert "Bandwidth ¥23.00 per Mbps a month" in html
+
+
+def test_a_stopped_host_is_not_running_and_costs_its_disk_alone(tenant, running, act):
+    instance = running(data_disk_gb=200, bandwidth_mbps=0)
+
+    html = html_of(act(instance, "stop"))
+
+    assert "Not running" in re.search(r'id="instance-uptime">(.*?)</dd>', html, re.S).group(1)
+    assert instance_cost(instance).hourly_minor == round(Decimal(200 * DISK_GB_MONTH) / 720)
+
+
+def test_the_simulator_badge_is_for_the_parks_operators(client, running, demo_org, demo_operator):
+    instance = running()
+    assert "badge-simulated" not in html_of(client.get(f"/instances/{instance.pk}/"))
+
+    MembershipFactory(organization=demo_org, user=demo_operator, role=Role.MEMBER)
+    client.force_login(demo_operator)
+    html = html_of(client.get(f"/instances/{instance.pk}/"))
+    assert "badge-simulated" in html
+
+
+def test_resize_offers_the_family_alone_with_each_price_change(tenant, running):
+    instance = running()
+
+    html = html_of(tenant.get(f"/instances/{instance.pk}/"))
+
+    assert select_options(html, "flavor") == ["h200.2x", "h200.4x", "h200.8x"]
+    assert "h200.2x · 2 × H200 SXM · ¥76.00/h (+¥38.00)" in html
+    assert "The host restarts to take the new size" in html
+
+
+def test_a_failed_create_says_nothing_was_charged_and_offers_to_order_again(tenant, demo_org):
+    instance = provisioning_instance(demo_org)
+    Instance.objects.filter(pk=instance.pk).update(ssh_public_key=SSH_KEY, data_disk_gb=300)
+    fail_instance(instance_id=instance.pk, message="no free H200 on the backend")
+    instance.refresh_from_db()
+
+    html = html_of(tenant.get(f"/instances/{instance.pk}/"))
+
+    assert "This host could not be created." in html
+    assert "Charged for it: ¥0.00." in html
+    assert "no free H200 on the backend" in html
+    assert f'href="/instances/new/?again={instance.pk}"' in html
+    form = html_of(tenant.get(f"/instances/new/?again={instance.pk}"))
+    assert f'value="{instance.name}"' in form
+    assert SSH_KEY.split()[1] in form
+    assert re.search(r'name="data_disk_gb" value="300"', form)
+
+
+def test_ordering_again_ignores_another_organizations_host(tenant, demo_park):
+    other = OrganizationFactory(park=demo_park)
+    theirs = provisioning_instance(other)
+    Instance.objects.filter(pk=theirs.pk).update(name="their-secret-host")
+
+    form = html_of(tenant.get(f"/instances/new/?again={theirs.pk}"))
+
+    assert "their-secret-host" not in form
+
+
+def test_draining_a_node_mails_the_owners_of_its_hosts(
+    running, demo_operator, demo_owner, mailoutbox, django_capture_on_commit_callbacks
+):
+    instance = running()
+    mailoutbox.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        drain_node(node=instance.node, operator=demo_operator, reason="fan replacement")
+
+    (mail,) = mailoutbox
+    assert mail.to == [demo_owner.email]
+    assert instance.name in mail.subject
+    assert "fan replacement" in mail.body and instance.node.hostname in mail.body
+    assert Instance.objects.get(pk=instance.pk).state == InstanceState.RUNNING
