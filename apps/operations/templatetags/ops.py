@@ -10,7 +10,8 @@ from apps.tenants.selectors import parks_operated_by
 
 register = template.Library()
 
-# url name -> the section of the sub-navigation it belongs to
+# url name (of the operations, agents_ops, tasks_ops and billing namespaces) -> the section of
+# the sub-navigation it belongs to
 SECTIONS = {
     "overview": "overview",
     "organization_list": "tenants",
@@ -26,16 +27,16 @@ SECTIONS = {
     "backend_list": "infrastructure",
     "pool_list": "infrastructure",
     "node_list": "infrastructure",
-    "server_list": "infrastructure",  # agents_ops
-    "token_list": "infrastructure",  # agents_ops
+    "server_list": "infrastructure",
+    "token_list": "infrastructure",
     "audit_log": "audit",
     "park_security": "policies",
     "approval_policy": "policies",
-    "scheduling_policy": "policies",  # tasks_ops
-    "decision_detail": "policies",  # tasks_ops
-    "ops_overview": "billing",  # billing
-    "ops_organization": "billing",  # billing
-    "ops_invoice": "billing",  # billing
+    "scheduling_policy": "policies",
+    "decision_detail": "policies",
+    "ops_overview": "billing",
+    "ops_organization": "billing",
+    "ops_invoice": "billing",
 }
 
 
