@@ -301,6 +301,12 @@ STRIPE_PUBLISHABLE_KEY = env.str("STRIPE_PUBLISHABLE_KEY", default="")
 STRIPE_WEBHOOK_SECRET = env.str("STRIPE_WEBHOOK_SECRET", default="")
 STRIPE_API_BASE = env.str("STRIPE_API_BASE", default="")
 STRIPE_ENABLED = bool(STRIPE_SECRET_KEY)
+# Where tenants send bank transfers (对公转账) to top up; the demo's is made up.
+LOAM_BANK_TRANSFER_ACCOUNT = {
+    "payee": env.str("LOAM_BANK_PAYEE", default="示范区域算力服务有限公司"),
+    "bank": env.str("LOAM_BANK_NAME", default="示范银行上海分行营业部"),
+    "account": env.str("LOAM_BANK_ACCOUNT", default="3100 0000 0000 0000 0000"),
+}
 if STRIPE_ENABLED and not (STRIPE_PUBLISHABLE_KEY and STRIPE_WEBHOOK_SECRET):
     raise ImproperlyConfigured(
         "STRIPE_SECRET_KEY is set, so STRIPE_PUBLISHABLE_KEY and STRIPE_WEBHOOK_SECRET "

@@ -3,7 +3,7 @@ from decimal import Decimal
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from apps.billing.models import BillingMode
+from apps.billing.models import BillingMode, VatInvoiceKind
 from apps.core.money import MINOR_PER_MAJOR
 
 
@@ -46,3 +46,63 @@ class AdjustmentForm(forms.Form):
         label=_("Amount (negative to debit)"), max_digits=14, decimal_places=2
     )
     reason = forms.CharField(label=_("Reason"), max_length=200)
+
+
+class BankTransferForm(forms.Form):
+    amount = forms.DecimalField(
+        label=_("Amount you will transfer"),
+        min_value=Decimal("0.01"),
+        max_digits=12,
+        decimal_places=2,
+        help_text=_("In yuan, as in the transfer."),
+    )
+
+
+class ReceivedForm(forms.Form):
+    received = forms.DecimalField(
+        label=_("Amount received"), min_value=Decimal("0.01"), max_digits=12, decimal_places=2
+    )
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(label=_("Reason"), max_length=200)
+
+
+class VatInvoiceForm(forms.Form):
+    kind = forms.ChoiceField(
+        label=_("Invoice type"),
+        choices=VatInvoiceKind.choices,
+        initial=VatInvoiceKind.GENERAL,
+        widget=forms.RadioSelect,
+    )
+    amount = forms.DecimalField(
+        label=_("Amount"), min_value=Decimal("0.01"), max_digits=12, decimal_places=2
+    )
+    title = forms.CharField(
+        label=_("Invoice title"),
+        max_length=200,
+        help_text=_("The company's registered name (发票抬头)."),
+    )
+    taxpayer_id = forms.CharField(
+        label=_("Taxpayer ID"),
+        max_length=18,
+        min_length=18,
+        help_text=_("The 18-character unified social credit code."),
+    )
+    address_phone = forms.CharField(
+        label=_("Registered address and phone"),
+        max_length=200,
+        required=False,
+        help_text=_("Required for a special VAT invoice."),
+    )
+    bank_account = forms.CharField(
+        label=_("Bank and account"),
+        max_length=200,
+        required=False,
+        help_text=_("Required for a special VAT invoice."),
+    )
+    email = forms.EmailField(label=_("Email to receive it"))
+
+
+class InvoiceNumberForm(forms.Form):
+    number = forms.CharField(label=_("Invoice number"), max_length=40)

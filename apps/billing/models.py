@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
@@ -534,3 +535,155 @@ class InvoiceLine(models.Model):
     @property
     def compute_unit_hours(self) -> float:
         return self.compute_unit_milliseconds / 1000 / 3600
+
+
+# --- Bank transfers (对公转账) and VAT invoice requests (发票) --------------------------------
+
+
+class BankTransferState(models.TextChoices):
+    AWAITING = "awaiting", _("Awaiting the transfer")
+    CREDITED = "credited", _("Credited")
+    REJECTED = "rejected", _("Rejected")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+class BankTransfer(models.Model):
+    """A top-up paid by bank transfer: the tenant announces it with the reference code that the
+    transfer's remark (附言) carries; an operator who sees it arrive credits what was received."""
+
+    organization = models.ForeignKey(
+        Organization,
+        on_delete=models.PROTECT,
+        related_name="bank_transfers",
+        verbose_name=_("organization"),
+    )
+    amount_minor = models.BigIntegerField(_("amount announced (minor units)"))
+    received_minor = models.BigIntegerField(
+        _("amount received (minor units)"), null=True, blank=True
+    )
+    currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
+    reference = models.CharField(_("reference code"), max_length=16, unique=True)
+    state = models.CharField(
+        _("state"),
+        max_length=16,
+        choices=BankTransferState.choices,
+        default=BankTransferState.AWAITING,
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="+",
+        verbose_name=_("requested by"),
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("decided by"),
+    )
+    note = models.CharField(_("note"), max_length=200, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("bank transfer")
+        verbose_name_plural = _("bank transfers")
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(amount_minor__gt=0), name="bank_transfer_amount_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(received_minor__isnull=True) | Q(received_minor__gt=0),
+                name="bank_transfer_received_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=BankTransferState.values), name="bank_transfer_state_known"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.reference} {format_money(self.amount_minor, self.currency)}"
+
+
+class VatInvoiceKind(models.TextChoices):
+    GENERAL = "general", _("General VAT invoice")
+    SPECIAL = "special", _("Special VAT invoice")
+
+
+class VatInvoiceState(models.TextChoices):
+    REQUESTED = "requested", _("Requested")
+    ISSUED = "issued", _("Issued")
+    REJECTED = "rejected", _("Rejected")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+# What counts against the amount an organization may still have invoiced.
+VAT_INVOICE_HOLDING_STATES = (VatInvoiceState.REQUESTED, VatInvoiceState.ISSUED)
+
+
+class VatInvoiceRequest(models.Model):
+    """A tenant's request for a VAT invoice (发票) over money it paid in; the park's finance team
+    issues it outside the portal and records its number here."""
+
+    organization = models.ForeignKey(
+        Organization,
+        on_delete=models.PROTECT,
+        related_name="vat_invoice_requests",
+        verbose_name=_("organization"),
+    )
+    kind = models.CharField(_("invoice type"), max_length=16, choices=VatInvoiceKind.choices)
+    amount_minor = models.BigIntegerField(_("amount (minor units)"))
+    currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
+    title = models.CharField(_("invoice title"), max_length=200)
+    taxpayer_id = models.CharField(_("taxpayer ID"), max_length=18)
+    address_phone = models.CharField(_("registered address and phone"), max_length=200, blank=True)
+    bank_account = models.CharField(_("bank and account"), max_length=200, blank=True)
+    email = models.EmailField(_("email to receive it"))
+    state = models.CharField(
+        _("state"),
+        max_length=16,
+        choices=VatInvoiceState.choices,
+        default=VatInvoiceState.REQUESTED,
+    )
+    number = models.CharField(_("invoice number"), max_length=40, blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="+",
+        verbose_name=_("requested by"),
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("decided by"),
+    )
+    note = models.CharField(_("note"), max_length=200, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("VAT invoice request")
+        verbose_name_plural = _("VAT invoice requests")
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(amount_minor__gt=0), name="vat_invoice_amount_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=VatInvoiceKind.values), name="vat_invoice_kind_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=VatInvoiceState.values), name="vat_invoice_state_known"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.title} {format_money(self.amount_minor, self.currency)}"

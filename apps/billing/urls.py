@@ -5,7 +5,7 @@ used to live under /billing/ops/; those paths answer a permanent redirect to the
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from apps.billing import views
+from apps.billing import transfer_views, views
 
 app_name = "billing"
 
@@ -14,6 +14,8 @@ tenant_patterns = [
     path("top-up/", views.top_up, name="top_up"),
     path("invoices/<int:invoice_id>/", views.invoice_detail, name="invoice_detail"),
     path("stripe/webhook/", views.stripe_webhook, name="stripe_webhook"),
+    path("bank-transfers/", transfer_views.bank_transfers, name="bank_transfers"),
+    path("vat-invoices/", transfer_views.vat_invoices, name="vat_invoices"),
 ]
 
 operator_patterns = [
@@ -24,6 +26,7 @@ operator_patterns = [
         name="ops_organization",
     ),
     path("invoices/<int:invoice_id>/", views.operator_invoice, name="ops_invoice"),
+    path("receivables/", transfer_views.receivables, name="ops_receivables"),
 ]
 
 

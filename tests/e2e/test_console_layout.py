@@ -16,6 +16,11 @@ import pytest
 from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
+from apps.billing.transfers import (
+    announce_bank_transfer,
+    credit_bank_transfer,
+    request_vat_invoice,
+)
 from apps.catalog.models import PriceKind
 from apps.catalog.services import schedule_price
 from apps.operations import demo
@@ -34,7 +39,7 @@ SSH_KEY = (
 # What the page must not do, measured in the browser. An element may reach past the viewport's
 # edge only inside a container that scrolls sideways (a .table-responsive); a label (button,
 # column header, navigation link, badge) is on one line when no piece of its text starts below
-# the bottom of its first line.
+# the bottom of its first line, and none is wider than its box (cut off).
 LAYOUT_PROBLEMS_JS = """
 () => {
   const problems = [];
@@ -70,6 +75,7 @@ LAYOUT_PROBLEMS_JS = """
     if (!pieces.length) continue;
     const first = pieces.reduce((a, b) => (b.top < a.top ? b : a));
     if (pieces.some((r) => r.top >= first.bottom - 1)) problems.push(`${name(el)} wraps`);
+    if (el.scrollWidth > el.clientWidth + 1) problems.push(`${name(el)} is cut off`);
   }
   return problems.slice(0, 20);
 }
@@ -110,6 +116,23 @@ def park_at_work(settings):
         kind=PriceKind.DISK_GB_MONTH,
         amount_minor=40,
     )
+    operator = park.operators.get(user__email=demo.OPERATOR["email"]).user
+    paid, _awaiting = (
+        announce_bank_transfer(organization=enterprise, actor=owner, amount_minor=500_000)
+        for _ in range(2)
+    )
+    credit_bank_transfer(transfer_id=paid.pk, operator=operator, received_minor=500_000)
+    request_vat_invoice(
+        organization=enterprise,
+        actor=owner,
+        kind="special",
+        amount_minor=200_000,
+        title=enterprise.name,
+        taxpayer_id="91310000MA1FL3X63J",
+        email=owner.email,
+        address_phone="上海市浦东新区张江路 1 号 021-55550000",
+        bank_account="示范银行张江支行 6222 0000 0000 0000",
+    )
     return park, Instance.objects.get(pk=order.instance_id)
 
 
@@ -124,6 +147,8 @@ def tenant_pages(park, instance) -> dict[str, str]:
         "tasks": "/tasks/",
         "task-form": "/tasks/new/",
         "billing": "/billing/",
+        "bank-transfers": "/billing/bank-transfers/",
+        "vat-invoices": "/billing/vat-invoices/",
     }
 
 
@@ -137,6 +162,7 @@ def operator_pages(park, instance) -> dict[str, str]:
         "audit-log": "/ops/audit/",
         "scheduling-policy": f"/ops/tasks/policy/{park.pk}/",
         "billing": "/ops/billing/",
+        "receivables": "/ops/billing/receivables/",
     }
 
 

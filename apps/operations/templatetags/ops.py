@@ -37,6 +37,7 @@ SECTIONS = {
     "ops_overview": "billing",
     "ops_organization": "billing",
     "ops_invoice": "billing",
+    "ops_receivables": "receivables",
 }
 
 

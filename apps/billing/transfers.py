@@ -1,0 +1,306 @@
+"""Paying the way Chinese enterprises pay: top-ups by bank transfer (对公转账) and VAT invoices
+(发票) over what was paid in.
+
+A bank transfer is announced by the tenant with a reference code for the transfer's remark
+(附言); the wallet is credited only when one of the park's operators sees the money arrive and
+confirms it, under the transfer's and the wallet's row locks, so a transfer credits once. VAT
+invoices are issued outside the portal by the park's finance team; the portal takes the
+request, checks it against what the organization paid in, and records the number.
+"""
+
+import re
+import secrets
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from apps.billing.models import (
+    VAT_INVOICE_HOLDING_STATES,
+    BankTransfer,
+    BankTransferState,
+    EntryKind,
+    Payment,
+    PaymentState,
+    VatInvoiceKind,
+    VatInvoiceRequest,
+    VatInvoiceState,
+)
+from apps.billing.services import credit, locked_wallet, wallet_of
+from apps.core.audit import record_event
+from apps.core.errors import DomainError
+from apps.core.money import MINOR_PER_MAJOR, format_money
+from apps.tenants.access import authorize, require_operator
+from apps.tenants.roles import Action
+
+# Typed by hand into a bank's remark field: no 0/O or 1/I to confuse.
+REFERENCE_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"
+REFERENCE_PREFIX, REFERENCE_LENGTH = "LM", 8
+MIN_TRANSFER_MAJOR, MAX_TRANSFER_MAJOR = 100, 100_000_000
+# The unified social credit code (统一社会信用代码): 18 characters, digits and capitals.
+TAXPAYER_ID = re.compile(r"[0-9A-HJ-NPQRTUWXY]{2}\d{6}[0-9A-HJ-NPQRTUWXY]{10}")
+
+
+class AlreadyDecided(DomainError):
+    code = "already_decided"
+    status = 409
+
+
+def new_reference() -> str:
+    return REFERENCE_PREFIX + "".join(
+        secrets.choice(REFERENCE_ALPHABET) for _ in range(REFERENCE_LENGTH)
+    )
+
+
+# --- Bank transfers --------------------------------------------------------------------------
+
+
+@transaction.atomic
+def announce_bank_transfer(*, organization, actor, amount_minor: int) -> BankTransfer:
+    """The tenant says it will transfer `amount_minor`: a transfer awaiting the money, with the
+    reference code its remark must carry."""
+    authorize(actor, organization, Action.MANAGE_BILLING)
+    wallet = wallet_of(organization)
+    per_major = MINOR_PER_MAJOR[wallet.currency]
+    low, high = MIN_TRANSFER_MAJOR * per_major, MAX_TRANSFER_MAJOR * per_major
+    if not low <= amount_minor <= high:
+        raise ValidationError(
+            {
+                "amount": _("Transfer between %(low)s and %(high)s.")
+                % {
+                    "low": format_money(low, wallet.currency),
+                    "high": format_money(high, wallet.currency),
+                }
+            }
+        )
+    reference = new_reference()
+    while BankTransfer.objects.filter(reference=reference).exists():
+        reference = new_reference()
+    transfer = BankTransfer.objects.create(
+        organization=organization,
+        amount_minor=amount_minor,
+        currency=wallet.currency,
+        reference=reference,
+        requested_by=actor,
+    )
+    record_event(
+        action="bank_transfer.announced",
+        actor=actor,
+        target=transfer,
+        organization=organization,
+        data={"reference": reference, "amount_minor": amount_minor},
+    )
+    return transfer
+
+
+def _locked_transfer(transfer_id: int, **filters) -> BankTransfer:
+    return (
+        BankTransfer.objects.select_for_update(of=("self",))
+        .select_related("organization__park")
+        .get(pk=transfer_id, **filters)
+    )
+
+
+def _still_awaiting(transfer: BankTransfer) -> None:
+    if transfer.state != BankTransferState.AWAITING:
+        raise AlreadyDecided(
+            _("Transfer %(reference)s is already %(state)s.")
+            % {"reference": transfer.reference, "state": transfer.get_state_display().lower()}
+        )
+
+
+@transaction.atomic
+def cancel_bank_transfer(*, transfer_id: int, organization, actor) -> BankTransfer:
+    """The tenant will not transfer after all (while nothing was credited)."""
+    authorize(actor, organization, Action.MANAGE_BILLING)
+    transfer = _locked_transfer(transfer_id, organization=organization)
+    _still_awaiting(transfer)
+    transfer.state, transfer.decided_at = BankTransferState.CANCELLED, timezone.now()
+    transfer.save(update_fields=["state", "decided_at"])
+    record_event(action="bank_transfer.cancelled", actor=actor, target=transfer)
+    return transfer
+
+
+@transaction.atomic
+def credit_bank_transfer(*, transfer_id: int, operator, received_minor: int) -> BankTransfer:
+    """The money arrived: credit the wallet with what was received, once."""
+    transfer = _locked_transfer(transfer_id)
+    require_operator(operator, transfer.organization.park)
+    _still_awaiting(transfer)
+    if received_minor <= 0:
+        raise ValidationError({"received": _("Enter the amount received, above zero.")})
+    wallet = locked_wallet(transfer.organization_id)
+    credit(
+        wallet,
+        amount_minor=received_minor,
+        kind=EntryKind.TOP_UP,
+        description=_("Bank transfer %(reference)s") % {"reference": transfer.reference},
+    )
+    transfer.state, transfer.received_minor = BankTransferState.CREDITED, received_minor
+    transfer.decided_by, transfer.decided_at = operator, timezone.now()
+    transfer.save(update_fields=["state", "received_minor", "decided_by", "decided_at"])
+    record_event(
+        action="bank_transfer.credited",
+        actor=operator,
+        target=transfer,
+        data={"reference": transfer.reference, "received_minor": received_minor},
+    )
+    return transfer
+
+
+@transaction.atomic
+def reject_bank_transfer(*, transfer_id: int, operator, reason: str) -> BankTransfer:
+    """No such money arrived (or it cannot be matched): nothing is credited."""
+    transfer = _locked_transfer(transfer_id)
+    require_operator(operator, transfer.organization.park)
+    _still_awaiting(transfer)
+    if not reason.strip():
+        raise ValidationError({"reason": _("Say why the transfer is rejected.")})
+    transfer.state, transfer.note = BankTransferState.REJECTED, reason.strip()[:200]
+    transfer.decided_by, transfer.decided_at = operator, timezone.now()
+    transfer.save(update_fields=["state", "note", "decided_by", "decided_at"])
+    record_event(
+        action="bank_transfer.rejected",
+        actor=operator,
+        target=transfer,
+        data={"reference": transfer.reference, "reason": transfer.note},
+    )
+    return transfer
+
+
+# --- VAT invoices ----------------------------------------------------------------------------
+
+
+def paid_in_minor(organization) -> int:
+    """What the organization paid in: Stripe top-ups that succeeded and bank transfers credited."""
+    online = Payment.objects.filter(
+        wallet__organization=organization, state=PaymentState.SUCCEEDED
+    ).aggregate(total=Sum("amount_minor"))["total"]
+    transfers = BankTransfer.objects.filter(
+        organization=organization, state=BankTransferState.CREDITED
+    ).aggregate(total=Sum("received_minor"))["total"]
+    return (online or 0) + (transfers or 0)
+
+
+def invoiceable_minor(organization) -> int:
+    """What may still be invoiced: paid in, less what is requested or issued already."""
+    invoiced = VatInvoiceRequest.objects.filter(
+        organization=organization, state__in=VAT_INVOICE_HOLDING_STATES
+    ).aggregate(total=Sum("amount_minor"))["total"]
+    return max(0, paid_in_minor(organization) - (invoiced or 0))
+
+
+@transaction.atomic
+def request_vat_invoice(
+    *,
+    organization,
+    actor,
+    kind: str,
+    amount_minor: int,
+    title: str,
+    taxpayer_id: str,
+    email: str,
+    address_phone: str = "",
+    bank_account: str = "",
+) -> VatInvoiceRequest:
+    """A request for a VAT invoice over money paid in; a special invoice (专票) also needs the
+    company's registered address and phone and its bank account."""
+    authorize(actor, organization, Action.MANAGE_BILLING)
+    wallet = locked_wallet(organization.pk)  # one request at a time counts what is left
+    errors = {}
+    taxpayer_id = taxpayer_id.strip().upper()
+    if not TAXPAYER_ID.fullmatch(taxpayer_id):
+        errors["taxpayer_id"] = _(
+            "Enter the 18-character unified social credit code (digits and capital letters)."
+        )
+    if not title.strip():
+        errors["title"] = _("Enter the invoice title: the company's registered name.")
+    if kind == VatInvoiceKind.SPECIAL:
+        if not address_phone.strip():
+            errors["address_phone"] = _("A special VAT invoice needs the registered address.")
+        if not bank_account.strip():
+            errors["bank_account"] = _("A special VAT invoice needs the bank and account.")
+    left = invoiceable_minor(organization)
+    if amount_minor <= 0 or amount_minor > left:
+        errors["amount"] = _(
+            "Enter an amount above zero and at most %(left)s (paid in, not yet invoiced)."
+        ) % {"left": format_money(left, wallet.currency)}
+    if errors:
+        raise ValidationError(errors)
+    invoice = VatInvoiceRequest.objects.create(
+        organization=organization,
+        kind=kind,
+        amount_minor=amount_minor,
+        currency=wallet.currency,
+        title=title.strip(),
+        taxpayer_id=taxpayer_id,
+        address_phone=address_phone.strip(),
+        bank_account=bank_account.strip(),
+        email=email,
+        requested_by=actor,
+    )
+    record_event(
+        action="vat_invoice.requested",
+        actor=actor,
+        target=invoice,
+        organization=organization,
+        data={"kind": kind, "amount_minor": amount_minor},
+    )
+    return invoice
+
+
+def _locked_invoice(request_id: int, **filters) -> VatInvoiceRequest:
+    invoice = (
+        VatInvoiceRequest.objects.select_for_update(of=("self",))
+        .select_related("organization__park")
+        .get(pk=request_id, **filters)
+    )
+    if invoice.state != VatInvoiceState.REQUESTED:
+        raise AlreadyDecided(
+            _("This invoice request is already %(state)s.")
+            % {"state": invoice.get_state_display().lower()}
+        )
+    return invoice
+
+
+@transaction.atomic
+def cancel_vat_invoice(*, request_id: int, organization, actor) -> VatInvoiceRequest:
+    authorize(actor, organization, Action.MANAGE_BILLING)
+    invoice = _locked_invoice(request_id, organization=organization)
+    invoice.state, invoice.decided_at = VatInvoiceState.CANCELLED, timezone.now()
+    invoice.save(update_fields=["state", "decided_at"])
+    record_event(action="vat_invoice.cancelled", actor=actor, target=invoice)
+    return invoice
+
+
+@transaction.atomic
+def issue_vat_invoice(*, request_id: int, operator, number: str) -> VatInvoiceRequest:
+    """The finance team issued it: its number is recorded for the tenant."""
+    invoice = _locked_invoice(request_id)
+    require_operator(operator, invoice.organization.park)
+    if not number.strip():
+        raise ValidationError({"number": _("Enter the invoice number.")})
+    invoice.state, invoice.number = VatInvoiceState.ISSUED, number.strip()[:40]
+    invoice.decided_by, invoice.decided_at = operator, timezone.now()
+    invoice.save(update_fields=["state", "number", "decided_by", "decided_at"])
+    record_event(
+        action="vat_invoice.issued", actor=operator, target=invoice, data={"number": invoice.number}
+    )
+    return invoice
+
+
+@transaction.atomic
+def reject_vat_invoice(*, request_id: int, operator, reason: str) -> VatInvoiceRequest:
+    invoice = _locked_invoice(request_id)
+    require_operator(operator, invoice.organization.park)
+    if not reason.strip():
+        raise ValidationError({"reason": _("Say why the request is rejected.")})
+    invoice.state, invoice.note = VatInvoiceState.REJECTED, reason.strip()[:200]
+    invoice.decided_by, invoice.decided_at = operator, timezone.now()
+    invoice.save(update_fields=["state", "note", "decided_by", "decided_at"])
+    record_event(
+        action="vat_invoice.rejected", actor=operator, target=invoice, data={"reason": invoice.note}
+    )
+    return invoice
