@@ -8,12 +8,15 @@ Flavor-hour prices there are the list price per card × count × the region leve
 
 import io
 import re
+from decimal import Decimal
 
 import pytest
 from django.core.management import call_command
 from django.utils.html import escape
 
+from apps.catalog.forms import CatalogFilterForm
 from apps.catalog.models import AcceleratorModel, Flavor, Region, ResourceType
+from apps.catalog.selectors import CatalogFilters, catalog_flavors
 from apps.operations import demo
 from apps.orchestration.models import Node
 from apps.tenants.models import Membership, Park
@@ -511,3 +514,45 @@ def test_a_code_sold_in_two_parks_does_not_break_the_visitors_flavor_page(client
     response = client.get("/catalog/flavors/h200.1x/")
 
     assert response.status_code == 200
+
+
+# --- The comparison table -------------------------------------------------------------------
+
+
+def table_codes(response) -> list[str]:
+    return re.findall(r'<tr class="flavor-row" data-flavor="([^"]+)"', html_of(response))
+
+
+def test_the_table_view_lists_every_flavor_with_its_per_card_price(client, demo_park):
+    response = catalog(client, view="table")
+
+    assert set(table_codes(response)) == ALL
+    assert 'id="flavor-table"' in html_of(response)
+    row = re.search(r'data-flavor="h200.2x">(.*?)</tr>', html_of(response), re.S).group(1)
+    per_card = re.search(r'class="text-end num price-per-card">(.*?)</td>', row).group(1)
+    hourly = re.search(r'class="text-end num price-hourly">(.*?)</td>', row).group(1)
+    assert Decimal(hourly.strip("¥").replace(",", "")) == 2 * Decimal(
+        per_card.strip("¥").replace(",", "")
+    )
+
+
+@pytest.mark.parametrize(
+    ("sort", "key"),
+    [
+        ("price_per_accelerator", lambda c: c.price_per_accelerator_minor),
+        ("price_per_compute_unit", lambda c: c.price_per_compute_unit_minor),
+        ("accelerator_memory", lambda c: -c.flavor.family.accelerator_model.memory_gb),
+    ],
+)
+def test_the_new_sorts_order_the_rows(client, demo_park, sort, key):
+    cards = {card.flavor.code: card for card in catalog_flavors(CatalogFilters())}
+
+    codes = table_codes(catalog(client, view="table", sort=sort))
+
+    figures = [key(cards[code]) for code in codes]
+    assert figures == sorted(figures)
+
+
+def test_sorting_and_the_view_are_not_filters(demo_park):
+    assert not CatalogFilterForm({"sort": "price", "view": "table"}, park=demo_park).has_filters
+    assert CatalogFilterForm({"vendor": "nvidia"}, park=demo_park).has_filters

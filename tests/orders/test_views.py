@@ -15,6 +15,7 @@ import io
 import re
 import struct
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
@@ -23,13 +24,14 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.utils import timezone, translation
 
-from apps.billing.models import Meter
+from apps.billing.models import Meter, Wallet
 from apps.billing.selectors import instance_cost
 from apps.catalog.models import Flavor
 from apps.core.money import format_money
 from apps.operations import demo
 from apps.orchestration.models import Accelerator, Backend, Node
 from apps.orchestration.services import drain_node
+from apps.orders import services
 from apps.orders.forms import InstanceOrderForm
 from apps.orders.models import (
     ApprovalPolicy,
@@ -39,7 +41,7 @@ from apps.orders.models import (
     OrderKind,
     OrderState,
 )
-from apps.orders.services import fail_instance
+from apps.orders.services import HostRequest, fail_instance
 from apps.orders.validation import validate_hostname, validate_ssh_public_key
 from apps.quotas.models import QuotaResource
 from apps.tenants.models import Membership, Organization, Park, Role, VerificationState
@@ -1288,3 +1290,54 @@ def test_draining_a_node_mails_the_owners_of_its_hosts(
     assert instance.name in mail.subject
     assert "fan replacement" in mail.body and instance.node.hostname in mail.body
     assert Instance.objects.get(pk=instance.pk).state == InstanceState.RUNNING
+
+
+# --- The quote beside the form: funds, the first hour held, quota left ------------------------
+
+
+def test_the_quote_shows_the_balance_and_what_ordering_holds(tenant, demo_org):
+    Wallet.objects.filter(organization=demo_org).update(balance_minor=10_000_000)
+
+    html = quote(tenant, flavor="h200.1x", region="sh-center", bandwidth_mbps=0, count=3)
+
+    assert "¥100,000.00" in re.search(r'id="quote-balance">(.*?)<', html).group(1)
+    # The first hour of each of the three hosts, each rounded to the fen as its order is.
+    assert re.search(r'id="quote-hold">(.*?)<', html).group(1) == "¥114.00"
+    assert 'id="quote-short"' not in html
+    assert 'data-quota="instances"' in html
+
+
+def test_a_wallet_that_cannot_pay_the_first_hour_offers_a_top_up(tenant, demo_org):
+    Wallet.objects.filter(organization=demo_org).update(balance_minor=1_000)
+
+    html = quote(tenant, flavor="h200.1x", region="sh-center", bandwidth_mbps=0)
+
+    assert 'id="quote-short"' in html
+    assert 'href="/billing/#top-up"' in html
+
+
+def test_a_member_without_billing_rights_sees_no_balance(client, demo_member):
+    client.force_login(demo_member("member"))
+
+    html = quote(client, flavor="h200.1x", region="sh-center")
+
+    assert 'id="quote-balance"' not in html
+    assert 'id="quote-hold"' in html
+
+
+def test_hold_is_the_rounded_first_hour_of_each_host(demo_org):
+    one = services.quote(
+        organization=demo_org,
+        request=HostRequest(
+            flavor=Flavor.objects.get(family__park=demo_org.park, code="h200.1x"),
+            image=None,
+            region=demo_org.park.regions.get(code="sh-center"),
+            system_disk_gb=100,
+            data_disk_gb=33,
+            bandwidth_mbps=1,
+            count=3,
+        ),
+    )
+
+    single = replace(one, count=1)
+    assert one.hold_minor == 3 * single.hourly_minor_rounded
