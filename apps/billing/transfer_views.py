@@ -99,8 +99,9 @@ def vat_invoices(request):
     left = transfers.invoiceable_minor(organization)
     form = VatInvoiceForm(
         request.POST if request.POST.get("action") == "request" else None,
-        initial={
-            "title": organization.name,
+        initial={  # a verified enterprise's registered name and code
+            "title": organization.legal_name or organization.name,
+            "taxpayer_id": organization.credit_code,
             "email": request.user.email,
             "amount": to_major(left, wallet.currency),
         },

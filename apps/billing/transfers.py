@@ -8,7 +8,6 @@ invoices are issued outside the portal by the park's finance team; the portal ta
 request, checks it against what the organization paid in, and records the number.
 """
 
-import re
 import secrets
 
 from django.core.exceptions import ValidationError
@@ -32,6 +31,7 @@ from apps.billing.services import credit, locked_wallet, wallet_of
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.money import MINOR_PER_MAJOR, format_money
+from apps.tenants import credit_code
 from apps.tenants.access import authorize, require_operator
 from apps.tenants.roles import Action
 
@@ -39,8 +39,6 @@ from apps.tenants.roles import Action
 REFERENCE_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"
 REFERENCE_PREFIX, REFERENCE_LENGTH = "LM", 8
 MIN_TRANSFER_MAJOR, MAX_TRANSFER_MAJOR = 100, 100_000_000
-# The unified social credit code (统一社会信用代码): 18 characters, digits and capitals.
-TAXPAYER_ID = re.compile(r"[0-9A-HJ-NPQRTUWXY]{2}\d{6}[0-9A-HJ-NPQRTUWXY]{10}")
 
 
 class AlreadyDecided(DomainError):
@@ -210,11 +208,11 @@ def request_vat_invoice(
     authorize(actor, organization, Action.MANAGE_BILLING)
     wallet = locked_wallet(organization.pk)  # one request at a time counts what is left
     errors = {}
-    taxpayer_id = taxpayer_id.strip().upper()
-    if not TAXPAYER_ID.fullmatch(taxpayer_id):
-        errors["taxpayer_id"] = _(
-            "Enter the 18-character unified social credit code (digits and capital letters)."
-        )
+    taxpayer_id = credit_code.normalize(taxpayer_id)
+    try:  # a company's taxpayer ID is its unified social credit code
+        credit_code.validate_credit_code(taxpayer_id)
+    except ValidationError as exc:
+        errors["taxpayer_id"] = exc.messages
     if not title.strip():
         errors["title"] = _("Enter the invoice title: the company's registered name.")
     if kind == VatInvoiceKind.SPECIAL:

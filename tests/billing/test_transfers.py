@@ -28,7 +28,7 @@ from tests.factories import OrganizationFactory, ParkFactory, ParkOperatorFactor
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
 
-TAXPAYER_ID = "91310000MA1FL3X63J"
+TAXPAYER_ID = "91310000MA1FL3X63G"  # a valid GB 32100-2015 code
 
 
 def balance(organization) -> int:
@@ -215,6 +215,7 @@ def test_a_cancelled_or_rejected_request_frees_its_amount(organization, owner, o
     [
         ({"taxpayer_id": "12345"}, "taxpayer_id"),
         ({"taxpayer_id": "91310000MA1FL3X63I"}, "taxpayer_id"),  # no I in the code
+        ({"taxpayer_id": "91310000MA1FL3X63H"}, "taxpayer_id"),  # the wrong check character
         ({"title": "  "}, "title"),
         ({"kind": VatInvoiceKind.SPECIAL}, "address_phone"),
         ({"kind": VatInvoiceKind.SPECIAL, "address_phone": "上海市 021-0000"}, "bank_account"),
@@ -422,3 +423,13 @@ def test_another_parks_transfer_is_404_to_an_operator(ops, member_of):
 
 def test_a_tenant_cannot_open_the_operators_page(tenant):
     assert tenant.get(reverse("billing:ops_receivables")).status_code in (403, 404)
+
+
+def test_the_invoice_form_starts_from_the_verified_name_and_code(tenant, organization):
+    type(organization).objects.filter(pk=organization.pk).update(
+        legal_name="示范智能科技有限公司", credit_code=TAXPAYER_ID
+    )
+
+    html = tenant.get(reverse("billing:vat_invoices")).content.decode()
+
+    assert 'value="示范智能科技有限公司"' in html and f'value="{TAXPAYER_ID}"' in html

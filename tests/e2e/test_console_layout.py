@@ -128,7 +128,7 @@ def park_at_work(settings):
         kind="special",
         amount_minor=200_000,
         title=enterprise.name,
-        taxpayer_id="91310000MA1FL3X63J",
+        taxpayer_id="91310000MA1FL3X63G",
         email=owner.email,
         address_phone="上海市浦东新区张江路 1 号 021-55550000",
         bank_account="示范银行张江支行 6222 0000 0000 0000",
