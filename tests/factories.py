@@ -32,6 +32,8 @@ from apps.agents.models import (
 from apps.agents.services import secret_hash
 from apps.api.models import IdempotencyRecord
 from apps.billing.models import (
+    BankTransfer,
+    BankTransferState,
     BillingMode,
     EntryKind,
     FundsSuspension,
@@ -46,6 +48,9 @@ from apps.billing.models import (
     PaymentState,
     StripeEvent,
     UsageRecord,
+    VatInvoiceKind,
+    VatInvoiceRequest,
+    VatInvoiceState,
     Wallet,
 )
 from apps.catalog.models import (
@@ -662,6 +667,37 @@ class PaymentFactory(Factory):
     currency = factory.LazyAttribute(lambda o: o.wallet.currency)
     state = PaymentState.PENDING
     stripe_checkout_session_id = factory.Sequence(lambda n: f"cs_test_{n:06d}")
+
+
+class BankTransferFactory(Factory):
+    """A transfer the organization announced, awaiting the money."""
+
+    class Meta:
+        model = BankTransfer
+
+    organization = factory.SubFactory(OrganizationFactory)
+    amount_minor = 500_000
+    currency = factory.LazyAttribute(lambda o: o.organization.park.currency)
+    reference = factory.Sequence(lambda n: f"LM{n:08d}")
+    state = BankTransferState.AWAITING
+    requested_by = factory.SubFactory(UserFactory)
+
+
+class VatInvoiceRequestFactory(Factory):
+    """A general VAT invoice requested by the organization."""
+
+    class Meta:
+        model = VatInvoiceRequest
+
+    organization = factory.SubFactory(OrganizationFactory)
+    kind = VatInvoiceKind.GENERAL
+    amount_minor = 100_000
+    currency = factory.LazyAttribute(lambda o: o.organization.park.currency)
+    title = factory.LazyAttribute(lambda o: o.organization.name)
+    taxpayer_id = "91310000MA1FL3X63G"
+    email = factory.Sequence(lambda n: f"finance{n}@example.com")
+    state = VatInvoiceState.REQUESTED
+    requested_by = factory.SubFactory(UserFactory)
 
 
 class InvoiceFactory(Factory):

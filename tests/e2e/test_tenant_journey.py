@@ -98,8 +98,9 @@ def test_tenant_journey(page: Page, live_server, screenshot, settings):
     page.fill("#id_ssh_public_key", SSH_KEY)
     page.fill("#id_data_disk_gb", "100")
     page.locator("#id_data_disk_gb").dispatch_event("change")
-    # 1800 fen + 100 GB × 35 / 720 + 10 Mbps × 2300 / 720, landing in the Shanghai center.
-    expect(page.locator("#quote-hourly")).to_have_text("¥18.3681")
+    # 1800 fen + 100 GB × 35 / 720 + 10 Mbps × 2300 / 720 = 1836.81 fen, to the fen, landing
+    # in the Shanghai center.
+    expect(page.locator("#quote-hourly")).to_have_text("¥18.37")
     expect(page.locator("#quote-region")).to_contain_text("上海算力中心")
     screenshot("order-form-quoted")
 
