@@ -214,17 +214,21 @@ def _no_room(shape: Shape, region) -> NoCapacity:
 def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
     """The scorer's decision for one host of `flavor` on the park's nodes (of `region`, or of
     every region the flavor is sold in), and how it is kept."""
-    nodes = list(
-        with_free_capacity(
-            schedulable_nodes(
-                park=park,
-                accelerator_model_id=shape.accelerator_model_id,
-                region=region,
-                capability=Capability.HOSTS,
-            )
-        ).order_by("pk")
+    candidates = schedulable_nodes(
+        park=park,
+        accelerator_model_id=shape.accelerator_model_id,
+        region=region,
+        capability=Capability.HOSTS,
     )
-    prices = adapter.flavor_prices(flavor, {node.pool for node in nodes})
+    # Hundreds of nodes share a few pools: the pools are read once, not joined into every row.
+    nodes = list(with_free_capacity(candidates.select_related(None)).order_by("pk"))
+    pools = Pool.objects.filter(pk__in={node.pool_id for node in nodes}).select_related(
+        "region", "backend", "accelerator_model"
+    )
+    by_id = {pool.pk: pool for pool in pools}
+    for node in nodes:
+        node.pool = by_id[node.pool_id]
+    prices = adapter.flavor_prices(flavor, set(by_id.values()))
     if region is None and any(price is not None for price in prices.values()):
         # Only where it is sold: the host is billed at its region's price.
         nodes = [node for node in nodes if prices[node.pool_id] is not None]
