@@ -141,7 +141,8 @@ def _size_label(flavor: Flavor, price, current_hourly_minor, currency: str) -> s
         "model": flavor.family.accelerator_model.name,
     }
     if price is None:
-        return f"{flavor.code} · {cards} · {_('not priced in this region')}"
+        unpriced = _("not priced in this region")
+        return f"{flavor.code} · {cards} · {unpriced}"
     hourly = _("%(price)s/h") % {"price": format_money(price.amount_minor, currency)}
     if current_hourly_minor is None:
         return f"{flavor.code} · {cards} · {hourly}"
