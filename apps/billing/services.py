@@ -79,19 +79,25 @@ def locked_wallets(organization_ids: list[int]) -> list[Wallet]:
     return wallets
 
 
+def funds_needed(amount_minor: int) -> int:
+    """What must be available to start something that holds `amount_minor`: at least one minor
+    unit, so an empty wallet starts nothing, not even a free host."""
+    return max(amount_minor, 1)
+
+
 def require_funds(organization: Organization, amount_minor: int) -> Wallet:
     """The locked wallet, if it can spend `amount_minor` more; otherwise say what is missing."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("require_funds() must run inside the caller's transaction")
     wallet = locked_wallet(organization.pk)
-    if wallet.available_minor < max(amount_minor, 1):
+    if wallet.available_minor < funds_needed(amount_minor):
         raise InsufficientFunds(
             _(
                 "Not enough balance: this needs %(needed)s available and %(available)s is. "
                 "Top up the wallet to continue."
             )
             % {
-                "needed": format_money(max(amount_minor, 1), wallet.currency),
+                "needed": format_money(funds_needed(amount_minor), wallet.currency),
                 "available": format_money(wallet.available_minor, wallet.currency),
             }
         )

@@ -12,6 +12,7 @@ from apps.billing.models import InvoiceState, PaymentState
 from apps.orchestration.models import TaskState
 from apps.orders.models import InstanceState, OrderState
 from apps.tenants.models import VerificationState
+from apps.webhooks.models import DeliveryState
 
 ACTIONS = {
     "agent.credential_revoked": gettext_lazy("Agent credential revoked"),
@@ -83,6 +84,7 @@ TRANSITIONS = {
     "organization": (gettext_lazy("Verification"), VerificationState),
     "payment": (gettext_lazy("Payment"), PaymentState),
     "invoice": (gettext_lazy("Invoice"), InvoiceState),
+    "webhookdelivery": (gettext_lazy("Webhook delivery"), DeliveryState),
 }
 
 SYSTEM_ACTORS = {

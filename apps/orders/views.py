@@ -6,6 +6,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from apps.billing.selectors import instance_cost, wallet_for
+from apps.billing.services import funds_needed
 from apps.catalog.models import Flavor
 from apps.core.errors import DomainError
 from apps.core.web import refusals
@@ -96,9 +97,16 @@ def instance_quote(request):
     }
     if priced is not None:
         try:
-            context["quote"] = services.quote(organization=organization, request=priced)
+            quoted = services.quote(organization=organization, request=priced)
         except DomainError as exc:
             context["problems"].append(exc.message)
+        else:
+            wallet = context["wallet"]
+            context["quote"] = quoted
+            # The same rule ordering applies (billing.require_funds).
+            context["short"] = wallet is None or wallet.available_minor < funds_needed(
+                quoted.hold_minor
+            )
     if form.is_valid():
         try:
             services.validate_host_request(organization, form.host_request())
