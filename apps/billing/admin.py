@@ -1,6 +1,14 @@
 from django.contrib import admin
 
-from apps.billing.models import Invoice, LedgerEntry, Payment, UsageRecord, Wallet
+from apps.billing.models import (
+    BankTransfer,
+    Invoice,
+    LedgerEntry,
+    Payment,
+    UsageRecord,
+    VatInvoiceRequest,
+    Wallet,
+)
 
 # Money moves through billing services; the admin shows it read-only.
 
@@ -46,3 +54,17 @@ class InvoiceAdmin(ReadOnlyAdmin):
 @admin.register(UsageRecord)
 class UsageRecordAdmin(ReadOnlyAdmin):
     list_display = ["started_at", "organization", "instance", "task", "seconds", "amount_minor"]
+
+
+@admin.register(BankTransfer)
+class BankTransferAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "reference", "organization", "amount_minor", "state"]
+    list_filter = ["state"]
+    search_fields = ["reference"]
+
+
+@admin.register(VatInvoiceRequest)
+class VatInvoiceRequestAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "organization", "kind", "amount_minor", "state", "number"]
+    list_filter = ["state", "kind"]
+    search_fields = ["number", "title", "taxpayer_id"]

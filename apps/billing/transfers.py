@@ -213,6 +213,8 @@ def request_vat_invoice(
         credit_code.validate_credit_code(taxpayer_id)
     except ValidationError as exc:
         errors["taxpayer_id"] = exc.messages
+    if kind not in VatInvoiceKind.values:
+        errors["kind"] = _("Choose a general or a special VAT invoice.")
     if not title.strip():
         errors["title"] = _("Enter the invoice title: the company's registered name.")
     if kind == VatInvoiceKind.SPECIAL:

@@ -12,7 +12,13 @@ from django.views.decorators.http import require_POST
 from apps.billing import invoicing, payments, selectors, services
 from apps.billing.forms import AdjustmentForm, BillingTermsForm, TopUpForm, UsageGroupForm, to_minor
 from apps.billing.metering import month_start
-from apps.billing.models import Invoice
+from apps.billing.models import (
+    BankTransfer,
+    BankTransferState,
+    Invoice,
+    VatInvoiceRequest,
+    VatInvoiceState,
+)
 from apps.core.errors import DomainError
 from apps.core.web import refusals
 from apps.tenants.decorators import operator_view, organization_view
@@ -42,6 +48,8 @@ def overview(request):
         "group_form": group_form,
         "entries": wallet.entries.all()[:20],
         "payments": wallet.payments.all()[:10],
+        "bank_transfers": BankTransfer.objects.filter(organization=organization)[:5],
+        "vat_invoice_requests": VatInvoiceRequest.objects.filter(organization=organization)[:5],
         "invoices": selectors.invoices_for(organization)[:12],
         "top_up_form": TopUpForm(),
         "can_top_up": can(request.membership.role, Action.MANAGE_BILLING),
@@ -117,6 +125,13 @@ def park_billing(request):
         },
         "outstanding": selectors.outstanding_wallets(park)[:50],
         "top_tenants": selectors.top_tenants(park, since=month_start(timezone.now())),
+        # What waits on the finance team; matched and issued on the receivables page.
+        "awaiting_transfers": BankTransfer.objects.filter(
+            organization__park=park, state=BankTransferState.AWAITING
+        ).count(),
+        "requested_invoices": VatInvoiceRequest.objects.filter(
+            organization__park=park, state=VatInvoiceState.REQUESTED
+        ).count(),
     }
     return render(request, "billing/park_billing.html", context)
 
@@ -176,6 +191,8 @@ def organization_billing(request, organization_id):
         "adjust_form": adjust_form,
         "entries": wallet.entries.all()[:20],
         "invoices": selectors.invoices_for(organization)[:12],
+        "bank_transfers": BankTransfer.objects.filter(organization=organization)[:10],
+        "vat_invoice_requests": VatInvoiceRequest.objects.filter(organization=organization)[:10],
     }
     status = 422 if terms_form.errors or adjust_form.errors else 200
     return render(request, "billing/organization_billing.html", context, status=status)
