@@ -52,6 +52,15 @@ def new_reference() -> str:
     )
 
 
+def _decide(subject, state: str, *, by=None, **fields) -> None:
+    """Move a (locked) transfer or invoice request to its final `state`, with who decided
+    (None: the tenant withdrew it), when, and what the decision records."""
+    changes = {"state": state, "decided_by": by, "decided_at": timezone.now(), **fields}
+    for name, value in changes.items():
+        setattr(subject, name, value)
+    subject.save(update_fields=list(changes))
+
+
 # --- Bank transfers --------------------------------------------------------------------------
 
 
@@ -115,8 +124,7 @@ def cancel_bank_transfer(*, transfer_id: int, organization, actor) -> BankTransf
     authorize(actor, organization, Action.MANAGE_BILLING)
     transfer = _locked_transfer(transfer_id, organization=organization)
     _still_awaiting(transfer)
-    transfer.state, transfer.decided_at = BankTransferState.CANCELLED, timezone.now()
-    transfer.save(update_fields=["state", "decided_at"])
+    _decide(transfer, BankTransferState.CANCELLED)
     record_event(action="bank_transfer.cancelled", actor=actor, target=transfer)
     return transfer
 
@@ -136,9 +144,7 @@ def credit_bank_transfer(*, transfer_id: int, operator, received_minor: int) -> 
         kind=EntryKind.TOP_UP,
         description=_("Bank transfer %(reference)s") % {"reference": transfer.reference},
     )
-    transfer.state, transfer.received_minor = BankTransferState.CREDITED, received_minor
-    transfer.decided_by, transfer.decided_at = operator, timezone.now()
-    transfer.save(update_fields=["state", "received_minor", "decided_by", "decided_at"])
+    _decide(transfer, BankTransferState.CREDITED, by=operator, received_minor=received_minor)
     record_event(
         action="bank_transfer.credited",
         actor=operator,
@@ -156,9 +162,7 @@ def reject_bank_transfer(*, transfer_id: int, operator, reason: str) -> BankTran
     _still_awaiting(transfer)
     if not reason.strip():
         raise ValidationError({"reason": _("Say why the transfer is rejected.")})
-    transfer.state, transfer.note = BankTransferState.REJECTED, reason.strip()[:200]
-    transfer.decided_by, transfer.decided_at = operator, timezone.now()
-    transfer.save(update_fields=["state", "note", "decided_by", "decided_at"])
+    _decide(transfer, BankTransferState.REJECTED, by=operator, note=reason.strip()[:200])
     record_event(
         action="bank_transfer.rejected",
         actor=operator,
@@ -269,8 +273,7 @@ def _locked_invoice(request_id: int, **filters) -> VatInvoiceRequest:
 def cancel_vat_invoice(*, request_id: int, organization, actor) -> VatInvoiceRequest:
     authorize(actor, organization, Action.MANAGE_BILLING)
     invoice = _locked_invoice(request_id, organization=organization)
-    invoice.state, invoice.decided_at = VatInvoiceState.CANCELLED, timezone.now()
-    invoice.save(update_fields=["state", "decided_at"])
+    _decide(invoice, VatInvoiceState.CANCELLED)
     record_event(action="vat_invoice.cancelled", actor=actor, target=invoice)
     return invoice
 
@@ -282,9 +285,7 @@ def issue_vat_invoice(*, request_id: int, operator, number: str) -> VatInvoiceRe
     require_operator(operator, invoice.organization.park)
     if not number.strip():
         raise ValidationError({"number": _("Enter the invoice number.")})
-    invoice.state, invoice.number = VatInvoiceState.ISSUED, number.strip()[:40]
-    invoice.decided_by, invoice.decided_at = operator, timezone.now()
-    invoice.save(update_fields=["state", "number", "decided_by", "decided_at"])
+    _decide(invoice, VatInvoiceState.ISSUED, by=operator, number=number.strip()[:40])
     record_event(
         action="vat_invoice.issued", actor=operator, target=invoice, data={"number": invoice.number}
     )
@@ -297,9 +298,7 @@ def reject_vat_invoice(*, request_id: int, operator, reason: str) -> VatInvoiceR
     require_operator(operator, invoice.organization.park)
     if not reason.strip():
         raise ValidationError({"reason": _("Say why the request is rejected.")})
-    invoice.state, invoice.note = VatInvoiceState.REJECTED, reason.strip()[:200]
-    invoice.decided_by, invoice.decided_at = operator, timezone.now()
-    invoice.save(update_fields=["state", "note", "decided_by", "decided_at"])
+    _decide(invoice, VatInvoiceState.REJECTED, by=operator, note=reason.strip()[:200])
     record_event(
         action="vat_invoice.rejected", actor=operator, target=invoice, data={"reason": invoice.note}
     )
