@@ -43,6 +43,7 @@ def transition(
     function of the locked row returning them, for changes that depend on its current values.
     """
     locked = type(obj)._default_manager.select_for_update(no_key=True).get(pk=obj.pk)
+    _keep_loaded_relations(obj, locked)
     current = getattr(locked, field)
     names = dict(locked._meta.get_field(field).flatchoices)
     check_transition(table, current, target, label=str(locked), names=names)
@@ -60,6 +61,16 @@ def transition(
         data={"from": current, "to": target, **(audit_data or {})},
     )
     return locked
+
+
+def _keep_loaded_relations(obj, locked) -> None:
+    """Give the re-read row the related objects `obj` had loaded (its organization, flavor…)
+    where it still points at them, so the audit event and what follows read no row again."""
+    for field in locked._meta.concrete_fields:
+        if field.is_relation and field.is_cached(obj):
+            related = field.get_cached_value(obj)
+            if getattr(related, "pk", None) == getattr(locked, field.attname):
+                field.set_cached_value(locked, related)
 
 
 def _auto_now_fields(obj):

@@ -1,8 +1,8 @@
 """Rows to the placement engine's values and back (apps.orchestration.scheduler is pure Python).
 
-- Nodes: `node_views(nodes, prices=...)` turns schedulable nodes annotated by
-  `services.with_free_capacity` into `NodeView`s (the row, its `NodeState`, the accelerator ids
-  behind `state.gpu_free`), reading every node's cards and shares in two queries in all.
+- Nodes: `node_views(nodes, prices=...)` turns schedulable nodes into `NodeView`s (the row and
+  its `NodeState`), counting what every node has free in a few queries for all nodes at once;
+  `card_states(node_ids)` lists the cards themselves, for taking them under the node's lock.
 - Prices: `task_prices(pools)` (per accelerator-hour: the region's price of the model's
   one-card flavor) and `flavor_prices(flavor, regions)` (an instance's own flavor).
 - Requests: `instance_request(...)` for an order's host, `task_request(task, ...)` for a
@@ -16,12 +16,12 @@ on its node, the better, which keeps whole nodes for large requests.
 """
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cached_property
 
-from django.db.models import Sum
+from django.db.models import Count, Q, Sum
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -66,9 +66,8 @@ BEST_FIT = BestFitMeasure()
 class NodeView:
     """A schedulable node as the engine sees it, with what maps its answer back to rows."""
 
-    node: object  # Node, annotated by with_free_capacity, with pool__region/accelerator_model
+    node: object  # Node with pool__region/accelerator_model, its room set by node_views
     state: NodeState
-    accelerator_ids: list[int] = field(default_factory=list)  # by position in state.gpu_free
     price_per_hour_minor: Decimal | None = None  # one accelerator for one hour; None: unpriced
 
     @property
@@ -114,14 +113,7 @@ def card_states(node_ids) -> dict[int, list[Card]]:
         .order_by("node_id", "index")
         .values_list("id", "node_id", "allocation_id", "allocation__share_milli", "out_of_service")
     )
-    shared = {row[0] for row in cards if row[2] is not None and row[3]}
-    used = dict(
-        Allocation.objects.filter(shared_accelerator_id__in=shared, released_at__isnull=True)
-        .values("shared_accelerator_id")
-        .annotate(milli=Sum("share_milli"))
-        .order_by()
-        .values_list("shared_accelerator_id", "milli")
-    )
+    used = live_shares({row[0] for row in cards if row[2] is not None and row[3]})
     by_node = defaultdict(list)
     for card_id, node_id, holder, holder_share, out_of_service in cards:
         if out_of_service:
@@ -136,6 +128,58 @@ def card_states(node_ids) -> dict[int, list[Card]]:
     return by_node
 
 
+def live_shares(card_ids) -> dict[int, int]:
+    """{card id: the milli-accelerators its live shares hold}, for shared cards."""
+    if not card_ids:
+        return {}
+    return dict(
+        Allocation.objects.filter(shared_accelerator_id__in=card_ids, released_at__isnull=True)
+        .values("shared_accelerator_id")
+        .annotate(milli=Sum("share_milli"))
+        .order_by()
+        .values_list("shared_accelerator_id", "milli")
+    )
+
+
+@dataclass(slots=True)
+class Room:
+    """What a node's cards have free, as scoring needs it: how much, not which card."""
+
+    idle: int  # cards nothing holds, in service (what a host of whole cards can take)
+    free: list[int]  # each card's free milli-accelerators (see Card.free): idle, shared, full
+
+
+def rooms(node_ids) -> dict[int, Room]:
+    """{node id: its Room}, counted per node in the database (one row a node, not a card): the
+    same figures as `card_states`, without the card ids that only taking cards needs."""
+    counts = (
+        Accelerator.objects.filter(node_id__in=node_ids)
+        .values("node_id")
+        .annotate(
+            cards=Count("id"),
+            idle=Count("id", filter=Q(allocation__isnull=True, out_of_service=False)),
+        )
+        .order_by()
+        .values_list("node_id", "cards", "idle")
+    )
+    shared = list(
+        Accelerator.objects.filter(
+            node_id__in=node_ids, out_of_service=False, allocation__share_milli__gt=0
+        ).values_list("id", "node_id")
+    )
+    used = live_shares({card_id for card_id, _node_id in shared})
+    partial = defaultdict(list)
+    for card_id, node_id in shared:
+        partial[node_id].append(max(0, MILLI - (used.get(card_id) or 0)))
+    return {
+        node_id: Room(
+            idle=idle,
+            free=[MILLI] * idle + partial[node_id] + [0] * (cards - idle - len(partial[node_id])),
+        )
+        for node_id, cards, idle in counts
+    }
+
+
 # A card this busy draws close to its power under load, so its measured draw can stand in for
 # the datasheet's TDP in the energy score; readings older than the window prove nothing.
 LOADED_PCT = 50
@@ -145,7 +189,9 @@ MEASURED_POWER_FRESH_FOR = timedelta(minutes=10)
 def watts_under_load(node, tdp_w: int, now) -> float:
     """What one of the node's cards draws under load: the mean measured power of its loaded
     cards where fresh telemetry has it (the host agent reads it through NVML), else its TDP."""
-    telemetry = node.telemetry or {}
+    telemetry = node.telemetry
+    if not telemetry:
+        return float(tdp_w)
     updated = parse_datetime(telemetry.get("updated_at") or "")
     if updated is None or now - updated > MEASURED_POWER_FRESH_FOR:
         return float(tdp_w)
@@ -157,45 +203,73 @@ def watts_under_load(node, tdp_w: int, now) -> float:
     return sum(loaded) / len(loaded) if loaded else float(tdp_w)
 
 
-def node_views(nodes, *, prices: dict) -> list[NodeView]:
-    """`nodes` (with_free_capacity, select_related pool__region and pool__accelerator_model);
-    `prices`: {pool id: price of one accelerator-hour, or None}."""
+def held_cpu_and_memory(node_ids) -> dict[int, tuple[int, int]]:
+    """{node id: (vCPU, GB of memory) its live allocations hold}, in one query."""
+    return {
+        node_id: (vcpu, ram_gb)
+        for node_id, vcpu, ram_gb in Allocation.objects.filter(
+            node_id__in=node_ids, released_at__isnull=True
+        )
+        .values("node_id")
+        .annotate(vcpu=Sum("vcpu"), ram_gb=Sum("ram_gb"))
+        .order_by()
+        .values_list("node_id", "vcpu", "ram_gb")
+    }
+
+
+def node_views(nodes, *, prices: dict, within=None) -> list[NodeView]:
+    """`nodes` (select_related pool__region and pool__accelerator_model); `prices`: {pool id:
+    price of one accelerator-hour, or None}; `within`: a queryset of nodes they were read from,
+    which the counts below then filter by as a subquery rather than by a list of hundreds of
+    ids (every id a parameter to prepare). What each node has free is read here, for all
+    nodes in three queries, and set on the node as `selectors.with_free_capacity` annotates it
+    (`free_accelerators`, `vcpu_used`, `ram_used`): one correlated subquery per node and
+    figure, and a row per card, were most of what an order spent choosing among hundreds of
+    nodes."""
     nodes = list(nodes)
-    cards = card_states([n.pk for n in nodes])
+    node_ids = within.values("pk") if within is not None else [n.pk for n in nodes]
+    room_of = rooms(node_ids)
+    held = held_cpu_and_memory(node_ids)
     now = timezone.now()
+    per_pool = {}  # what a pool's nodes share, worked out once per pool
     views = []
     for node in nodes:
-        pool, model = node.pool, node.pool.accelerator_model
-        units = float(model.compute_units)
-        node_cards = cards.get(node.pk, [])
-        price = prices.get(pool.pk)
+        pool = node.pool
+        shared = per_pool.get(pool.pk)
+        if shared is None:
+            model, region, price = pool.accelerator_model, pool.region, prices.get(pool.pk)
+            shared = per_pool[pool.pk] = (
+                model,
+                float(model.compute_units),
+                price,
+                {
+                    "accelerator_model": model.slug,
+                    "region": region.code,
+                    "latency_ms": float(region.latency_ms),
+                    "perf_units_per_gpu": float(model.compute_units),
+                    "pue": float(pool.pue),
+                    "carbon_g_per_kwh": float(pool.carbon_g_per_kwh),
+                    "price_per_hour_minor": float(price) if price is not None else 0,
+                },
+            )
+        model, units, price, attributes = shared
+        room = room_of.get(node.pk) or Room(idle=0, free=[])
+        node.free_accelerators = room.idle
+        node.vcpu_used, node.ram_used = held.get(node.pk, (0, 0))
         state = NodeState.from_portal(
             str(node.pk),
-            accelerators=len(node_cards),
-            accelerator_model=model.slug,
+            accelerators=len(room.free),
             vcpu=node.vcpu_total,
             ram_gb=node.ram_gb_total,
             vcpu_used=min(node.vcpu_used, node.vcpu_total),
             ram_gb_used=min(node.ram_used, node.ram_gb_total),
-            region=pool.region.code,
-            latency_ms=float(pool.region.latency_ms),
-            perf_units_per_gpu=units,
             watts_per_unit=watts_under_load(node, model.tdp_w, now) / units,
-            pue=float(pool.pue),
-            carbon_g_per_kwh=float(pool.carbon_g_per_kwh),
-            price_per_hour_minor=float(price) if price is not None else 0,
             drained=node.is_drained or node.health != NodeHealth.HEALTHY,
+            **attributes,
         )
-        # from_portal knows whole cards only; the exact per-card shares, in index order:
-        state.gpu_free = [card.free for card in node_cards]
-        views.append(
-            NodeView(
-                node=node,
-                state=state,
-                accelerator_ids=[card.id for card in node_cards],
-                price_per_hour_minor=price,
-            )
-        )
+        # from_portal knows whole cards only; the exact per-card shares:
+        state.gpu_free = room.free
+        views.append(NodeView(node=node, state=state, price_per_hour_minor=price))
     return views
 
 

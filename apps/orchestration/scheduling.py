@@ -359,10 +359,10 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
     for task in tasks.values():
         task.image = images[task.image_id]
     batch_nodes = selectors.schedulable_nodes(park=park, capability=Capability.BATCH)
-    nodes = list(with_free_capacity(batch_nodes).order_by("pk"))
+    nodes = list(batch_nodes.order_by("pk"))
     pools = list({node.pool_id: node.pool for node in nodes}.values())
     prices = adapter.task_prices(pools, at=now)
-    views = adapter.node_views(nodes, prices=prices)
+    views = adapter.node_views(nodes, prices=prices, within=batch_nodes)
     view_of = {view.state.id: view for view in views}
     zoned = []
     for view in views:

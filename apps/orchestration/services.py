@@ -221,7 +221,7 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
         capability=Capability.HOSTS,
     )
     # Hundreds of nodes share a few pools: the pools are read once, not joined into every row.
-    nodes = list(with_free_capacity(candidates.select_related(None)).order_by("pk"))
+    nodes = list(candidates.select_related(None).order_by("pk"))
     pools = Pool.objects.filter(pk__in={node.pool_id for node in nodes}).select_related(
         "region", "backend", "accelerator_model"
     )
@@ -235,7 +235,7 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
     elif any(price is None for price in prices.values()):
         # Unpriced somewhere (the order's region is always priced): price says nothing here.
         prices = dict.fromkeys(prices)
-    views = adapter.node_views(nodes, prices=prices)
+    views = adapter.node_views(nodes, prices=prices, within=candidates)
     model_slug = (
         nodes[0].pool.accelerator_model.slug
         if nodes

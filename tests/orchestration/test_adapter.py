@@ -22,14 +22,14 @@ from tests.orchestration.test_scheduling import hold_cards
 pytestmark = pytest.mark.django_db
 
 
-def views_of(world, *hostnames):
-    nodes = (
-        with_free_capacity(Node.objects.filter(hostname__in=hostnames))
-        .select_related("pool__region", "pool__accelerator_model")
-        .order_by("pk")
+def views_of(world, *hostnames, within=False):
+    """The nodes' views, as placement reads them (plain rows: node_views counts the room)."""
+    rows = Node.objects.filter(hostname__in=hostnames).select_related(
+        "pool__region", "pool__accelerator_model"
     )
-    nodes = list(nodes)
-    return adapter.node_views(nodes, prices=adapter.task_prices({n.pool for n in nodes}))
+    nodes = list(rows.order_by("pk"))
+    prices = adapter.task_prices({n.pool for n in nodes})
+    return adapter.node_views(nodes, prices=prices, within=rows if within else None)
 
 
 def test_a_node_maps_to_the_engines_state(task_world):
@@ -52,9 +52,6 @@ def test_a_node_maps_to_the_engines_state(task_world):
     assert (state.cpu_milli_total, state.cpu_milli_free) == (128_000, 128_000)
     assert (state.memory_mib_total, state.memory_mib_free) == (1024 * 1024, 1024 * 1024)
     assert state.drained is False
-    assert view.accelerator_ids == list(
-        Accelerator.objects.filter(node=view.node).order_by("index").values_list("pk", flat=True)
-    )
 
 
 def agent_readings(node, *, age=timedelta(0), **cards):
@@ -99,12 +96,26 @@ def test_held_and_shared_cards_and_used_cpu_are_counted(task_world):
     assert allocate_task(first, node=node) is not None
     assert allocate_task(second, node=node) is not None
 
-    (view,) = views_of(task_world, "h1")
+    for within in (False, True):
+        (view,) = views_of(task_world, "h1", within=within)
 
-    assert view.state.gpu_free == [0, 0, 250, 1000, 1000, 1000, 1000, 1000]
-    assert view.state.cpu_milli_free == (128 - 4 - 4) * 1000
-    assert view.state.memory_mib_free == (1024 - 32 - 32) * 1024
-    assert view.node.free_accelerators == 5  # the shared card is held, not free
+        # What each card has free, idle cards first (scoring needs how much, not which card).
+        assert view.state.gpu_free == [1000, 1000, 1000, 1000, 1000, 250, 0, 0]
+        assert view.state.cpu_milli_free == (128 - 4 - 4) * 1000
+        assert view.state.memory_mib_free == (1024 - 32 - 32) * 1024
+        # As with_free_capacity counts them: the shared card is held, not free.
+        annotated = with_free_capacity(Node.objects.filter(pk=node.pk)).get()
+        assert view.node.free_accelerators == annotated.free_accelerators == 5
+        assert (view.node.vcpu_used, view.node.ram_used) == (8, 64)
+        assert (annotated.vcpu_used, annotated.ram_used) == (8, 64)
+
+
+def test_a_card_out_of_service_has_nothing_free(task_world):
+    node = task_world.nodes["h1"]
+    Accelerator.objects.filter(node=node, index=7).update(out_of_service=True)
+    (view,) = views_of(task_world, "h1")
+    assert view.state.gpu_free == [1000] * 7 + [0]
+    assert view.node.free_accelerators == 7
 
 
 def test_a_drained_or_unhealthy_node_is_drained_to_the_engine(task_world):
@@ -121,16 +132,16 @@ def test_node_views_take_the_same_few_queries_for_any_number_of_nodes(task_world
                 TaskFactory(organization=task_world.organization, accelerator_milli=300),
                 node=node,
             )
-        nodes = list(
-            with_free_capacity(
-                Node.objects.filter(hostname__startswith=f"extra-{n}-")
-            ).select_related("pool__region", "pool__accelerator_model")
+        rows = Node.objects.filter(hostname__startswith=f"extra-{n}-").select_related(
+            "pool__region", "pool__accelerator_model"
         )
+        nodes = list(rows)
         with CaptureQueriesContext(connection) as queries:
-            adapter.node_views(nodes, prices={})
+            adapter.node_views(nodes, prices={}, within=rows)
         return len(queries)
 
-    assert count(1) == count(6) == 2
+    # Cards per node, the shared cards and their live shares, CPU and memory held.
+    assert count(1) == count(6) == 4
 
 
 # --- prices ----------------------------------------------------------------------------------
