@@ -9,13 +9,14 @@
   training task.
 - Weights: `park_weights(park)`, the park's `SchedulingPolicy` (or the defaults).
 - Records: `placement_record(decision, views, ...)` → the `Placement.weights` and
-  `Placement.candidates` JSON (every candidate's score parts, so a decision can be re-scored).
+  `Placement.candidates` JSON (the best candidates' score parts, so a decision can be
+  re-scored, and how many hosts fitted or were rejected, and why).
 
 The fragmentation part is best fit (`BEST_FIT`): the fewer accelerators a placement leaves free
 on its node, the better, which keeps whole nodes for large requests.
 """
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import ROUND_HALF_UP, Decimal
@@ -447,13 +448,8 @@ def park_weights(park) -> ParkWeights:
 # --- records ---------------------------------------------------------------------------------
 
 
-def candidate_record(view: NodeView, candidate, *, request, rejected=None) -> dict:
-    """One node in `Placement.candidates`. A node that could not take the request keeps only
-    what shows it and why (`rejected_record`): a pass placing hundreds of tasks records every
-    node for each, and the rejected ones were a fifth of what it wrote."""
-    code = rejected or candidate.rejected
-    if code is not None:
-        return rejected_record(view, code)
+def candidate_record(view: NodeView, candidate, *, request) -> dict:
+    """One node that could take the request, in `Placement.candidates`, with its scores."""
     raw = dict(candidate.raw)
     raw["left_free"] = (view.state.gpu_milli_free - request.gpu_request_milli) / MILLI
     return {
@@ -468,8 +464,9 @@ def candidate_record(view: NodeView, candidate, *, request, rejected=None) -> di
 
 def rejected_record(view: NodeView, code: str) -> dict:
     """A node that could not take the request, as the decision page lists it: which node, in
-    which pool and region, and why not (`REJECTION_REASONS`). Records kept before this had
-    the fitting nodes' keys as well, empty; every reader takes both."""
+    which pool and region, and why not (`REJECTION_REASONS`); no scores, as there are none.
+    Records kept before this had the fitting nodes' keys as well, empty; every reader takes
+    both."""
     base = view.record_base
     return {
         "node": base["node"],
@@ -483,6 +480,12 @@ def rejected_record(view: NodeView, code: str) -> dict:
     }
 
 
+# A decision keeps the best this many hosts that had room and this many that had not, and
+# counts them all: over hundreds of nodes, every runner-up's scores were most of what an
+# order wrote (and no one reads the two-hundredth).
+KEPT_CANDIDATES = 20
+
+
 def placement_record(
     decision: Decision,
     views: list[NodeView],
@@ -492,7 +495,10 @@ def placement_record(
     currency: str,
     rejections: dict | None = None,
 ) -> tuple[dict, list[dict]]:
-    """(Placement.weights, Placement.candidates) for a decision over `views`.
+    """(Placement.weights, Placement.candidates) for a decision over `views`: the best
+    KEPT_CANDIDATES that fitted (the chosen one always) and the first KEPT_CANDIDATES that did
+    not, with `weights["considered"]` counting all of them ({"fitted": n, "rejected": {code:
+    n}}).
 
     `rejections` ({node id: code}) overrides the engine's code for a node, where the portal
     knows better (a price over the task's maximum reads "region" to the engine, which only
@@ -500,15 +506,22 @@ def placement_record(
     """
     by_id = {v.state.id: v for v in views}
     rejections = rejections or {}
-    candidates = [
-        candidate_record(
-            by_id[c.node_id],
-            c,
-            request=request,
-            rejected=rejections.get(c.node_id) if c.rejected in ZONE_CODES else None,
-        )
-        for c in decision.candidates
-        if c.node_id in by_id
+    fitted, refused = [], []
+    for c in decision.candidates:
+        if c.node_id not in by_id:
+            continue
+        if c.total is not None:
+            fitted.append(c)
+        else:
+            code = rejections.get(c.node_id) if c.rejected in ZONE_CODES else None
+            refused.append((c, code or c.rejected))
+    fitted.sort(key=lambda c: -c.total)
+    kept = fitted[:KEPT_CANDIDATES]
+    chosen = decision.chosen
+    if chosen is not None and chosen.node_id in by_id and chosen not in kept:
+        kept.append(chosen)
+    candidates = [candidate_record(by_id[c.node_id], c, request=request) for c in kept] + [
+        rejected_record(by_id[c.node_id], code) for c, code in refused[:KEPT_CANDIDATES]
     ]
     weights = {
         "policy": FRAGMENTATION_POLICY,
@@ -517,5 +530,9 @@ def placement_record(
         "preference": request.preference,
         "currency": currency,
         **park.as_json(),
+        "considered": {
+            "fitted": len(fitted),
+            "rejected": dict(Counter(code for _c, code in refused)),
+        },
     }
     return weights, candidates

@@ -1,3 +1,4 @@
+from collections import Counter
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
@@ -379,6 +380,9 @@ class Placement(models.Model):
     "free_vcpu", "free_ram_gb", "fits", "total" (None when rejected), "parts" (0..1 per score
     part, 1 = best candidate), "raw" (the measures behind them: latency_ms, perf_units,
     carbon_g, price_minor, left_free, ...), "rejected" (a code of REJECTION_REASONS or None).
+    Only the best hosts that fitted and the first that did not are kept (see
+    `adapter.placement_record`); `weights["considered"]` counts them all ({"fitted": n,
+    "rejected": {code: n}}; absent from rows kept before, which listed every candidate).
     Rows kept from before the weighted scorer have only the best-fit keys.
     """
 
@@ -446,6 +450,27 @@ class Placement(models.Model):
 
     def feasible_candidates(self) -> list[dict]:
         return [c for c in self.candidates if c.get("total") is not None]
+
+    def fitted_count(self) -> int:
+        """How many hosts had room, kept or not."""
+        considered = (self.weights or {}).get("considered")
+        if considered:
+            return considered["fitted"]
+        return len(self.feasible_candidates() if self.is_scored else self._fitting())
+
+    def rejected_counts(self) -> list[tuple[str, int]]:
+        """[(why not, in the reader's words, how many hosts)], most first: every host that
+        had no room, kept or not."""
+        considered = (self.weights or {}).get("considered")
+        counts = (
+            considered["rejected"]
+            if considered
+            else Counter(c["rejected"] for c in self.candidates if c.get("rejected"))
+        )
+        return [
+            (str(REJECTION_REASONS.get(code, code)), count)
+            for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        ]
 
     def rejected_candidates(self) -> list[dict]:
         """The nodes that could not take it, each with `reason`: why, in the reader's words."""
@@ -534,7 +559,7 @@ class Placement(models.Model):
         if self.chosen_node is None:
             return gettext("No host had room for it yet.")
         region = self.chosen_pool.region.name
-        if len(self.feasible_candidates() if self.is_scored else self._fitting()) <= 1:
+        if self.fitted_count() <= 1:
             return gettext("%(region)s: the only place with free cards for it.") % {
                 "region": region
             }
@@ -557,11 +582,11 @@ class Placement(models.Model):
                 "hosts."
             ) % {
                 **values,
-                "fitting": len(self._fitting()),
+                "fitting": self.fitted_count(),
                 "left": self.weights.get("left_free", 0),
             }
         separator = gettext(", ")
-        if len(self.feasible_candidates()) <= 1:
+        if self.fitted_count() <= 1:
             raw = (self.chosen_candidate() or {}).get("raw") or {}
             facts = []
             if raw.get("price_minor"):

@@ -100,8 +100,10 @@ class PlacementPlan:
     shape: Shape
     region: object  # the Region it was scored in; None: every region the flavor is sold in
     ranked: tuple  # the NodeViews that fitted, best first
-    record: tuple  # every candidate as a Placement keeps it (see adapter.placement_record)
+    record: tuple  # the candidates a Placement keeps (see adapter.placement_record)
     weights: dict
+    scored: dict  # {node id as the engine names it: its Candidate}, for a record not kept
+    request: object  # the engine's TaskRequest it was scored for
 
     @property
     def best_region(self):
@@ -115,16 +117,19 @@ def plan_placement(
     `region` (or of every region the flavor is sold in) with the tenant's `preference`;
     nothing is locked or written."""
     shape = shape or shape_of(flavor)
-    decision, views, record, weights = _decide_placement(
+    decision, views, request, record, weights = _decide_placement(
         park=park, flavor=flavor, shape=shape, region=region, preference=preference
     )
     by_id = {view.state.id: view for view in views}
+    ranked = _ranked(decision)
     return PlacementPlan(
         shape=shape,
         region=region,
-        ranked=tuple(by_id[candidate.node_id] for candidate in _ranked(decision)),
+        ranked=tuple(by_id[candidate.node_id] for candidate in ranked),
         record=tuple(record),
         weights=weights,
+        scored={candidate.node_id: candidate for candidate in ranked},
+        request=request,
     )
 
 
@@ -159,20 +164,31 @@ def place(
             preference=preference,
         )
     record = [dict(entry) for entry in plan.record]  # marked below; the plan stays as it was
+    considered = plan.weights["considered"]
+    fitted, rejected = considered["fitted"], dict(considered["rejected"])
     for view in plan.ranked:
         allocation = _allocate_on(view.node, instance=instance, shape=shape)
         if allocation is not None:
+            if not any(entry["node_id"] == view.node.pk for entry in record):
+                # Chosen after more than the kept best had filled up: kept too.
+                scored = plan.scored[view.state.id]
+                record.append(adapter.candidate_record(view, scored, request=plan.request))
             # What the node had free under its lock, less what this host took.
             left_free = allocation.node.free_accelerators - shape.accelerators
             Placement.objects.create(
                 order=order,
                 chosen_pool=view.node.pool,
                 chosen_node=view.node,
-                weights={**plan.weights, "left_free": left_free},
+                weights={
+                    **plan.weights,
+                    "left_free": left_free,
+                    "considered": {"fitted": fitted, "rejected": rejected},
+                },
                 candidates=record,
             )
             return allocation
         _mark_taken(record, view.node.pk)
+        fitted, rejected["taken"] = fitted - 1, rejected.get("taken", 0) + 1
     raise _no_room(shape, region)
 
 
@@ -261,7 +277,7 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
     weights, record = adapter.placement_record(
         decision, views, request=request, park=weights_of_park, currency=park.currency
     )
-    return decision, views, record, weights
+    return decision, views, request, record, weights
 
 
 def _mark_taken(record: list[dict], node_id: int) -> None:

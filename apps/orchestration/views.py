@@ -175,5 +175,7 @@ def decision_detail(request, placement_id):
             for candidate in feasible
         ],
         "rejected": placement.rejected_candidates(),
+        "fitted_not_shown": placement.fitted_count() - len(feasible),
+        "rejected_counts": placement.rejected_counts(),
     }
     return render(request, "orchestration/decision_detail.html", context)

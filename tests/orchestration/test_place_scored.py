@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from django.utils import translation
 
-from apps.orchestration import services
+from apps.orchestration import adapter, services
 from apps.orchestration.models import Accelerator, Placement, SchedulingPolicy
 from apps.orchestration.scheduling import allocate_task
 from apps.orchestration.services import Shape, place
@@ -160,6 +160,54 @@ def test_a_node_that_filled_up_before_its_lock_falls_back_to_the_next(hosts, mon
     assert {c["node"]: c["reason"] for c in placement.rejected_candidates()} == {
         "w1": "taken by another placement at the last moment"
     }
+
+
+def test_a_decision_keeps_the_best_that_fitted_and_counts_every_host(hosts, monkeypatch):
+    monkeypatch.setattr(adapter, "KEPT_CANDIDATES", 2)
+    for i in range(3):
+        hosts.node(f"w-more-{i}", pool="west-h100")
+    for i in range(3):  # too small for a two-card host
+        hosts.node(f"w-small-{i}", pool="west-h100", accelerators=1)
+
+    allocation, placement = order_host(hosts)
+
+    fitted = placement.feasible_candidates()
+    assert len(fitted) == 2  # the best two of the five with room
+    assert placement.chosen_candidate()["node"] == allocation.node.hostname
+    every_total = sorted((c["total"] for c in fitted), reverse=True)
+    assert fitted[0]["total"] == every_total[0]
+    assert [c["rejected"] for c in placement.rejected_candidates()] == ["gpu_count"] * 2
+    assert placement.weights["considered"] == {"fitted": 5, "rejected": {"gpu_count": 3}}
+    assert placement.fitted_count() == 5
+    with translation.override("en"):
+        assert placement.rejected_counts() == [("not enough whole accelerators free", 3)]
+
+
+def test_a_node_chosen_past_the_kept_best_is_kept_too(hosts, monkeypatch):
+    monkeypatch.setattr(adapter, "KEPT_CANDIDATES", 1)
+    real = services._allocate_on
+    monkeypatch.setattr(
+        services,
+        "_allocate_on",
+        lambda node, **kwargs: None if node.hostname == "w1" else real(node, **kwargs),
+    )
+
+    allocation, placement = order_host(hosts)
+
+    assert allocation.node.hostname == "h1"
+    by_node = {c["node"]: c for c in placement.candidates}
+    assert by_node["w1"]["rejected"] == "taken"
+    assert by_node["h1"]["fits"] and by_node["h1"]["parts"]  # scored, though not kept at first
+    assert placement.weights["considered"] == {"fitted": 1, "rejected": {"taken": 1}}
+    assert "h1" in placement.describe()
+
+
+def test_a_placement_kept_before_the_counts_counts_its_list(hosts):
+    _allocation, placement = order_host(hosts)
+    del placement.weights["considered"]
+
+    assert placement.fitted_count() == 2
+    assert placement.rejected_counts() == []
 
 
 def test_a_host_never_takes_a_card_shared_by_training_tasks(hosts):

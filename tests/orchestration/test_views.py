@@ -453,6 +453,19 @@ def test_an_operator_sees_every_candidate_of_a_decision(ops, task_world, decided
     assert "¥4.00" in html and "¥20.00" in html
 
 
+def test_a_decision_page_counts_the_hosts_it_did_not_keep(ops, task_world, decided):
+    placement = decided["a"]
+    placement.weights["considered"] = {"fitted": 7, "rejected": {"gpu_count": 40, "drained": 2}}
+    placement.save(update_fields=["weights"])
+
+    html = ops.get(f"/ops/tasks/decisions/{placement.pk}/", **ENGLISH).content.decode()
+
+    shown = len(placement.feasible_candidates())
+    assert f"And {7 - shown} more hosts with room, scored lower" in html
+    assert "not enough whole accelerators free: 40 hosts" in html
+    assert "drained for maintenance: 2 hosts" in html
+
+
 def test_an_operator_sees_a_hosts_decision_too(ops, task_world):
     from tests.factories import FlavorFactory, FlavorFamilyFactory, PriceFactory
     from tests.orchestration.test_place_scored import order_host
