@@ -79,6 +79,8 @@ def main():
         "DATABASE_URL": scratch_url,
         "DJANGO_SETTINGS_MODULE": "portal.settings",
         "DEBUG": "false",
+        # As deploy/production.env.example has it: a worker keeps its connection.
+        "DATABASE_CONN_MAX_AGE": "60",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "CELERY_BROKER_URL": "memory://",
         "CELERY_TASK_ALWAYS_EAGER": "false",

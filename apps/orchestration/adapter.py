@@ -153,20 +153,26 @@ class Room:
 def rooms(node_ids) -> dict[int, Room]:
     """{node id: its Room}, counted per node in the database (one row a node, not a card): the
     same figures as `card_states`, without the card ids that only taking cards needs."""
-    counts = (
+    shared_card = Q(out_of_service=False, allocation__share_milli__gt=0)
+    counts = list(
         Accelerator.objects.filter(node_id__in=node_ids)
         .values("node_id")
         .annotate(
             cards=Count("id"),
             idle=Count("id", filter=Q(allocation__isnull=True, out_of_service=False)),
+            shared=Count("id", filter=shared_card),
         )
         .order_by()
-        .values_list("node_id", "cards", "idle")
+        .values_list("node_id", "cards", "idle", "shared")
     )
-    shared = list(
-        Accelerator.objects.filter(
-            node_id__in=node_ids, out_of_service=False, allocation__share_milli__gt=0
-        ).values_list("id", "node_id")
+    shared = (
+        list(
+            Accelerator.objects.filter(shared_card, node_id__in=node_ids).values_list(
+                "id", "node_id"
+            )
+        )
+        if any(row[3] for row in counts)
+        else []
     )
     used = live_shares({card_id for card_id, _node_id in shared})
     partial = defaultdict(list)
@@ -177,7 +183,7 @@ def rooms(node_ids) -> dict[int, Room]:
             idle=idle,
             free=[MILLI] * idle + partial[node_id] + [0] * (cards - idle - len(partial[node_id])),
         )
-        for node_id, cards, idle in counts
+        for node_id, cards, idle, _shared in counts
     }
 
 
