@@ -34,6 +34,7 @@ def transition(
     field: str = "state",
     changes: Mapping | Callable[[models.Model], Mapping] | None = None,
     audit_data: Mapping | None = None,
+    held: bool = False,
 ) -> models.Model:
     """Move `obj` to `target` under a row lock and record an audit event.
 
@@ -41,9 +42,14 @@ def transition(
     SELECT ... FOR UPDATE so a concurrent transition sees the state this one left behind.
     `changes` are other fields saved in the same UPDATE (an error message, a timestamp), or a
     function of the locked row returning them, for changes that depend on its current values.
+    `held`: this transaction created `obj`, or `obj` is what a transition of it in this
+    transaction returned, so it is current and no one else can change it: it is not read again.
     """
-    locked = type(obj)._default_manager.select_for_update(no_key=True).get(pk=obj.pk)
-    _keep_loaded_relations(obj, locked)
+    if held:
+        locked = obj
+    else:
+        locked = type(obj)._default_manager.select_for_update(no_key=True).get(pk=obj.pk)
+        _keep_loaded_relations(obj, locked)
     current = getattr(locked, field)
     names = dict(locked._meta.get_field(field).flatchoices)
     check_transition(table, current, target, label=str(locked), names=names)

@@ -89,7 +89,8 @@ def move_instance(*, instance: Instance, to: str, actor=None, error_message: str
 
 
 @transaction.atomic
-def move_order(*, order: Order, to: str, actor=None, reason: str = "") -> Order:
+def move_order(*, order: Order, to: str, actor=None, reason: str = "", held: bool = False) -> Order:
+    """`held`: see transition()."""
     changes = {"reason": reason} if reason else {}
     if to in (OrderState.APPROVED, OrderState.REJECTED) and actor is not None:
         changes.update(decided_by=actor, decided_at=timezone.now())
@@ -100,6 +101,7 @@ def move_order(*, order: Order, to: str, actor=None, reason: str = "") -> Order:
         actor=actor,
         changes=changes,
         audit_data={"reason": reason} if reason else None,
+        held=held,
     )
     notify(order.organization, f"order.{to}", order_event(order))
     return order
@@ -400,11 +402,11 @@ def submit_create(
     decided = []
     for index, order in enumerate(orders):
         if approval:
-            decided.append(move_order(order=order, to=OrderState.AWAITING_APPROVAL, actor=actor))
+            decided.append(
+                move_order(order=order, to=OrderState.AWAITING_APPROVAL, actor=actor, held=True)
+            )
         else:
-            created = order.instance  # with its flavor and organization loaded
-            order = move_order(order=order, to=OrderState.APPROVED, actor=None)
-            order.instance = created
+            order = move_order(order=order, to=OrderState.APPROVED, actor=None, held=True)
             # Later hosts of the same order are scored again, with the earlier ones placed.
             decided.append(_start_provisioning(order, plan=plan if index == 0 else None))
     return decided
@@ -467,11 +469,12 @@ def _create_order(organization, actor, request, one_host: Quote, name, key) -> O
 
 
 def _start_provisioning(order: Order, *, plan: PlacementPlan | None = None) -> Order:
-    """Allocate accelerators and hand the instance to the backend (after commit). A host whose
-    region the scheduler chose is placed over every region again (or with the `plan` its quote
-    was scored with); should the best node with room be in another region than the one it was
-    quoted in (capacity changed meanwhile), it is refused rather than billed at another price
-    than the tenant saw. Returns the order as it is now (fulfilling)."""
+    """Allocate accelerators and hand the instance to the backend (after commit); `order` is
+    what its move to approved returned, in this transaction. A host whose region the scheduler
+    chose is placed over every region again (or with the `plan` its quote was scored with);
+    should the best node with room be in another region than the one it was quoted in
+    (capacity changed meanwhile), it is refused rather than billed at another price than the
+    tenant saw. Returns the order as it is now (fulfilling)."""
     from apps.orders.tasks import provision_instance
 
     instance = order.instance
@@ -479,7 +482,7 @@ def _start_provisioning(order: Order, *, plan: PlacementPlan | None = None) -> O
     # The transitions first and the allocation last: the node's lock is then held only from
     # the allocation to the commit, so concurrent orders landing on one node wait less. Both
     # are in this transaction, so no one sees the order fulfilling without its allocation.
-    order = move_order(order=order, to=OrderState.FULFILLING)
+    order = move_order(order=order, to=OrderState.FULFILLING, held=True)
     move_instance(instance=instance, to=InstanceState.PROVISIONING)
     allocation = place(
         instance=instance,
