@@ -253,7 +253,8 @@ def recent_park_placements(park, *, limit: int = PREVIEW_PLACEMENTS) -> list[Pla
 
 def rescored_choice(placement, operator: Weights, operator_share: float) -> dict | None:
     """The candidate `placement` would have chosen under the park weights `operator`, from the
-    score parts it stored (the tenant's preference as it was). None if nothing was feasible."""
+    score parts it stored (the tenant's preference as it was), among the best candidates it
+    kept (adapter.KEPT_CANDIDATES). None if nothing was feasible."""
     weights = combine(operator, placement.weights.get("preference"), operator_share).normalized()
     best = None
     for candidate in placement.candidates:
