@@ -150,12 +150,13 @@ class Room:
     free: list[int]  # each card's free milli-accelerators (see Card.free): idle, shared, full
 
 
-def rooms(node_ids) -> dict[int, Room]:
-    """{node id: its Room}, counted per node in the database (one row a node, not a card): the
-    same figures as `card_states`, without the card ids that only taking cards needs."""
+def rooms(pool_ids) -> dict[int, Room]:
+    """{node id: its Room} for every node of the pools, counted per node in the database (one
+    row a node, not a card): the same figures as `card_states`, without the card ids that
+    only taking cards needs."""
     shared_card = Q(out_of_service=False, allocation__share_milli__gt=0)
     counts = list(
-        Accelerator.objects.filter(node_id__in=node_ids)
+        Accelerator.objects.filter(node__pool_id__in=pool_ids)
         .values("node_id")
         .annotate(
             cards=Count("id"),
@@ -167,7 +168,7 @@ def rooms(node_ids) -> dict[int, Room]:
     )
     shared = (
         list(
-            Accelerator.objects.filter(shared_card, node_id__in=node_ids).values_list(
+            Accelerator.objects.filter(shared_card, node__pool_id__in=pool_ids).values_list(
                 "id", "node_id"
             )
         )
@@ -210,12 +211,13 @@ def watts_under_load(node, tdp_w: int, now) -> float:
     return sum(loaded) / len(loaded) if loaded else float(tdp_w)
 
 
-def held_cpu_and_memory(node_ids) -> dict[int, tuple[int, int]]:
-    """{node id: (vCPU, GB of memory) its live allocations hold}, in one query."""
+def held_cpu_and_memory(pool_ids) -> dict[int, tuple[int, int]]:
+    """{node id: (vCPU, GB of memory) its live allocations hold} for the nodes of the pools
+    that hold any, in one query."""
     return {
         node_id: (vcpu, ram_gb)
         for node_id, vcpu, ram_gb in Allocation.objects.filter(
-            node_id__in=node_ids, released_at__isnull=True
+            node__pool_id__in=pool_ids, released_at__isnull=True
         )
         .values("node_id")
         .annotate(vcpu=Sum("vcpu"), ram_gb=Sum("ram_gb"))
@@ -224,19 +226,18 @@ def held_cpu_and_memory(node_ids) -> dict[int, tuple[int, int]]:
     }
 
 
-def node_views(nodes, *, prices: dict, within=None) -> list[NodeView]:
+def node_views(nodes, *, prices: dict) -> list[NodeView]:
     """`nodes` (select_related pool__region and pool__accelerator_model); `prices`: {pool id:
-    price of one accelerator-hour, or None}; `within`: a queryset of nodes they were read from,
-    which the counts below then filter by as a subquery rather than by a list of hundreds of
-    ids (every id a parameter to prepare). What each node has free is read here, for all
-    nodes in three queries, and set on the node as `selectors.with_free_capacity` annotates it
-    (`free_accelerators`, `vcpu_used`, `ram_used`): one correlated subquery per node and
-    figure, and a row per card, were most of what an order spent choosing among hundreds of
-    nodes."""
+    price of one accelerator-hour, or None}. What each node has free is read here, for every
+    node of their pools in three or four queries (a few pool ids to filter by, where listing
+    hundreds of node ids cost more than the counting), and set on the node as
+    `selectors.with_free_capacity` annotates it (`free_accelerators`, `vcpu_used`, `ram_used`):
+    one correlated subquery per node and figure, and a row per card, were most of what an
+    order spent choosing among hundreds of nodes."""
     nodes = list(nodes)
-    node_ids = within.values("pk") if within is not None else [n.pk for n in nodes]
-    room_of = rooms(node_ids)
-    held = held_cpu_and_memory(node_ids)
+    pool_ids = {node.pool_id for node in nodes}
+    room_of = rooms(pool_ids)
+    held = held_cpu_and_memory(pool_ids)
     now = timezone.now()
     per_pool = {}  # what a pool's nodes share, worked out once per pool
     views = []

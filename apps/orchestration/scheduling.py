@@ -362,7 +362,7 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
     nodes = list(batch_nodes.order_by("pk"))
     pools = list({node.pool_id: node.pool for node in nodes}.values())
     prices = adapter.task_prices(pools, at=now)
-    views = adapter.node_views(nodes, prices=prices, within=batch_nodes)
+    views = adapter.node_views(nodes, prices=prices)
     view_of = {view.state.id: view for view in views}
     zoned = []
     for view in views:

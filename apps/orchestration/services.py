@@ -251,7 +251,7 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
     elif any(price is None for price in prices.values()):
         # Unpriced somewhere (the order's region is always priced): price says nothing here.
         prices = dict.fromkeys(prices)
-    views = adapter.node_views(nodes, prices=prices, within=candidates)
+    views = adapter.node_views(nodes, prices=prices)
     model_slug = (
         nodes[0].pool.accelerator_model.slug
         if nodes

@@ -22,14 +22,13 @@ from tests.orchestration.test_scheduling import hold_cards
 pytestmark = pytest.mark.django_db
 
 
-def views_of(world, *hostnames, within=False):
+def views_of(world, *hostnames):
     """The nodes' views, as placement reads them (plain rows: node_views counts the room)."""
     rows = Node.objects.filter(hostname__in=hostnames).select_related(
         "pool__region", "pool__accelerator_model"
     )
     nodes = list(rows.order_by("pk"))
-    prices = adapter.task_prices({n.pool for n in nodes})
-    return adapter.node_views(nodes, prices=prices, within=rows if within else None)
+    return adapter.node_views(nodes, prices=adapter.task_prices({n.pool for n in nodes}))
 
 
 def test_a_node_maps_to_the_engines_state(task_world):
@@ -96,18 +95,23 @@ def test_held_and_shared_cards_and_used_cpu_are_counted(task_world):
     assert allocate_task(first, node=node) is not None
     assert allocate_task(second, node=node) is not None
 
-    for within in (False, True):
-        (view,) = views_of(task_world, "h1", within=within)
+    other = task_world.node("h1-neighbour", pool="east-h100")  # same pool, its own room
+    Allocation.objects.filter(pk=hold_cards(other, 3).pk).update(vcpu=16, ram_gb=128)
 
-        # What each card has free, idle cards first (scoring needs how much, not which card).
-        assert view.state.gpu_free == [1000, 1000, 1000, 1000, 1000, 250, 0, 0]
-        assert view.state.cpu_milli_free == (128 - 4 - 4) * 1000
-        assert view.state.memory_mib_free == (1024 - 32 - 32) * 1024
-        # As with_free_capacity counts them: the shared card is held, not free.
-        annotated = with_free_capacity(Node.objects.filter(pk=node.pk)).get()
-        assert view.node.free_accelerators == annotated.free_accelerators == 5
-        assert (view.node.vcpu_used, view.node.ram_used) == (8, 64)
-        assert (annotated.vcpu_used, annotated.ram_used) == (8, 64)
+    view, neighbour = views_of(task_world, "h1", "h1-neighbour")
+
+    assert neighbour.state.gpu_free == [1000] * 5 + [0] * 3
+    assert (neighbour.node.vcpu_used, neighbour.node.ram_used) == (16, 128)
+
+    # What each card has free, idle cards first (scoring needs how much, not which card).
+    assert view.state.gpu_free == [1000, 1000, 1000, 1000, 1000, 250, 0, 0]
+    assert view.state.cpu_milli_free == (128 - 4 - 4) * 1000
+    assert view.state.memory_mib_free == (1024 - 32 - 32) * 1024
+    # As with_free_capacity counts them: the shared card is held, not free.
+    annotated = with_free_capacity(Node.objects.filter(pk=node.pk)).get()
+    assert view.node.free_accelerators == annotated.free_accelerators == 5
+    assert (view.node.vcpu_used, view.node.ram_used) == (8, 64)
+    assert (annotated.vcpu_used, annotated.ram_used) == (8, 64)
 
 
 def test_a_card_out_of_service_has_nothing_free(task_world):
@@ -137,7 +141,7 @@ def test_node_views_take_the_same_few_queries_for_any_number_of_nodes(task_world
         )
         nodes = list(rows)
         with CaptureQueriesContext(connection) as queries:
-            adapter.node_views(nodes, prices={}, within=rows)
+            adapter.node_views(nodes, prices={})
         return len(queries)
 
     # Cards per node, the shared cards and their live shares, CPU and memory held.
