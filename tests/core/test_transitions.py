@@ -63,3 +63,49 @@ def test_a_transition_waits_for_a_concurrent_one_and_sees_its_result():
     instance.refresh_from_db()
     assert instance.state == InstanceState.RUNNING
     assert outcome["second"] == "refused"  # RUNNING -> RUNNING is not a move
+
+
+def _sql(queries) -> list[str]:
+    return [q["sql"] for q in queries]
+
+
+@pytest.mark.django_db
+def test_the_re_read_row_keeps_the_related_rows_already_loaded():
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.core.models import AuditEvent
+
+    instance = InstanceFactory(state=InstanceState.PROVISIONING)
+    organization = instance.organization  # loaded, with its park
+    organization.park  # noqa: B018
+
+    with CaptureQueriesContext(connection) as queries:
+        moved = move_instance(instance=instance, to=InstanceState.RUNNING)
+
+    assert moved.organization is organization
+    reads_of_organizations = [s for s in _sql(queries) if 'FROM "tenants_organization"' in s]
+    assert reads_of_organizations == []
+    assert AuditEvent.objects.filter(action="instance.running", organization=organization).exists()
+
+
+@pytest.mark.django_db
+def test_a_row_this_transaction_holds_moves_without_being_read_again():
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.core.models import AuditEvent
+    from apps.orders.models import OrderState
+    from apps.orders.services import move_order
+    from tests.factories import OrderFactory
+
+    order = OrderFactory(state=OrderState.SUBMITTED)
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        moved = move_order(order=order, to=OrderState.APPROVED, held=True)
+        with pytest.raises(InvalidTransition):  # the table still decides
+            move_order(order=moved, to=OrderState.SUBMITTED, held=True)
+
+    assert moved is order and order.state == OrderState.APPROVED
+    assert not [s for s in _sql(queries) if "FOR NO KEY UPDATE" in s]
+    order.refresh_from_db()
+    assert order.state == OrderState.APPROVED
+    event = AuditEvent.objects.get(action="order.approved", object_id=str(order.pk))
+    assert event.data == {"from": OrderState.SUBMITTED, "to": OrderState.APPROVED}
