@@ -79,11 +79,13 @@ def usage_of(instances) -> Usage:
     return total
 
 
-def pending_growth(instances) -> Usage:
-    """What open resize and disk-expansion orders on these instances add: they hold their
-    growth from the moment they are accepted until the backend is done (or fails)."""
+def pending_growth(organizations) -> Usage:
+    """What open resize and disk-expansion orders on the organizations' instances add: they
+    hold their growth from the moment they are accepted until the backend is done (or
+    fails)."""
     orders = Order.objects.filter(
-        instance__in=instances.filter(state__in=INSTANCE_HOLDING_STATES),
+        instance__organization__in=organizations,
+        instance__state__in=INSTANCE_HOLDING_STATES,
         state__in=[OrderState.APPROVED, OrderState.FULFILLING],
         kind__in=[OrderKind.RESIZE, OrderKind.EXPAND_DISK],
     ).select_related("instance__flavor__family__accelerator_model")
@@ -106,4 +108,4 @@ def pending_growth(instances) -> Usage:
 def instance_quota_usage(organizations) -> Usage:
     """The quotas' holder for hosts: instances in a holding state and their open growth."""
     instances = Instance.objects.filter(organization__in=organizations)
-    return usage_of(instances) + pending_growth(instances)
+    return usage_of(instances) + pending_growth(organizations)

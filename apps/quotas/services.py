@@ -179,7 +179,8 @@ def demand_for(
 
 # What holds quota is counted by the apps that own those rows, a floor above: orders counts its
 # instances and their open resizes, orchestration its placed and running training tasks. Each
-# plugs in a callable (organizations: a queryset of Organization) -> Usage.
+# plugs in a callable (organizations: a queryset of Organization, or a list of their ids) ->
+# Usage.
 QUOTA_HOLDERS = ExtensionPoint("rows that hold quota")
 
 
@@ -202,7 +203,9 @@ def month_spend(organizations) -> int:
 
 
 def organization_usage(organization: Organization) -> Usage:
-    return usage_held(Organization.objects.filter(pk=organization.pk))
+    # Its id, not a queryset of one: every holder's query then filters by a value, not a
+    # subquery (this is counted on every order).
+    return usage_held([organization.pk])
 
 
 def park_usage(park: Park) -> Usage:

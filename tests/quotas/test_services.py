@@ -242,7 +242,7 @@ def test_an_open_resize_holds_its_growth(organization, sizes, state):
     instance = host(organization, sizes[1], InstanceState.RESIZING)
     resize_order(instance, sizes[4], state)
 
-    growth = pending_growth(Instance.objects.all())
+    growth = pending_growth([organization.pk])
 
     if state in (OrderState.APPROVED, OrderState.FULFILLING):
         model = sizes[1].family.accelerator_model
@@ -258,11 +258,22 @@ def test_an_open_resize_holds_its_growth(organization, sizes, state):
 
 
 @pytest.mark.django_db
+def test_growth_counts_only_the_organizations_given(organization, sizes):
+    from tests.factories import OrganizationFactory
+
+    other = OrganizationFactory(park=organization.park)
+    resize_order(host(other, sizes[1], InstanceState.RESIZING), sizes[4])
+
+    assert pending_growth([organization.pk]) == Usage()
+    assert pending_growth([other.pk]).accelerators == 3
+
+
+@pytest.mark.django_db
 def test_a_shrink_holds_no_growth(organization, sizes):
     instance = host(organization, sizes[4], InstanceState.RESIZING)
     resize_order(instance, sizes[1])
 
-    assert pending_growth(Instance.objects.all()) == Usage()
+    assert pending_growth([organization.pk]) == Usage()
 
 
 @pytest.mark.django_db
@@ -271,7 +282,7 @@ def test_an_open_disk_expansion_holds_its_growth(organization, sizes):
     expand_order(instance, 350)
     expand_order(host(organization, sizes[1]), 50, OrderState.DONE)
 
-    assert pending_growth(Instance.objects.all()) == Usage(disk_gb=250)
+    assert pending_growth([organization.pk]) == Usage(disk_gb=250)
 
 
 @pytest.mark.django_db
@@ -281,7 +292,7 @@ def test_growth_of_a_host_that_holds_nothing_is_not_counted(organization, sizes,
     resize_order(instance, sizes[8])
     expand_order(instance, 500)
 
-    assert pending_growth(Instance.objects.all()) == Usage()
+    assert pending_growth([organization.pk]) == Usage()
 
 
 @pytest.mark.django_db
@@ -296,7 +307,7 @@ def test_other_operations_hold_no_growth(organization, sizes, kind):
         parameters={"from": 0, "to": 100},
     )
 
-    assert pending_growth(Instance.objects.all()) == Usage()
+    assert pending_growth([organization.pk]) == Usage()
 
 
 @pytest.mark.django_db
