@@ -259,8 +259,6 @@ def test_an_open_resize_holds_its_growth(organization, sizes, state):
 
 @pytest.mark.django_db
 def test_growth_counts_only_the_organizations_given(organization, sizes):
-    from tests.factories import OrganizationFactory
-
     other = OrganizationFactory(park=organization.park)
     resize_order(host(other, sizes[1], InstanceState.RESIZING), sizes[4])
 
