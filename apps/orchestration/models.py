@@ -355,6 +355,7 @@ REJECTION_REASONS = {
     "not_priced": _("the accelerator is not priced in this region"),
     "max_price": _("above the task's maximum price"),
     "taken": _("taken by another placement at the last moment"),
+    "other_region": _("in another region than the one the host was priced in"),
     "reserved": _("held for a task waiting ahead in the queue"),
     "no_nodes": _("the park has no host in service"),
 }

@@ -149,9 +149,11 @@ def place(
     `preference`: balanced, fast, cheap or green) among the nodes of `region`, or, when the
     tenant lets the scheduler choose (`region` None), among every region the flavor is sold in.
     `plan`, when given, is that decision made earlier (`plan_placement`, before the caller took
-    its locks) for the same shape and region. Should the best node have filled up by the time
-    its lock is held, the next best is tried. Every candidate with its score parts and why it
-    was or was not chosen is kept as a Placement. Raises NoCapacity when nothing fits.
+    its locks) for the same shape, over `region` or over every region (the scoring an order was
+    quoted with: only its nodes in `region` are tried then, a host being billed at its
+    region's price). Should the best node have filled up by the time its lock is held, the
+    next best is tried. The best candidates with their score parts, and why others were not
+    chosen, are kept as a Placement. Raises NoCapacity when nothing fits.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("place() must run inside the caller's transaction")
@@ -167,6 +169,10 @@ def place(
     considered = plan.weights["considered"]
     fitted, rejected = considered["fitted"], dict(considered["rejected"])
     for view in plan.ranked:
+        if region is not None and view.node.pool.region_id != region.pk:
+            _mark_rejected(record, view.node.pk, "other_region")
+            fitted, rejected["other_region"] = fitted - 1, rejected.get("other_region", 0) + 1
+            continue
         allocation = _allocate_on(view.node, instance=instance, shape=shape)
         if allocation is not None:
             if not any(entry["node_id"] == view.node.pk for entry in record):
@@ -187,7 +193,7 @@ def place(
                 candidates=record,
             )
             return allocation
-        _mark_taken(record, view.node.pk)
+        _mark_rejected(record, view.node.pk, "taken")
         fitted, rejected["taken"] = fitted - 1, rejected.get("taken", 0) + 1
     raise _no_room(shape, region)
 
@@ -280,11 +286,12 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
     return decision, views, request, record, weights
 
 
-def _mark_taken(record: list[dict], node_id: int) -> None:
-    """The node filled up between the decision and its lock: kept as rejected."""
+def _mark_rejected(record: list[dict], node_id: int, code: str) -> None:
+    """A node that fitted when scored but was passed over when placing (it filled up before
+    its lock: "taken"; not in the region the host was quoted in: "other_region")."""
     for entry in record:
         if entry["node_id"] == node_id:
-            entry.update(fits=False, total=None, rejected="taken")
+            entry.update(fits=False, total=None, rejected=code)
 
 
 def _allocate_on(node, *, instance, shape: Shape) -> Allocation | None:

@@ -470,15 +470,15 @@ def _create_order(organization, actor, request, one_host: Quote, name, key) -> O
 
 def _start_provisioning(order: Order, *, plan: PlacementPlan | None = None) -> Order:
     """Allocate accelerators and hand the instance to the backend (after commit); `order` is
-    what its move to approved returned, in this transaction. A host whose region the scheduler
-    chose is placed over every region again (or with the `plan` its quote was scored with);
-    should the best node with room be in another region than the one it was quoted in
-    (capacity changed meanwhile), it is refused rather than billed at another price than the
-    tenant saw. Returns the order as it is now (fulfilling)."""
+    what its move to approved returned, in this transaction. The host is placed in the region
+    it was quoted in, at that price: with the `plan` its quote was scored with (over every
+    region, when the scheduler chose it), or scored again there (the later hosts of an order,
+    an order approved later). Should that region have no room left by then, it is refused,
+    never billed elsewhere at another price than the tenant saw. Returns the order as it is now
+    (fulfilling)."""
     from apps.orders.tasks import provision_instance
 
     instance = order.instance
-    chosen_by_scheduler = order.parameters.get("scheduler_chose_region", False)
     # The transitions first and the allocation last: the node's lock is then held only from
     # the allocation to the commit, so concurrent orders landing on one node wait less. Both
     # are in this transaction, so no one sees the order fulfilling without its allocation.
@@ -487,20 +487,12 @@ def _start_provisioning(order: Order, *, plan: PlacementPlan | None = None) -> O
     allocation = place(
         instance=instance,
         shape=shape_of(instance.flavor),
-        region=None if chosen_by_scheduler else instance.region,
+        region=instance.region,
         order=order,
         preference=order.parameters.get("preference", TaskPreference.BALANCED),
         plan=plan,
     )
     node = allocation.node
-    if node.pool.region_id != instance.region_id:
-        raise NoCapacity(
-            _(
-                "The capacity changed while you ordered: the best host is now in %(region)s, "
-                "not in %(quoted)s. Order again to see its price."
-            )
-            % {"region": node.pool.region.name, "quoted": instance.region.name}
-        )
     Instance.objects.filter(pk=instance.pk).update(node=node, pool=node.pool)
     on_commit_task(provision_instance, instance.pk)
     return order

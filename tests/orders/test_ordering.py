@@ -9,7 +9,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from apps.catalog.models import SoftwareStack
+from apps.catalog.models import Region, SoftwareStack
 from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
 from apps.core.models import AuditEvent
 from apps.orchestration.models import Accelerator, Allocation, Placement
@@ -329,6 +329,92 @@ def test_the_scheduler_scores_every_region_and_says_so_truly(world, east, order_
     best = max(placement.feasible_candidates(), key=lambda c: c["total"])
     assert best["node"] == placement.chosen_node.hostname
     assert cheap.hourly_minor == 900  # billed at the region it runs in
+
+
+@pytest.fixture
+def twin(world):
+    """A region the same as the world's in all but name (price, latency, pool), so the best
+    fit decides between them: twin-1 has 5 of 8 cards held, node-a 4 of 8, twin-2 none."""
+    from tests.orchestration.test_scheduling import hold_cards
+
+    region = RegionFactory(park=world.park, code="twin", name="Twin")
+    Region.objects.filter(pk=region.pk).update(latency_ms=world.region.latency_ms)
+    region.refresh_from_db()
+    pool = PoolFactory(backend=world.backend, region=region, accelerator_model=world.model)
+    world.price_flavors(region)  # as the world's region is priced
+    hold_cards(world.add_node("twin-1", pool=pool), 5)
+    hold_cards(world.nodes[0], 4)
+    world.add_node("twin-2", pool=pool)
+    return region
+
+
+def test_a_host_stays_in_the_region_it_was_quoted_in_when_its_best_node_fills_up(
+    world, twin, order_hosts, monkeypatch
+):
+    """Quoted in twin (twin-1 fits best); twin-1 fills up before the order's lock and the
+    next best, node-a, is in the other region: the host goes to twin-2, at the quoted price,
+    rather than elsewhere or nowhere."""
+    from apps.orchestration import services as orchestration
+    from apps.orchestration.services import plan_placement
+
+    plan = plan_placement(park=world.park, flavor=world.flavors[1])
+    ranked = [view.node.hostname for view in plan.ranked]
+    assert ranked.index("twin-1") < ranked.index(world.nodes[0].hostname) < ranked.index("twin-2")
+    real = orchestration._allocate_on
+    monkeypatch.setattr(
+        orchestration,
+        "_allocate_on",
+        lambda node, **kw: None if node.hostname == "twin-1" else real(node, **kw),
+    )
+
+    (order,) = order_hosts(1, region=None)
+
+    instance = Instance.objects.get(pk=order.instance_id)
+    assert (instance.node.hostname, instance.region) == ("twin-2", twin)
+    placement = Placement.objects.get(order=order)
+    rejected = {c["node"]: c["rejected"] for c in placement.rejected_candidates()}
+    assert rejected["twin-1"] == "taken"
+    assert rejected[world.nodes[0].hostname] == "other_region"
+    # node-a, and node-b (as empty as twin-2, and first in the tie) were passed over.
+    assert placement.weights["considered"]["rejected"] == {"taken": 1, "other_region": 2}
+
+
+def test_a_host_whose_quoted_region_filled_up_is_refused_not_billed_elsewhere(
+    world, twin, owner, monkeypatch
+):
+    from apps.orchestration import services as orchestration
+
+    real = orchestration._allocate_on
+    monkeypatch.setattr(
+        orchestration,
+        "_allocate_on",
+        lambda node, **kw: None if node.pool.region_id == twin.pk else real(node, **kw),
+    )
+    before = row_counts()
+
+    with pytest.raises(NoCapacity) as excinfo:
+        submit_create(
+            organization=world.organization, actor=owner, request=world.request(1, region=None)
+        )
+
+    assert "in Twin right now" in excinfo.value.message
+    assert row_counts() == before
+
+
+def test_every_host_of_an_order_is_placed_in_the_region_it_was_quoted_in(world, east, owner):
+    """Four one-card hosts quoted in east: east-1 has room for them all, however the later
+    hosts would score elsewhere with the earlier ones placed."""
+    world.add_node("west-2", pool=world.nodes[0].pool)  # more room in the dearer region
+
+    orders = submit_create(
+        organization=world.organization,
+        actor=owner,
+        request=world.request(1, region=None, preference="cheap", count=4),
+    )
+
+    instances = Instance.objects.filter(pk__in=[o.instance_id for o in orders])
+    assert {i.region for i in instances} == {east}
+    assert {o.hourly_minor for o in orders} == {900}
 
 
 def test_scheduler_passes_over_a_region_where_the_flavor_is_not_sold(world, organization):
