@@ -260,6 +260,7 @@ def drive(base, name, request, keys, duration) -> dict:
     """One client thread per key, each sending `request` back to back for `duration` s."""
     body = {"flavor": FLAVOR, "image": IMAGE, "ssh_public_key": SSH_KEY, "name": "bench"}
     latencies, failures, lock = [], {}, threading.Lock()
+    why = {}  # status: the first such answer's body, to say why
     start = threading.Barrier(len(keys) + 1)
     stop_at = []
 
@@ -279,6 +280,7 @@ def drive(base, name, request, keys, duration) -> dict:
                         latencies.append(took)
                     else:
                         failures[response.status_code] = failures.get(response.status_code, 0) + 1
+                        why.setdefault(response.status_code, response.text[:300])
 
     threads = [threading.Thread(target=client, args=(key,)) for key in keys]
     for thread in threads:
@@ -289,8 +291,10 @@ def drive(base, name, request, keys, duration) -> dict:
     for thread in threads:
         thread.join()
     elapsed = time.monotonic() - began
-    return {"scenario": name, "clients": len(keys), "seconds": round(elapsed, 1)} | figures(
-        latencies, elapsed, failures
+    return (
+        {"scenario": name, "clients": len(keys), "seconds": round(elapsed, 1)}
+        | figures(latencies, elapsed, failures)
+        | {"first_failure": why}
     )
 
 
@@ -400,6 +404,9 @@ def report(args, results, tps, check) -> None:
             f"{r['p99_ms']!s:>7}  {r['ok']} / {r['failed'] or 0}"
         )
     print("(latencies in ms)")
+    for r in results:
+        for status, body in r["first_failure"].items():
+            print(f"{r['scenario']}: first {status}: {body}")
     print(f"pgbench TPC-B, -T 10 -c 8 -j 2, same server: {tps} TPS")
     verdict = "no oversell" if check["ok"] else "OVERSOLD"
     print(
