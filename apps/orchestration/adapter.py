@@ -243,10 +243,10 @@ def node_views(nodes, *, prices: dict) -> list[NodeView]:
     views = []
     for node in nodes:
         pool = node.pool
-        shared = per_pool.get(pool.pk)
-        if shared is None:
+        common = per_pool.get(pool.pk)
+        if common is None:
             model, region, price = pool.accelerator_model, pool.region, prices.get(pool.pk)
-            shared = per_pool[pool.pk] = (
+            common = per_pool[pool.pk] = (
                 model,
                 float(model.compute_units),
                 price,
@@ -260,7 +260,7 @@ def node_views(nodes, *, prices: dict) -> list[NodeView]:
                     "price_per_hour_minor": float(price) if price is not None else 0,
                 },
             )
-        model, units, price, attributes = shared
+        model, units, price, attributes = common
         room = room_of.get(node.pk) or Room(idle=0, free=[])
         node.free_accelerators = room.idle
         node.vcpu_used, node.ram_used = held.get(node.pk, (0, 0))

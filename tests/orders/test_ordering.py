@@ -331,6 +331,31 @@ def test_the_scheduler_scores_every_region_and_says_so_truly(world, east, order_
     assert cheap.hourly_minor == 900  # billed at the region it runs in
 
 
+def filled_before_their_lock(monkeypatch, filled) -> None:
+    """The nodes `filled(node)` says answer their lock-time re-count as full (taken meanwhile)."""
+    from apps.orchestration import services as orchestration
+
+    real = orchestration._allocate_on
+    monkeypatch.setattr(
+        orchestration,
+        "_allocate_on",
+        lambda node, **kw: None if filled(node) else real(node, **kw),
+    )
+
+
+def refused_without_a_trace(world, owner, *says) -> None:
+    """A one-host order the scheduler places is refused for capacity, saying `says`, and
+    leaves no row behind."""
+    before = row_counts()
+    with pytest.raises(NoCapacity) as excinfo:
+        submit_create(
+            organization=world.organization, actor=owner, request=world.request(1, region=None)
+        )
+    for words in says:
+        assert words in excinfo.value.message
+    assert row_counts() == before
+
+
 @pytest.fixture
 def twin(world):
     """A region the same as the world's in all but name (price, latency, pool), so the best
@@ -354,18 +379,12 @@ def test_a_host_stays_in_the_region_it_was_quoted_in_when_its_best_node_fills_up
     """Quoted in twin (twin-1 fits best); twin-1 fills up before the order's lock and the
     next best, node-a, is in the other region: the host goes to twin-2, at the quoted price,
     rather than elsewhere or nowhere."""
-    from apps.orchestration import services as orchestration
     from apps.orchestration.services import plan_placement
 
     plan = plan_placement(park=world.park, flavor=world.flavors[1])
     ranked = [view.node.hostname for view in plan.ranked]
     assert ranked.index("twin-1") < ranked.index(world.nodes[0].hostname) < ranked.index("twin-2")
-    real = orchestration._allocate_on
-    monkeypatch.setattr(
-        orchestration,
-        "_allocate_on",
-        lambda node, **kw: None if node.hostname == "twin-1" else real(node, **kw),
-    )
+    filled_before_their_lock(monkeypatch, lambda node: node.hostname == "twin-1")
 
     (order,) = order_hosts(1, region=None)
 
@@ -382,23 +401,9 @@ def test_a_host_stays_in_the_region_it_was_quoted_in_when_its_best_node_fills_up
 def test_a_host_whose_quoted_region_filled_up_is_refused_not_billed_elsewhere(
     world, twin, owner, monkeypatch
 ):
-    from apps.orchestration import services as orchestration
+    filled_before_their_lock(monkeypatch, lambda node: node.pool.region_id == twin.pk)
 
-    real = orchestration._allocate_on
-    monkeypatch.setattr(
-        orchestration,
-        "_allocate_on",
-        lambda node, **kw: None if node.pool.region_id == twin.pk else real(node, **kw),
-    )
-    before = row_counts()
-
-    with pytest.raises(NoCapacity) as excinfo:
-        submit_create(
-            organization=world.organization, actor=owner, request=world.request(1, region=None)
-        )
-
-    assert "in Twin right now" in excinfo.value.message
-    assert row_counts() == before
+    refused_without_a_trace(world, owner, "No host has 1 free", "in Twin right now")
 
 
 def test_every_host_of_an_order_is_placed_in_the_region_it_was_quoted_in(world, east, owner):
@@ -440,15 +445,8 @@ def test_scheduler_with_no_room_anywhere(world, owner):
     for node in world.nodes:
         node.is_drained = True
         node.save()
-    before = row_counts()
 
-    with pytest.raises(NoCapacity) as excinfo:
-        submit_create(
-            organization=world.organization, actor=owner, request=world.request(1, region=None)
-        )
-
-    assert "No region has a free host of g1.1x" in excinfo.value.message
-    assert row_counts() == before
+    refused_without_a_trace(world, owner, "No region has a free host of g1.1x")
 
 
 # --- validation ------------------------------------------------------------------------------
