@@ -1,0 +1,129 @@
+"""One order in process: what `POST /api/v1/orders/` costs without HTTP, load or noise from
+other clients: milliseconds, queries and the statements' own time per order.
+
+    python bench/order_profile.py [--orders 40] [--nodes 240] [--profile 30] [--json]
+
+Builds the world `bench/load.py` orders in (a scratch PostgreSQL database on DATABASE_URL's
+server, `loam_bench_order`, dropped first: the demo park, `--nodes` 8-card L40S nodes in two
+regions, a funded organization with large quotas and a write API key), then posts `--orders`
+orders through Django's test client with the production settings (DEBUG off), after five to
+warm up, connections kept as in production. Prints the median and best of batches of ten
+(this machine's speed drifts, so the best is the steadier figure), the queries an order takes,
+and the time its statements took as the database driver saw it. `--profile N` adds
+cProfile's top N functions by cumulative time.
+"""
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+SCRATCH_DB = "loam_bench_order"
+BATCH = 10
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--orders", type=int, default=40)
+    parser.add_argument("--nodes", type=int, default=240, help="8-card nodes added")
+    parser.add_argument("--profile", type=int, default=0, help="print the top N functions")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    server = urlparse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/loam"))
+    if not server.scheme.startswith("postgres"):
+        sys.exit("bench/order_profile.py needs PostgreSQL: DATABASE_URL=postgres://…")
+    import load  # bench/load.py: the same world
+
+    load.recreate_database(server._replace(path="/postgres").geturl(), SCRATCH_DB)
+    env = {
+        **os.environ,
+        "DATABASE_URL": server._replace(path=f"/{SCRATCH_DB}").geturl(),
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "DEBUG": "false",
+        "DATABASE_CONN_MAX_AGE": "60",  # as production and bench/load.py keep connections
+        "ALLOWED_HOSTS": "testserver",
+        "CELERY_BROKER_URL": "memory://",
+        "CELERY_TASK_ALWAYS_EAGER": "false",
+        "LOAM_API_RATE_PER_KEY": "1000000/min",
+        "LOAM_API_RATE_PER_USER": "1000000/min",
+    }
+    os.environ.update(env)
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    subprocess.run([*manage, "migrate", "-v0"], check=True, env=env, cwd=ROOT)
+    subprocess.run([*manage, "seed_demo"], check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+
+    import django
+
+    django.setup()
+    world = argparse.Namespace(nodes=args.nodes, organizations=1, clients=1, park_limit=False)
+    (organization,) = load.seed(world)
+    figures = measure(args, organization["keys"][0], load)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    else:
+        print(
+            f"POST /api/v1/orders/ in process, {args.nodes} nodes, {args.orders} orders: "
+            f"{figures['median_ms']} ms an order (best batch {figures['best_ms']} ms), "
+            f"{figures['queries']} queries, statements {figures['statements_ms']} ms"
+        )
+
+
+def measure(args, key, load) -> dict:
+    from django.db import connection
+    from django.test import Client
+
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
+    body = {"flavor": load.FLAVOR, "image": load.IMAGE, "ssh_public_key": load.SSH_KEY}
+
+    def order():
+        response = client.post("/api/v1/orders/", {**body, "name": "bench"}, "application/json")
+        if response.status_code != 201:
+            sys.exit(f"an order failed: {response.status_code} {response.content[:300]!r}")
+
+    for _ in range(5):
+        order()
+    batches = []
+    for _ in range(max(1, args.orders // BATCH)):
+        began = time.perf_counter()
+        for _ in range(BATCH):
+            order()
+        batches.append((time.perf_counter() - began) / BATCH * 1000)
+    # The statements, counted apart: timing each costs time of its own.
+    statements = []
+
+    def timed(execute, sql, params, many, context):
+        began = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            statements.append(time.perf_counter() - began)
+
+    with connection.execute_wrapper(timed):
+        for _ in range(BATCH):
+            order()
+    if args.profile:
+        profile = cProfile.Profile()
+        profile.runcall(lambda: [order() for _ in range(BATCH)])
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(args.profile)
+    return {
+        "median_ms": round(statistics.median(batches), 1),
+        "best_ms": round(min(batches), 1),
+        "queries": round(len(statements) / BATCH, 1),
+        "statements_ms": round(sum(statements) / BATCH * 1000, 1),
+    }
+
+
+if __name__ == "__main__":
+    main()
