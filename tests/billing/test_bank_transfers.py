@@ -9,31 +9,16 @@ from django.db import connection
 from django.urls import reverse
 
 from apps.billing import transfers
-from apps.billing.models import BankTransfer, BankTransferState, EntryKind, LedgerEntry, Wallet
+from apps.billing.models import BankTransfer, BankTransferState, EntryKind, LedgerEntry
 from apps.core.models import AuditEvent
+from tests.billing.test_transfers import announce, as_user, audited, balance
 from tests.factories import ParkFactory, ParkOperatorFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
 
 
-def announce(organization, actor, amount_minor=500_000) -> BankTransfer:
-    return transfers.announce_bank_transfer(
-        organization=organization, actor=actor, amount_minor=amount_minor
-    )
-
-
-def balance(organization) -> int:
-    return Wallet.objects.get(organization=organization).balance_minor
-
-
 def state_of(transfer) -> str:
     return BankTransfer.objects.get(pk=transfer.pk).state
-
-
-def as_user(client, user):
-    client.cookies["django_language"] = "en"
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
@@ -101,12 +86,7 @@ def test_announcing_is_audited_for_the_organization(client, organization, billin
 
     transfer = BankTransfer.objects.get(organization=organization)
     assert (transfer.amount_minor, transfer.requested_by) == (1_234_567, billing)
-    event = AuditEvent.objects.get(action="bank_transfer.announced")
-    assert (event.organization, event.actor, event.object_id) == (
-        organization,
-        billing,
-        str(transfer.pk),
-    )
+    event = audited("bank_transfer.announced", organization, billing, transfer)
     assert event.data == {"reference": transfer.reference, "amount_minor": 1_234_567}
 
 
@@ -266,12 +246,7 @@ def test_crediting_is_audited_with_what_was_received(ops, organization, owner, o
         {"action": "credit", "id": transfer.pk, "received": "5000.00"},
     )
 
-    event = AuditEvent.objects.get(action="bank_transfer.credited")
-    assert (event.organization, event.actor, event.object_id) == (
-        organization,
-        operator,
-        str(transfer.pk),
-    )
+    event = audited("bank_transfer.credited", organization, operator, transfer)
     assert event.data == {"reference": transfer.reference, "received_minor": 500_000}
 
 

@@ -41,13 +41,10 @@ def announce(organization, actor, amount_minor=500_000) -> BankTransfer:
     )
 
 
-def paid_in(organization, amount_minor) -> None:
-    """A Stripe top-up that succeeded, as far as invoicing counts it."""
+def paid_in(organization, amount_minor, state=PaymentState.SUCCEEDED) -> None:
+    """A Stripe top-up in `state` (one that succeeded is what invoicing counts as paid in)."""
     Payment.objects.create(
-        wallet=wallet_of(organization),
-        amount_minor=amount_minor,
-        currency="CNY",
-        state=PaymentState.SUCCEEDED,
+        wallet=wallet_of(organization), amount_minor=amount_minor, currency="CNY", state=state
     )
 
 
@@ -60,6 +57,23 @@ def invoice_fields(**fields) -> dict:
         "email": "finance@example.com",
         **fields,
     }
+
+
+def as_user(client, user):
+    client.cookies["django_language"] = "en"
+    client.force_login(user)
+    return client
+
+
+def audited(action: str, organization, actor, target) -> AuditEvent:
+    """The one `action` event, said to be `actor`'s on `target` in `organization`."""
+    event = AuditEvent.objects.get(action=action)
+    assert (event.organization, event.actor, event.object_id) == (
+        organization,
+        actor,
+        str(target.pk),
+    )
+    return event
 
 
 # --- Bank transfers: the services ------------------------------------------------------------
@@ -264,9 +278,7 @@ def test_issuing_records_the_number_once(organization, owner, operator):
 
 @pytest.fixture
 def tenant(client, owner):
-    client.cookies["django_language"] = "en"
-    client.force_login(owner)
-    return client
+    return as_user(client, owner)
 
 
 def test_the_transfer_page_shows_the_account_and_the_reference_to_write(tenant, organization):
@@ -364,9 +376,7 @@ def test_a_special_invoice_without_its_details_is_a_form_error(tenant, organizat
 
 @pytest.fixture
 def ops(client, operator):
-    client.cookies["django_language"] = "en"
-    client.force_login(operator)
-    return client
+    return as_user(client, operator)
 
 
 def test_an_operator_credits_a_transfer_from_the_page(ops, organization, owner, park):

@@ -20,30 +20,14 @@ from apps.billing.models import (
 )
 from apps.billing.services import wallet_of
 from apps.core.models import AuditEvent
+from tests.billing.test_transfers import TAXPAYER_ID, as_user, audited, invoice_fields, paid_in
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
-
-TAXPAYER_ID = "91310000MA1FL3X63G"  # a valid GB 32100-2015 code
-
-
-def paid_in(organization, amount_minor, state=PaymentState.SUCCEEDED) -> None:
-    Payment.objects.create(
-        wallet=wallet_of(organization), amount_minor=amount_minor, currency="CNY", state=state
-    )
 
 
 def request_invoice(organization, actor, **fields) -> VatInvoiceRequest:
     return transfers.request_vat_invoice(
-        organization=organization,
-        actor=actor,
-        **{
-            "kind": VatInvoiceKind.GENERAL,
-            "amount_minor": 100_000,
-            "title": "示范智能科技有限公司",
-            "taxpayer_id": TAXPAYER_ID,
-            "email": "finance@example.com",
-            **fields,
-        },
+        organization=organization, actor=actor, **invoice_fields(**fields)
     )
 
 
@@ -57,12 +41,6 @@ def posted(**fields) -> dict:
         "email": "finance@example.com",
         **fields,
     }
-
-
-def as_user(client, user):
-    client.cookies["django_language"] = "en"
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
@@ -156,12 +134,7 @@ def test_a_special_invoice_with_its_details_is_requested(tenant, organization, o
         owner,
     )
     assert request.bank_account == "示范银行上海分行 3100 1234"
-    event = AuditEvent.objects.get(action="vat_invoice.requested")
-    assert (event.organization, event.actor, event.object_id) == (
-        organization,
-        owner,
-        str(request.pk),
-    )
+    event = audited("vat_invoice.requested", organization, owner, request)
     assert event.data == {"kind": "special", "amount_minor": 100_000}
 
 
