@@ -38,6 +38,8 @@ def main():
     parser.add_argument("--orders", type=int, default=40)
     parser.add_argument("--nodes", type=int, default=240, help="8-card nodes added")
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions")
+    parser.add_argument("--sort", default="cumulative", help="cProfile's order: tottime, …")
+    parser.add_argument("--queries", action="store_true", help="print one order's statements")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -113,10 +115,21 @@ def measure(args, key, load) -> dict:
     with connection.execute_wrapper(timed):
         for _ in range(BATCH):
             order()
+    if args.queries:
+        with connection.execute_wrapper(timed):
+            statements.clear()
+            shown = []
+            with connection.execute_wrapper(
+                lambda execute, sql, params, many, context: shown.append(sql)
+                or execute(sql, params, many, context)
+            ):
+                order()
+        for sql, took in zip(shown, statements, strict=True):
+            print(f"{took * 1000:6.2f} ms  {sql[:220]}")
     if args.profile:
         profile = cProfile.Profile()
         profile.runcall(lambda: [order() for _ in range(BATCH)])
-        pstats.Stats(profile).sort_stats("cumulative").print_stats(args.profile)
+        pstats.Stats(profile).sort_stats(args.sort).print_stats(args.profile)
     return {
         "median_ms": round(statistics.median(batches), 1),
         "best_ms": round(min(batches), 1),

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from apps.billing.models import Meter, UsageRecord
 from apps.core.bulk import insert_rows, update_rows
+from apps.core.transactions import in_transaction
 
 HOURS_PER_MONTH = 720  # prices per month are per 30 days, as the catalog states them
 
@@ -58,7 +59,7 @@ class MeterSpec:
         )
 
 
-@transaction.atomic
+@in_transaction
 def reconcile(meters, *, specs, new, currency, at) -> None:
     """Close the open `meters` (one subject's) that no longer match `specs`, and open the ones
     missing, with `new`'s fields (the organization and the instance or task they measure)."""

@@ -25,7 +25,7 @@ from apps.core.errors import DomainError
 from apps.core.extensions import ExtensionPoint
 from apps.core.models import AuditEvent
 from apps.core.money import format_money
-from apps.core.transactions import on_commit_task
+from apps.core.transactions import in_transaction, on_commit_task
 from apps.tenants.access import SystemActor, require_operator
 from apps.tenants.models import Organization, Role
 
@@ -111,7 +111,7 @@ def hold(wallet: Wallet, *, instance, amount_minor: int) -> Hold:
     return Hold.objects.create(wallet=wallet, instance=instance, amount_minor=amount_minor)
 
 
-@transaction.atomic
+@in_transaction
 def release_hold(instance) -> None:
     """Give back what is still held for `instance` (it is gone, or was never provisioned)."""
     held = Hold.objects.filter(instance=instance, amount_minor__gt=0).first()

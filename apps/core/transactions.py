@@ -1,5 +1,7 @@
-"""One after-commit helper: side effects run only once the transaction that caused them commits."""
+"""Transactions: side effects after commit (`on_commit_task`), row locks (`lock`), and steps of
+a use case that run in its transaction (`in_transaction`)."""
 
+import functools
 import logging
 
 from django.db import transaction
@@ -38,3 +40,24 @@ def lock(model, pk) -> None:
         .order_by()
         .values_list("pk", flat=True)
     )
+
+
+def in_transaction(step):
+    """A step of larger use cases (a state move, a webhook event, a meter reconciled): it runs
+    in its caller's transaction, or in one of its own when called outside any.
+
+    Unlike a nested `transaction.atomic` it sets no savepoint (two round trips each, seven
+    pairs an order): a step that fails fails its caller's transaction. Its refusals (a move the
+    table does not allow) come before it writes, so a caller that catches one and goes on has
+    nothing half-written to undo; a caller that must undo a step's writes sets its own
+    savepoint around it.
+    """
+
+    @functools.wraps(step)
+    def run(*args, **kwargs):
+        if transaction.get_connection().in_atomic_block:
+            return step(*args, **kwargs)
+        with transaction.atomic():
+            return step(*args, **kwargs)
+
+    return run

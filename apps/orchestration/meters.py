@@ -4,11 +4,11 @@ keeps)."""
 from datetime import datetime
 from decimal import Decimal
 
-from django.db import transaction
 from django.utils import timezone
 
 from apps.billing.metering import MeterSpec, reconcile
 from apps.billing.models import Meter, MeterKind
+from apps.core.transactions import in_transaction
 from apps.orchestration.models import Task, TaskState
 
 
@@ -21,7 +21,7 @@ def task_meters(task) -> list[MeterSpec]:
     return [MeterSpec(MeterKind.TASK, 1, Decimal(task.hourly_minor), units)]
 
 
-@transaction.atomic
+@in_transaction
 def follow_task(task, *, at: datetime | None = None) -> None:
     task = Task.objects.select_related("pool__accelerator_model").get(pk=task.pk)
     reconcile(

@@ -34,7 +34,7 @@ from apps.core.audit import audit_identity, record_event
 from apps.core.bulk import update_rows
 from apps.core.models import AuditEvent
 from apps.core.money import format_money
-from apps.core.transactions import lock, on_commit_task
+from apps.core.transactions import in_transaction, lock, on_commit_task
 from apps.core.transitions import check_transition, transition
 from apps.orchestration import adapter, selectors
 from apps.orchestration.backends.base import TASK_PENDING, Capability
@@ -221,7 +221,7 @@ def _capacity_problems(park, task: TaskInput) -> dict:
     return {}
 
 
-@transaction.atomic
+@in_transaction
 def move_task(*, task: Task, to: str, actor=None, at=None) -> Task:
     """Move a training task; `at` is when it really started or ended, where the backend's own
     accounting says (its meter follows that moment), else now."""

@@ -106,6 +106,12 @@ class PlacementPlan:
     request: object  # the engine's TaskRequest it was scored for
 
     @property
+    def nodes_considered(self) -> int:
+        """The nodes scored, whether they fitted or not."""
+        considered = self.weights["considered"]
+        return considered["fitted"] + sum(considered["rejected"].values())
+
+    @property
     def best_region(self):
         return self.ranked[0].node.pool.region if self.ranked else None
 

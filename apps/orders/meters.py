@@ -4,11 +4,11 @@ that billing keeps open while it holds resources."""
 from datetime import datetime
 from decimal import Decimal
 
-from django.db import transaction
 from django.utils import timezone
 
 from apps.billing.metering import HOURS_PER_MONTH, MeterSpec, billed_disk_gb, reconcile
 from apps.billing.models import Meter, MeterKind
+from apps.core.transactions import in_transaction
 from apps.orders.models import Instance, InstanceState
 
 # A host's disk exists, and costs, from its first start until it is released.
@@ -51,12 +51,14 @@ def instance_meters(instance) -> list[MeterSpec]:
     return [spec for spec in specs if spec.hourly_minor > 0]
 
 
-@transaction.atomic
+@in_transaction
 def follow_instance(instance, *, at: datetime | None = None) -> None:
-    """Close the meters that no longer match the instance and open the ones it now needs."""
-    instance = Instance.objects.select_related("flavor__family__accelerator_model").get(
-        pk=instance.pk
-    )
+    """Close the meters that no longer match the instance and open the ones it now needs.
+    `instance` is the row as its last move or save left it."""
+    if instance.state in DISK_BILLED_STATES:  # its meters are priced from its flavor's model
+        instance = Instance.objects.select_related("flavor__family__accelerator_model").get(
+            pk=instance.pk
+        )
     reconcile(
         Meter.objects.filter(instance=instance),
         specs=instance_meters(instance),

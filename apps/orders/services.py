@@ -21,7 +21,7 @@ from apps.catalog.models import Flavor, Image, PriceKind, Region
 from apps.catalog.selectors import region_prices_in_force
 from apps.core.audit import audit_identity, record_event
 from apps.core.errors import DomainError, InvalidTransition
-from apps.core.transactions import lock, on_commit_task
+from apps.core.transactions import in_transaction, lock, on_commit_task
 from apps.core.transitions import transition
 from apps.orchestration.backends.base import Capability
 from apps.orchestration.models import TaskPreference
@@ -65,8 +65,11 @@ MAX_BANDWIDTH_MBPS = 10000
 # --- State transitions -----------------------------------------------------------------------
 
 
-@transaction.atomic
-def move_instance(*, instance: Instance, to: str, actor=None, error_message: str = "") -> Instance:
+@in_transaction
+def move_instance(
+    *, instance: Instance, to: str, actor=None, error_message: str = "", held: bool = False
+) -> Instance:
+    """`held`: see transition()."""
     changes = {}
     if to == InstanceState.ERROR:
         changes["error_message"] = error_message
@@ -79,6 +82,7 @@ def move_instance(*, instance: Instance, to: str, actor=None, error_message: str
         actor=actor,
         changes=changes,
         audit_data={"error": error_message} if error_message else None,
+        held=held,
     )
     # The wallet before the meters, in the order metering locks them (no deadlock).
     if to in (InstanceState.RELEASED, InstanceState.ERROR):
@@ -88,7 +92,7 @@ def move_instance(*, instance: Instance, to: str, actor=None, error_message: str
     return instance
 
 
-@transaction.atomic
+@in_transaction
 def move_order(*, order: Order, to: str, actor=None, reason: str = "", held: bool = False) -> Order:
     """`held`: see transition()."""
     changes = {"reason": reason} if reason else {}
@@ -365,12 +369,6 @@ def submit_create(
         if earlier:
             return earlier
     validate_host_request(organization, request)
-    require_pools_for(
-        park=organization.park,
-        accelerator_model_id=request.flavor.family.accelerator_model_id,
-        region=request.region,
-        capability=Capability.HOSTS,
-    )
     # Scored once: the quote's region and the first host's placement come from the same plan.
     plan = plan_placement(
         park=organization.park,
@@ -378,6 +376,14 @@ def submit_create(
         region=request.region,
         preference=request.preference,
     )
+    if not plan.nodes_considered:
+        # No node runs hosts of this model here: say why, when it is the pools' drivers.
+        require_pools_for(
+            park=organization.park,
+            accelerator_model_id=request.flavor.family.accelerator_model_id,
+            region=request.region,
+            capability=Capability.HOSTS,
+        )
     quoted = quote(organization=organization, request=request, plan=plan)
     one_host = Quote(**{**quoted.__dict__, "count": 1})
     approval = needs_approval(organization, request, quoted)
@@ -408,7 +414,9 @@ def submit_create(
         else:
             order = move_order(order=order, to=OrderState.APPROVED, actor=None, held=True)
             # Later hosts of the same order are scored again, with the earlier ones placed.
-            decided.append(_start_provisioning(order, plan=plan if index == 0 else None))
+            decided.append(
+                _start_provisioning(order, plan=plan if index == 0 else None, created=True)
+            )
     return decided
 
 
@@ -468,14 +476,17 @@ def _create_order(organization, actor, request, one_host: Quote, name, key) -> O
     return order
 
 
-def _start_provisioning(order: Order, *, plan: PlacementPlan | None = None) -> Order:
+def _start_provisioning(
+    order: Order, *, plan: PlacementPlan | None = None, created: bool = False
+) -> Order:
     """Allocate accelerators and hand the instance to the backend (after commit); `order` is
     what its move to approved returned, in this transaction. The host is placed in the region
     it was quoted in, at that price: with the `plan` its quote was scored with (over every
     region, when the scheduler chose it), or scored again there (the later hosts of an order,
     an order approved later). Should that region have no room left by then, it is refused,
-    never billed elsewhere at another price than the tenant saw. Returns the order as it is now
-    (fulfilling)."""
+    never billed elsewhere at another price than the tenant saw. `created`: the instance was
+    created in this transaction (it is current; see transition's `held`). Returns the order as
+    it is now (fulfilling)."""
     from apps.orders.tasks import provision_instance
 
     instance = order.instance
@@ -483,7 +494,7 @@ def _start_provisioning(order: Order, *, plan: PlacementPlan | None = None) -> O
     # the allocation to the commit, so concurrent orders landing on one node wait less. Both
     # are in this transaction, so no one sees the order fulfilling without its allocation.
     order = move_order(order=order, to=OrderState.FULFILLING, held=True)
-    move_instance(instance=instance, to=InstanceState.PROVISIONING)
+    move_instance(instance=instance, to=InstanceState.PROVISIONING, held=created)
     allocation = place(
         instance=instance,
         shape=shape_of(instance.flavor),

@@ -30,7 +30,7 @@ from django.utils.translation import gettext as _
 
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
-from apps.core.transactions import on_commit_task
+from apps.core.transactions import in_transaction, on_commit_task
 from apps.core.transitions import transition
 from apps.tenants.access import authorize
 from apps.tenants.models import Organization
@@ -182,7 +182,7 @@ def _iso_utc(moment) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-@transaction.atomic
+@in_transaction
 def emit_event(*, organization: Organization, event_type: str, data: dict) -> list[WebhookDelivery]:
     """Call from the service that made the change, inside its transaction: one delivery per
     active endpoint of `organization` subscribed to `event_type`, each POSTed after commit (so
