@@ -311,44 +311,83 @@ def decide(
     ``weights`` wins if given; otherwise the operator's weights blended with the task's
     ``preference`` preset. ``distribution`` is the park's task-type histogram for the
     fragmentation part (without it that part is 0 for everyone and carries no weight).
+
+    Nodes that are alike (``_alike``: the same free capacity and attributes, as most of a
+    pool's are) are checked and scored once, and each gets a candidate of its own.
     """
     nodes = list(nodes)
     if weights is None:
         weights = combine(operator, task.preference, operator_share)
     weights = weights.normalized()
     dist = distribution or ShapeDistribution()
-    candidates, feasible = [], []
+    candidates = []
+    groups: dict[tuple, _Group] = {}  # in the order of each group's first node
     for node in nodes:
-        reason = filters.check(task, node)
-        cand = Candidate(node.id, rejected=reason)
+        key = _alike(node)
+        group = groups.get(key)
+        if group is None:
+            reason = filters.check(task, node)
+            raw = None if reason else _measures(task, node, preferred_regions, dist)
+            group = groups[key] = _Group(node, reason, raw, [])
+        cand = Candidate(node.id, rejected=group.reason)
+        group.members.append(cand)
         candidates.append(cand)
-        if reason is None:
-            cand.raw = {
-                "latency_ms": node.latency_ms,
-                "region_cost_ms": region_cost_ms(node, preferred_regions),
-                "perf_units": node.perf_units_per_gpu,
-                "carbon_g": carbon_g_per_unit_hour(node),
-                "price_minor": hourly_price_minor(task, node),
-                "frag_delta": fragmentation_delta(task, node, dist),
-            }
-            feasible.append((node, cand))
+    feasible = [group for group in groups.values() if group.reason is None]
     if feasible:
         columns = {
-            "region": _normalise([c.raw["region_cost_ms"] for _, c in feasible], False),
-            "performance": _normalise([c.raw["perf_units"] for _, c in feasible], True),
-            "energy": _normalise([c.raw["carbon_g"] for _, c in feasible], False),
-            "price": _normalise([c.raw["price_minor"] for _, c in feasible], False),
-            "fragmentation": _normalise([c.raw["frag_delta"] for _, c in feasible], False),
+            "region": _normalise([g.raw["region_cost_ms"] for g in feasible], False),
+            "performance": _normalise([g.raw["perf_units"] for g in feasible], True),
+            "energy": _normalise([g.raw["carbon_g"] for g in feasible], False),
+            "price": _normalise([g.raw["price_minor"] for g in feasible], False),
+            "fragmentation": _normalise([g.raw["frag_delta"] for g in feasible], False),
         }
         w = weights.as_dict()
-        for i, (_, cand) in enumerate(feasible):
-            cand.parts = {p: columns[p][i] for p in PARTS}
-            cand.total = sum(w[p] * cand.parts[p] for p in PARTS)
+        for i, group in enumerate(feasible):
+            parts = {p: columns[p][i] for p in PARTS}
+            total = sum(w[p] * parts[p] for p in PARTS)
+            for cand in group.members:
+                cand.raw, cand.parts, cand.total = dict(group.raw), dict(parts), total
+    # A group's later nodes tie with its first, which was seen before them: the first in
+    # `nodes` of the best group wins, as when every node is compared in turn.
     best = None
-    for node, cand in feasible:
-        if best is None or cand.total > best[1].total + 1e-12:
-            best = (node, cand)
-    return Decision(task.id, best[0] if best else None, candidates, weights, currency)
+    for group in feasible:
+        if best is None or group.members[0].total > best.members[0].total + 1e-12:
+            best = group
+    return Decision(task.id, best.node if best else None, candidates, weights, currency)
+
+
+@dataclass(slots=True)
+class _Group:
+    node: NodeState  # the first of the alike nodes, the one a decision for them names
+    reason: str | None
+    raw: dict | None
+    members: list[Candidate]
+
+
+def _alike(node: NodeState) -> tuple:
+    """What filtering and scoring read of a node: nodes with the same key get the same
+    candidate (which of its cards is free does not matter, how many and how much does)."""
+    return (
+        signature(node),
+        node.drained,
+        node.latency_ms,
+        node.perf_units_per_gpu,
+        node.watts_per_unit,
+        node.pue,
+        node.carbon_g_per_kwh,
+        node.price_per_hour_minor,
+    )
+
+
+def _measures(task: TaskRequest, node: NodeState, preferred_regions, dist) -> dict[str, float]:
+    return {
+        "latency_ms": node.latency_ms,
+        "region_cost_ms": region_cost_ms(node, preferred_regions),
+        "perf_units": node.perf_units_per_gpu,
+        "carbon_g": carbon_g_per_unit_hour(node),
+        "price_minor": hourly_price_minor(task, node),
+        "frag_delta": fragmentation_delta(task, node, dist),
+    }
 
 
 def place(task: TaskRequest, decision: Decision) -> Placement:
