@@ -179,3 +179,34 @@ def test_single_candidate_and_place():
     assert d.explain().startswith("only: the only node that fits")
     p = place(task(num_gpu=1, gpu_milli=300), d)
     assert p.gpu_indices == (1,) and only.gpu_free == [1000, 100]
+
+
+def test_alike_nodes_are_scored_once_and_each_gets_its_own_candidate():
+    distribution = ShapeDistribution({(1000, 0, 2, 1000, frozenset()): 1})
+    fuller = dict(gpus=(1000, 0), cpu=64000, mem=262144, region="sh")
+    empty = dict(gpus=(1000, 1000), cpu=64000, mem=262144, region="sh")
+    # Cards listed in another order are still alike: which card is free does not matter.
+    nodes = [
+        node("empty-1", **empty),
+        node("fuller-1", **fuller),
+        node("full", gpus=(0, 0), cpu=64000, mem=262144, region="sh"),
+        node("empty-2", **empty),
+        node("fuller-2", gpus=(0, 1000), cpu=64000, mem=262144, region="sh"),
+        node("far", **empty, latency_ms=40),
+    ]
+    t = task(num_gpu=1)
+    d = decide(t, nodes, distribution=distribution)
+    by_id = {c.node_id: c for c in d.candidates}
+    assert [c.node_id for c in d.candidates] == [n.id for n in nodes]
+    assert d.node.id == "fuller-1"  # best fit, and the first of its kind
+    assert by_id["fuller-2"].total == by_id["fuller-1"].total
+    assert by_id["fuller-2"].parts == by_id["fuller-1"].parts
+    assert by_id["fuller-2"].parts is not by_id["fuller-1"].parts  # each its own
+    assert by_id["empty-2"].total == by_id["empty-1"].total < by_id["fuller-1"].total
+    assert by_id["full"].rejected == filters.GPU_COUNT and by_id["full"].total is None
+    assert by_id["far"].total < by_id["empty-1"].total
+    # The same figures as a decision over one node of each kind.
+    distinct = decide(t, [nodes[0], nodes[1], nodes[2], nodes[5]], distribution=distribution)
+    for candidate in distinct.candidates:
+        assert by_id[candidate.node_id].total == candidate.total
+        assert by_id[candidate.node_id].parts == candidate.parts
