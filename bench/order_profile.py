@@ -120,8 +120,9 @@ def measure(args, key, load) -> dict:
             statements.clear()
             shown = []
             with connection.execute_wrapper(
-                lambda execute, sql, params, many, context: shown.append(sql)
-                or execute(sql, params, many, context)
+                lambda execute, sql, params, many, context: (
+                    shown.append(sql) or execute(sql, params, many, context)
+                )
             ):
                 order()
         for sql, took in zip(shown, statements, strict=True):

@@ -42,6 +42,17 @@ def lock(model, pk) -> None:
     )
 
 
+def lock_all(model, pks) -> None:
+    """`lock` for several rows in one statement, taken in id order (two transactions locking
+    overlapping sets then wait for each other instead of deadlocking)."""
+    list(
+        model._default_manager.select_for_update(no_key=True, of=("self",))
+        .filter(pk__in=list(pks))
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+
+
 def in_transaction(step):
     """A step of larger use cases (a state move, a webhook event, a meter reconciled): it runs
     in its caller's transaction, or in one of its own when called outside any.

@@ -144,48 +144,84 @@ def live_shares(card_ids) -> dict[int, int]:
 
 @dataclass(slots=True)
 class Room:
-    """What a node's cards have free, as scoring needs it: how much, not which card."""
+    """What a node has free, as scoring needs it: how much, not which card."""
 
     idle: int  # cards nothing holds, in service (what a host of whole cards can take)
     free: list[int]  # each card's free milli-accelerators (see Card.free): idle, shared, full
+    vcpu_used: int = 0  # what its live allocations hold
+    ram_gb_used: int = 0
 
 
 def rooms(pool_ids) -> dict[int, Room]:
-    """{node id: its Room} for every node of the pools, counted per node in the database (one
-    row a node, not a card): the same figures as `card_states`, without the card ids that
-    only taking cards needs."""
-    shared_card = Q(out_of_service=False, allocation__share_milli__gt=0)
-    counts = list(
+    """{node id: its Room} for every node of the pools with cards, counted per node in the
+    database (one row a node, not a card): the same figures as `card_states`, without the
+    card ids that only taking cards needs. Two queries, and two more where a node has shared
+    cards: which they are, and their live shares."""
+    cards = (
         Accelerator.objects.filter(node__pool_id__in=pool_ids)
         .values("node_id")
         .annotate(
             cards=Count("id"),
             idle=Count("id", filter=Q(allocation__isnull=True, out_of_service=False)),
-            shared=Count("id", filter=shared_card),
         )
         .order_by()
-        .values_list("node_id", "cards", "idle", "shared")
+        .values_list("node_id", "cards", "idle")
     )
-    shared = (
-        list(
-            Accelerator.objects.filter(shared_card, node__pool_id__in=pool_ids).values_list(
-                "id", "node_id"
-            )
+    held = _held_per_node(node__pool_id__in=pool_ids)
+    partial = _shared_cards_free([node_id for node_id, (*_, shares) in held.items() if shares])
+    out = {}
+    for node_id, count, idle in cards:
+        shared = partial.get(node_id, [])
+        vcpu, ram_gb, _shares = held.get(node_id, (0, 0, 0))
+        out[node_id] = Room(
+            idle=idle,
+            free=[MILLI] * idle + shared + [0] * (count - idle - len(shared)),
+            vcpu_used=vcpu,
+            ram_gb_used=ram_gb,
         )
-        if any(row[3] for row in counts)
-        else []
+    return out
+
+
+def held_by_nodes(node_ids) -> dict[int, tuple[int, int]]:
+    """{node id: (vCPU, GB of memory) its live allocations hold}, for those that hold any."""
+    return {
+        node_id: (vcpu, ram_gb)
+        for node_id, (vcpu, ram_gb, _shares) in _held_per_node(node_id__in=node_ids).items()
+    }
+
+
+def _held_per_node(**nodes) -> dict[int, tuple[int, int, int]]:
+    """{node id: (vCPU, GB of memory, live shares)} of the live allocations on `nodes` (a
+    filter), in one query."""
+    return {
+        node_id: (vcpu, ram_gb, shares)
+        for node_id, vcpu, ram_gb, shares in Allocation.objects.filter(
+            released_at__isnull=True, **nodes
+        )
+        .values("node_id")
+        .annotate(
+            vcpu=Sum("vcpu"), ram_gb=Sum("ram_gb"), shares=Count("id", filter=Q(share_milli__gt=0))
+        )
+        .order_by()
+        .values_list("node_id", "vcpu", "ram_gb", "shares")
+    }
+
+
+def _shared_cards_free(node_ids) -> dict[int, list[int]]:
+    """{node id: what each of its in-service shared cards has free}, for nodes with live
+    shares."""
+    if not node_ids:
+        return {}
+    shared = list(
+        Accelerator.objects.filter(
+            node_id__in=node_ids, out_of_service=False, allocation__share_milli__gt=0
+        ).values_list("id", "node_id")
     )
     used = live_shares({card_id for card_id, _node_id in shared})
     partial = defaultdict(list)
     for card_id, node_id in shared:
         partial[node_id].append(max(0, MILLI - (used.get(card_id) or 0)))
-    return {
-        node_id: Room(
-            idle=idle,
-            free=[MILLI] * idle + partial[node_id] + [0] * (cards - idle - len(partial[node_id])),
-        )
-        for node_id, cards, idle, _shared in counts
-    }
+    return partial
 
 
 # A card this busy draws close to its power under load, so its measured draw can stand in for
@@ -211,33 +247,18 @@ def watts_under_load(node, tdp_w: int, now) -> float:
     return sum(loaded) / len(loaded) if loaded else float(tdp_w)
 
 
-def held_cpu_and_memory(pool_ids) -> dict[int, tuple[int, int]]:
-    """{node id: (vCPU, GB of memory) its live allocations hold} for the nodes of the pools
-    that hold any, in one query."""
-    return {
-        node_id: (vcpu, ram_gb)
-        for node_id, vcpu, ram_gb in Allocation.objects.filter(
-            node__pool_id__in=pool_ids, released_at__isnull=True
-        )
-        .values("node_id")
-        .annotate(vcpu=Sum("vcpu"), ram_gb=Sum("ram_gb"))
-        .order_by()
-        .values_list("node_id", "vcpu", "ram_gb")
-    }
-
-
 def node_views(nodes, *, prices: dict) -> list[NodeView]:
     """`nodes` (select_related pool__region and pool__accelerator_model); `prices`: {pool id:
     price of one accelerator-hour, or None}. What each node has free is read here, for every
-    node of their pools in three or four queries (a few pool ids to filter by, where listing
-    hundreds of node ids cost more than the counting), and set on the node as
+    node of their pools in two queries, four with shared cards (`rooms`: a few pool ids to
+    filter by, where listing hundreds of node ids cost more than the counting), and set on the
+    node as
     `selectors.with_free_capacity` annotates it (`free_accelerators`, `vcpu_used`, `ram_used`):
     one correlated subquery per node and figure, and a row per card, were most of what an
     order spent choosing among hundreds of nodes."""
     nodes = list(nodes)
     pool_ids = {node.pool_id for node in nodes}
     room_of = rooms(pool_ids)
-    held = held_cpu_and_memory(pool_ids)
     now = timezone.now()
     per_pool = {}  # what a pool's nodes share, worked out once per pool
     views = []
@@ -263,7 +284,7 @@ def node_views(nodes, *, prices: dict) -> list[NodeView]:
         model, units, price, attributes = common
         room = room_of.get(node.pk) or Room(idle=0, free=[])
         node.free_accelerators = room.idle
-        node.vcpu_used, node.ram_used = held.get(node.pk, (0, 0))
+        node.vcpu_used, node.ram_used = room.vcpu_used, room.ram_gb_used
         state = NodeState.from_portal(
             str(node.pk),
             accelerators=len(room.free),

@@ -34,7 +34,7 @@ from apps.core.audit import audit_identity, record_event
 from apps.core.bulk import update_rows
 from apps.core.models import AuditEvent
 from apps.core.money import format_money
-from apps.core.transactions import in_transaction, lock, on_commit_task
+from apps.core.transactions import in_transaction, lock, lock_all, on_commit_task
 from apps.core.transitions import check_transition, transition
 from apps.orchestration import adapter, selectors
 from apps.orchestration.backends.base import TASK_PENDING, Capability
@@ -52,8 +52,8 @@ from apps.orchestration.models import (
     TaskPreference,
     TaskState,
 )
+from apps.orchestration.rooms import NodeRoom
 from apps.orchestration.scheduler import PRESETS, filters, schedule_queue
-from apps.orchestration.selectors import with_free_capacity
 from apps.quotas.selectors import QuotaBook, usage_held_besides
 from apps.quotas.services import QuotaExceeded, Usage
 from apps.tenants.access import SystemActor, authorize, require_operator
@@ -412,12 +412,12 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
             result.held_back[task.pk] = "quota"
             continue
         room = rooms[view.node.pk]
-        taken = room.take(task)
-        if taken is None:
+        allocation = task_allocation(room, task)
+        cards = room.take(allocation, task.accelerator_milli)
+        if cards is None:
             result.held_back[task.pk] = "taken"
             continue
         quota.take(task, model)
-        allocation, cards = taken
         record = adapter.placement_record(
             decision,
             views,
@@ -426,7 +426,7 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
             currency=park.currency,
             rejections=refusals[task.pk],
         )
-        record[0]["left_free"] = room.free_cards
+        record[0]["left_free"] = room.idle_cards
         placed.append(
             _Placed(task=task, view=view, allocation=allocation, cards=cards, record=record)
         )
@@ -635,7 +635,7 @@ class PassQuota:
 
     def __init__(self, park, organizations):
         ids = sorted(organization.pk for organization in organizations)
-        _lock_all(Organization, ids)
+        lock_all(Organization, ids)
         self.book = QuotaBook(park, ids)
         if self.book.park_limited:
             lock(Park, park.pk)
@@ -677,90 +677,22 @@ class PassQuota:
         self.park_tasks.add(task, model)
 
 
-@dataclass
-class NodeRoom:
-    """What a node has free, read under its lock, taken task by task in memory as
-    `allocate_task` takes it: whole free cards (lowest index first), or a share of the card
-    with the least room that still holds it."""
-
-    node: Node
-    vcpu_free: int
-    ram_gb_free: int
-    cards: list[adapter.Card]  # index order
-
-    @classmethod
-    def lock(cls, node_ids) -> dict[int, "NodeRoom"]:
-        """The nodes' rooms, locked (by id) and then re-counted: what was free when the
-        candidates were read may have been taken since."""
-        node_ids = sorted(node_ids)
-        _lock_all(Node, node_ids)
-        cards = adapter.card_states(node_ids)
-        return {
-            node.pk: cls(
-                node=node,
-                vcpu_free=node.vcpu_total - node.vcpu_used,
-                ram_gb_free=node.ram_gb_total - node.ram_used,
-                cards=cards.get(node.pk, []),
-            )
-            for node in with_free_capacity(Node.objects.filter(pk__in=node_ids))
-        }
-
-    @property
-    def free_cards(self) -> int:
-        return sum(1 for card in self.cards if not card.held)
-
-    def take(self, task: Task) -> tuple[Allocation, list[int]] | None:
-        """(The task's allocation, unsaved; the cards it becomes the holder of), or None when
-        the node can no longer take it."""
-        node = self.node
-        if node.is_drained or node.health != NodeHealth.HEALTHY:
-            return None
-        if self.vcpu_free < task.vcpu or self.ram_gb_free < task.ram_gb:
-            return None
-        milli = task.accelerator_milli
-        allocation = Allocation(node=node, task=task, vcpu=task.vcpu, ram_gb=task.ram_gb)
-        if milli < 1000:
-            fitting = [card for card in self.cards if card.free >= milli]
-            if not fitting:
-                return None
-            card = min(fitting, key=lambda c: (c.free, c.id))
-            # The first share on a card holds it, so whole-card placements pass it by.
-            holds = [] if card.held else [card.id]
-            card.free -= milli
-            card.held = True
-            allocation.share_milli, allocation.shared_accelerator_id = milli, card.id
-        else:
-            free = [card for card in self.cards if not card.held][: milli // 1000]
-            if len(free) < milli // 1000:
-                return None
-            for card in free:
-                card.free, card.held = 0, True
-            holds = [card.id for card in free]
-        self.vcpu_free -= task.vcpu
-        self.ram_gb_free -= task.ram_gb
-        return allocation, holds
-
-
 def allocate_task(task: Task, *, node) -> Allocation | None:
     """Allocate the task on `node` under the node's row lock, re-counting once it is held (see
     `NodeRoom`). None when the node can no longer take it."""
-    taken = NodeRoom.lock([node.pk])[node.pk].take(task)
-    if taken is None:
+    room = NodeRoom.lock([node.pk])[node.pk]
+    allocation = task_allocation(room, task)
+    cards = room.take(allocation, task.accelerator_milli)
+    if cards is None:
         return None
-    allocation, cards = taken
     allocation.save()
     Accelerator.objects.filter(pk__in=cards).update(allocation=allocation)
     return allocation
 
 
-def _lock_all(model, pks) -> None:
-    """`core.transactions.lock` for several rows in one statement, taken in id order."""
-    list(
-        model._default_manager.select_for_update(no_key=True, of=("self",))
-        .filter(pk__in=list(pks))
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
+def task_allocation(room: NodeRoom, task: Task) -> Allocation:
+    """The task's allocation on the room's node, unsaved (`NodeRoom.take` fills in a share)."""
+    return Allocation(node=room.node, task=task, vcpu=task.vcpu, ram_gb=task.ram_gb)
 
 
 def live_task_allocation(task) -> Allocation | None:

@@ -26,7 +26,8 @@ from apps.orchestration.models import (
     Placement,
     Pool,
 )
-from apps.orchestration.scheduler import decide
+from apps.orchestration.rooms import NodeRoom
+from apps.orchestration.scheduler import MILLI, decide
 from apps.orchestration.selectors import schedulable_nodes, with_free_capacity
 from apps.tenants.access import require_operator
 
@@ -179,21 +180,20 @@ def place(
             _mark_rejected(record, view.node.pk, "other_region")
             fitted, rejected["other_region"] = fitted - 1, rejected.get("other_region", 0) + 1
             continue
-        allocation = _allocate_on(view.node, instance=instance, shape=shape)
-        if allocation is not None:
+        allocated = _allocate_on(view.node, instance=instance, shape=shape)
+        if allocated is not None:
+            allocation, room = allocated
             if not any(entry["node_id"] == view.node.pk for entry in record):
                 # Chosen after more than the kept best had filled up: kept too.
                 scored = plan.scored[view.state.id]
                 record.append(adapter.candidate_record(view, scored, request=plan.request))
-            # What the node had free under its lock, less what this host took.
-            left_free = allocation.node.free_accelerators - shape.accelerators
             Placement.objects.create(
                 order=order,
                 chosen_pool=view.node.pool,
                 chosen_node=view.node,
                 weights={
                     **plan.weights,
-                    "left_free": left_free,
+                    "left_free": room.idle_cards,  # what it left on the node
                     "considered": {"fitted": fitted, "rejected": rejected},
                 },
                 candidates=record,
@@ -300,18 +300,18 @@ def _mark_rejected(record: list[dict], node_id: int, code: str) -> None:
             entry.update(fits=False, total=None, rejected=code)
 
 
-def _allocate_on(node, *, instance, shape: Shape) -> Allocation | None:
-    """Allocate under the node's row lock, re-counting what is free once the lock is held."""
-    lock(Node, node.pk)
-    node = with_free_capacity(Node.objects.filter(pk=node.pk)).select_related("pool__region").get()
-    # Drained (or marked down) since the candidates were read: no new placement lands here.
-    if node.is_drained or node.health != NodeHealth.HEALTHY or not _fits(node, shape):
+def _allocate_on(node, *, instance, shape: Shape) -> tuple[Allocation, NodeRoom] | None:
+    """Allocate under the node's row lock, re-counting what is free once the lock is held: the
+    allocation and the room left on the node, or None when it cannot take the host now
+    (drained or marked down since the candidates were read, or filled up)."""
+    room = NodeRoom.lock([node.pk])[node.pk]
+    allocation = Allocation(node=room.node, instance=instance, vcpu=shape.vcpu, ram_gb=shape.ram_gb)
+    cards = room.take(allocation, shape.accelerators * MILLI)
+    if cards is None:
         return None
-    allocation = Allocation.objects.create(
-        node=node, instance=instance, vcpu=shape.vcpu, ram_gb=shape.ram_gb
-    )
-    _take_cards(node, allocation, shape.accelerators)
-    return allocation
+    allocation.save()
+    Accelerator.objects.filter(pk__in=cards).update(allocation=allocation)
+    return allocation, room
 
 
 def _free_cards(node):

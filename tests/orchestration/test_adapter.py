@@ -301,3 +301,15 @@ def test_a_task_allocation_on_a_card_filled_meanwhile_is_refused(task_world):
     assert allocate_task(task, node=node) is None
     assert not Allocation.objects.filter(task=task).exists()
     assert task.state == TaskState.QUEUED
+
+
+def test_a_task_of_whole_cards_never_takes_a_card_out_of_service(task_world):
+    """Card 0 is idle but out of service: a two-card task takes cards 1 and 2."""
+    node = task_world.nodes["h1"]
+    Accelerator.objects.filter(node=node, index=0).update(out_of_service=True)
+    task = TaskFactory(organization=task_world.organization, accelerator_milli=2000)
+
+    allocation = allocate_task(task, node=node)
+
+    assert sorted(allocation.accelerators.values_list("index", flat=True)) == [1, 2]
+    assert Accelerator.objects.get(node=node, index=0).allocation is None

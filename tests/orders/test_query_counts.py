@@ -87,9 +87,11 @@ def test_an_order_sets_no_savepoint_of_its_own_steps_and_writes_its_events_at_on
     """Its steps (state moves, webhook events, meters) join its transaction; its four audit
     events are one INSERT; the host it has just created is not read back."""
     request, organization = world.request(1, region=None), organization_of(world)
-    with CaptureQueriesContext(connection) as captured:
-        with django_capture_on_commit_callbacks(execute=False):
-            submit_create(organization=organization, actor=owner, request=request)
+    with (
+        CaptureQueriesContext(connection) as captured,
+        django_capture_on_commit_callbacks(execute=False),
+    ):
+        submit_create(organization=organization, actor=owner, request=request)
     statements = [query["sql"] for query in captured.captured_queries]
     # One savepoint: the order's own transaction, nested in the test's.
     assert sum(sql.startswith("SAVEPOINT") for sql in statements) == 1
