@@ -10,7 +10,10 @@ orders through Django's test client with the production settings (DEBUG off), af
 warm up, connections kept as in production. Prints the median and best of batches of ten
 (this machine's speed drifts, so the best is the steadier figure), the queries an order takes,
 and the time its statements took as the database driver saw it. `--profile N` adds
-cProfile's top N functions by cumulative time.
+cProfile's top N functions by cumulative time; `--queries` lists one order's statements. The
+CPU an order takes is given apart, for this process and for its PostgreSQL backend (read from
+/proc where the server runs on this machine): the steadier figures on a machine whose speed
+drifts.
 """
 
 import argparse
@@ -78,7 +81,9 @@ def main():
         print(
             f"POST /api/v1/orders/ in process, {args.nodes} nodes, {args.orders} orders: "
             f"{figures['median_ms']} ms an order (best batch {figures['best_ms']} ms), "
-            f"{figures['queries']} queries, statements {figures['statements_ms']} ms"
+            f"{figures['queries']} queries, statements {figures['statements_ms']} ms; CPU an "
+            f"order: Python {figures['python_cpu_ms']} ms, PostgreSQL "
+            f"{figures['database_cpu_ms']} ms"
         )
 
 
@@ -97,11 +102,20 @@ def measure(args, key, load) -> dict:
     for _ in range(5):
         order()
     batches = []
+    database_began, began_cpu = database_cpu_seconds(connection), time.process_time()
     for _ in range(max(1, args.orders // BATCH)):
         began = time.perf_counter()
         for _ in range(BATCH):
             order()
         batches.append((time.perf_counter() - began) / BATCH * 1000)
+    measured = max(1, args.orders // BATCH) * BATCH
+    python_cpu = (time.process_time() - began_cpu) / measured * 1000
+    database_ended = database_cpu_seconds(connection)
+    database_cpu = (
+        (database_ended - database_began) / measured * 1000
+        if database_began is not None and database_ended is not None
+        else None
+    )
     # The statements, counted apart: timing each costs time of its own.
     statements = []
 
@@ -136,7 +150,22 @@ def measure(args, key, load) -> dict:
         "best_ms": round(min(batches), 1),
         "queries": round(len(statements) / BATCH, 1),
         "statements_ms": round(sum(statements) / BATCH * 1000, 1),
+        "python_cpu_ms": round(python_cpu, 1),
+        "database_cpu_ms": round(database_cpu, 1) if database_cpu is not None else None,
     }
+
+
+def database_cpu_seconds(connection) -> float | None:
+    """The CPU time of this connection's PostgreSQL backend so far, where the server runs on
+    this machine (/proc), else None."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":
