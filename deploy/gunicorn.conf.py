@@ -20,11 +20,7 @@ wsgi_app = "portal.wsgi:application"
 bind = [os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")]
 
 # Sync workers, each serving one request at a time: the usual 2 × CPUs + 1. Capped, because a
-# container sees every CPU of its host and each worker holds a Django process (~100 MB). On a
-# machine whose cores PostgreSQL shares, set GUNICORN_WORKERS to the number of cores: workers
-# waiting on the database then leave it a core, where more of them only take turns on the same
-# ones (bench/load.py on 2 cores: 2 workers took about 40% more orders a second than 4, each
-# order costing less CPU).
+# container sees every CPU of its host and each worker holds a Django process (~100 MB).
 _cpus = len(os.sched_getaffinity(0))
 workers = int(os.environ.get("GUNICORN_WORKERS", min(2 * _cpus + 1, 12)))
 

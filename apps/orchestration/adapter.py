@@ -153,10 +153,10 @@ class Room:
 
 
 def rooms(pool_ids) -> dict[int, Room]:
-    """{node id: its Room} for every node of the pools with cards, counted per node in the
-    database (one row a node, not a card): the same figures as `card_states`, without the
-    card ids that only taking cards needs. Two queries, and two more where a node has shared
-    cards: which they are, and their live shares."""
+    """{node id: its Room} for every node of the pools with cards or live allocations, counted
+    per node in the database (one row a node, not a card): the same figures as `card_states`,
+    without the card ids that only taking cards needs. Two queries, and two more where a node
+    has shared cards: which they are, and their live shares."""
     cards = (
         Accelerator.objects.filter(node__pool_id__in=pool_ids)
         .values("node_id")
@@ -167,10 +167,12 @@ def rooms(pool_ids) -> dict[int, Room]:
         .order_by()
         .values_list("node_id", "cards", "idle")
     )
+    counted = {node_id: (count, idle) for node_id, count, idle in cards}
     held = _held_per_node(node__pool_id__in=pool_ids)
     partial = _shared_cards_free([node_id for node_id, (*_, shares) in held.items() if shares])
     out = {}
-    for node_id, count, idle in cards:
+    for node_id in counted.keys() | held.keys():  # a CPU-only node has no cards
+        count, idle = counted.get(node_id, (0, 0))
         shared = partial.get(node_id, [])
         vcpu, ram_gb, _shares = held.get(node_id, (0, 0, 0))
         out[node_id] = Room(
@@ -252,10 +254,9 @@ def node_views(nodes, *, prices: dict) -> list[NodeView]:
     price of one accelerator-hour, or None}. What each node has free is read here, for every
     node of their pools in two queries, four with shared cards (`rooms`: a few pool ids to
     filter by, where listing hundreds of node ids cost more than the counting), and set on the
-    node as
-    `selectors.with_free_capacity` annotates it (`free_accelerators`, `vcpu_used`, `ram_used`):
-    one correlated subquery per node and figure, and a row per card, were most of what an
-    order spent choosing among hundreds of nodes."""
+    node as `selectors.with_free_capacity` annotates it (`free_accelerators`, `vcpu_used`,
+    `ram_used`): one correlated subquery per node and figure, and a row per card, were most of
+    what an order spent choosing among hundreds of nodes."""
     nodes = list(nodes)
     pool_ids = {node.pool_id for node in nodes}
     room_of = rooms(pool_ids)

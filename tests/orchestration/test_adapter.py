@@ -313,3 +313,12 @@ def test_a_task_of_whole_cards_never_takes_a_card_out_of_service(task_world):
 
     assert sorted(allocation.accelerators.values_list("index", flat=True)) == [1, 2]
     assert Accelerator.objects.get(node=node, index=0).allocation is None
+
+
+def test_a_node_without_cards_counts_what_its_allocations_hold(task_world):
+    node = task_world.node("cpu-only", pool="east-h100", accelerators=0)
+    AllocationFactory(node=node, vcpu=16, ram_gb=128)
+    (view,) = views_of(task_world, "cpu-only")
+    assert view.state.gpu_free == []
+    assert view.state.cpu_milli_free == (node.vcpu_total - 16) * 1000
+    assert (view.node.vcpu_used, view.node.ram_used) == (16, 128)
