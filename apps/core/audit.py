@@ -19,8 +19,9 @@ _pending: ContextVar[list | None] = ContextVar("audit_events_pending", default=N
 def recorded_together():
     """The audit events recorded inside are written in one INSERT on leaving, in the order they
     were recorded: for a use case that records several (an order records four: submitted,
-    approved, fulfilling, provisioning). Use it inside the transaction that does the work;
-    leaving by an exception writes nothing, as that transaction is rolled back."""
+    approved, fulfilling, provisioning). Use it inside the transaction that does the work (a
+    `with` block, or a decorator under `transaction.atomic`'s); leaving by an exception writes
+    nothing, as that transaction is rolled back."""
     pending = []
     token = _pending.set(pending)
     try:

@@ -347,6 +347,7 @@ def needs_approval(organization: Organization, request: HostRequest, quoted: Quo
 
 
 @transaction.atomic(durable=True)
+@recorded_together()  # the four audit events of each host, in one INSERT
 def submit_create(
     *, organization: Organization, actor, request: HostRequest, idempotency_key: str = ""
 ) -> list[Order]:
@@ -360,65 +361,64 @@ def submit_create(
     lock, and a node's free capacity is re-counted under the node's lock (a plan that went
     stale falls back to the next node, or refuses).
     """
-    with recorded_together():  # its four events a host, in one INSERT
-        authorize(actor, organization, Action.ORDER)
-        if idempotency_key:
-            # Under the organization's lock, so a concurrent retry with the same key waits for the
-            # first and then replays it (before anything that could refuse the retry).
-            lock(Organization, organization.pk)
-            earlier = _orders_for_key(organization, idempotency_key)
-            if earlier:
-                return earlier
-        validate_host_request(organization, request)
-        # Scored once: the quote's region and the first host's placement come from the same plan.
-        plan = plan_placement(
+    authorize(actor, organization, Action.ORDER)
+    if idempotency_key:
+        # Under the organization's lock, so a concurrent retry with the same key waits for the
+        # first and then replays it (before anything that could refuse the retry).
+        lock(Organization, organization.pk)
+        earlier = _orders_for_key(organization, idempotency_key)
+        if earlier:
+            return earlier
+    validate_host_request(organization, request)
+    # Scored once: the quote's region and the first host's placement come from the same plan.
+    plan = plan_placement(
+        park=organization.park,
+        flavor=request.flavor,
+        region=request.region,
+        preference=request.preference,
+    )
+    if not plan.nodes_considered:
+        # No node runs hosts of this model here: say why, when it is the pools' drivers.
+        require_pools_for(
             park=organization.park,
-            flavor=request.flavor,
+            accelerator_model_id=request.flavor.family.accelerator_model_id,
             region=request.region,
-            preference=request.preference,
+            capability=Capability.HOSTS,
         )
-        if not plan.nodes_considered:
-            # No node runs hosts of this model here: say why, when it is the pools' drivers.
-            require_pools_for(
-                park=organization.park,
-                accelerator_model_id=request.flavor.family.accelerator_model_id,
-                region=request.region,
-                capability=Capability.HOSTS,
+    quoted = quote(organization=organization, request=request, plan=plan)
+    one_host = Quote(**{**quoted.__dict__, "count": 1})
+    approval = needs_approval(organization, request, quoted)
+    demand = demand_for(
+        flavor=request.flavor,
+        system_disk_gb=request.system_disk_gb,
+        data_disk_gb=request.data_disk_gb,
+        count=request.count,
+        hourly_minor=quoted.hourly_minor_rounded,  # what the monthly spend limit counts
+    )
+    # The organization's lock, held until commit (reserve takes it).
+    reserve(organization=organization, demand=demand)
+    # The first hour of every host is held now, so an order never starts what cannot be paid.
+    wallet = billing.require_funds(organization, quoted.hold_minor)
+    orders = []
+    for index in range(request.count):
+        name = request.name if request.count == 1 else f"{request.name}-{index + 1}"
+        key = _create_key(idempotency_key, index) if idempotency_key else ""
+        order = _create_order(organization, actor, request, one_host, name, key)
+        billing.hold(wallet, instance=order.instance, amount_minor=order.hourly_minor)
+        orders.append(order)
+    decided = []
+    for index, order in enumerate(orders):
+        if approval:
+            decided.append(
+                move_order(order=order, to=OrderState.AWAITING_APPROVAL, actor=actor, held=True)
             )
-        quoted = quote(organization=organization, request=request, plan=plan)
-        one_host = Quote(**{**quoted.__dict__, "count": 1})
-        approval = needs_approval(organization, request, quoted)
-        demand = demand_for(
-            flavor=request.flavor,
-            system_disk_gb=request.system_disk_gb,
-            data_disk_gb=request.data_disk_gb,
-            count=request.count,
-            hourly_minor=quoted.hourly_minor_rounded,  # what the monthly spend limit counts
-        )
-        # The organization's lock, held until commit (reserve takes it).
-        reserve(organization=organization, demand=demand)
-        # The first hour of every host is held now, so an order never starts what cannot be paid.
-        wallet = billing.require_funds(organization, quoted.hold_minor)
-        orders = []
-        for index in range(request.count):
-            name = request.name if request.count == 1 else f"{request.name}-{index + 1}"
-            key = _create_key(idempotency_key, index) if idempotency_key else ""
-            order = _create_order(organization, actor, request, one_host, name, key)
-            billing.hold(wallet, instance=order.instance, amount_minor=order.hourly_minor)
-            orders.append(order)
-        decided = []
-        for index, order in enumerate(orders):
-            if approval:
-                decided.append(
-                    move_order(order=order, to=OrderState.AWAITING_APPROVAL, actor=actor, held=True)
-                )
-            else:
-                order = move_order(order=order, to=OrderState.APPROVED, actor=None, held=True)
-                # Later hosts of the same order are scored again, with the earlier ones placed.
-                decided.append(
-                    _start_provisioning(order, plan=plan if index == 0 else None, created=True)
-                )
-        return decided
+        else:
+            order = move_order(order=order, to=OrderState.APPROVED, actor=None, held=True)
+            # Later hosts of the same order are scored again, with the earlier ones placed.
+            decided.append(
+                _start_provisioning(order, plan=plan if index == 0 else None, created=True)
+            )
+    return decided
 
 
 def _create_key(key: str, index: int) -> str:
