@@ -67,33 +67,16 @@ def main():
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    server = urlparse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/loam"))
-    if not server.scheme.startswith("postgres"):
-        sys.exit("bench/load.py needs PostgreSQL: set DATABASE_URL to a postgres:// server")
-    admin_url = server._replace(path="/postgres").geturl()
-    scratch_url = server._replace(path=f"/{SCRATCH_DB}").geturl()
-    recreate_database(admin_url, SCRATCH_DB)
     static_root = tempfile.mkdtemp(prefix="loam-load-static-")
-    env = {
-        **os.environ,
-        "DATABASE_URL": scratch_url,
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "DEBUG": "false",
-        # As deploy/production.env.example has it: a worker keeps its connection.
-        "DATABASE_CONN_MAX_AGE": "60",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "CELERY_BROKER_URL": "memory://",
-        "CELERY_TASK_ALWAYS_EAGER": "false",
-        "LOAM_API_RATE_PER_KEY": "1000000/min",
-        "LOAM_API_RATE_PER_USER": "1000000/min",
-        "STATIC_ROOT": static_root,
-    }
-    os.environ.update(env)
-    manage = [sys.executable, str(ROOT / "manage.py")]
-    subprocess.run([*manage, "migrate", "-v0"], check=True, env=env, cwd=ROOT)
-    subprocess.run([*manage, "seed_demo"], check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+    server, env = scratch_database(
+        "bench/load.py",
+        SCRATCH_DB,
+        ALLOWED_HOSTS="127.0.0.1,localhost",
+        STATIC_ROOT=static_root,
+    )
+    admin_url = server._replace(path="/postgres").geturl()
     static_built = (
-        subprocess.run([*manage, "collectstatic", "--noinput", "-v0"], env=env, cwd=ROOT).returncode
+        subprocess.run([*MANAGE, "collectstatic", "--noinput", "-v0"], env=env, cwd=ROOT).returncode
         == 0
     )
 
@@ -119,6 +102,36 @@ def main():
 
 
 # --- the scratch world -----------------------------------------------------------------------
+
+MANAGE = [sys.executable, str(ROOT / "manage.py")]
+
+
+def scratch_database(script: str, name: str, **settings) -> tuple:
+    """(DATABASE_URL's server, the environment to run Django in), after database `name` on that
+    server was dropped, created, migrated and seeded with the demo park. The environment, this
+    process's too from here on, runs the production settings (DEBUG off, connections kept as
+    deploy/production.env.example keeps them) with Celery on the in-memory broker and eager
+    mode off, rate limits out of the way, and `settings`. Exits without PostgreSQL."""
+    server = urlparse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/loam"))
+    if not server.scheme.startswith("postgres"):
+        sys.exit(f"{script} needs PostgreSQL: set DATABASE_URL to a postgres:// server")
+    recreate_database(server._replace(path="/postgres").geturl(), name)
+    env = {
+        **os.environ,
+        "DATABASE_URL": server._replace(path=f"/{name}").geturl(),
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "DEBUG": "false",
+        "DATABASE_CONN_MAX_AGE": "60",
+        "CELERY_BROKER_URL": "memory://",
+        "CELERY_TASK_ALWAYS_EAGER": "false",
+        "LOAM_API_RATE_PER_KEY": "1000000/min",
+        "LOAM_API_RATE_PER_USER": "1000000/min",
+        **settings,
+    }
+    os.environ.update(env)
+    subprocess.run([*MANAGE, "migrate", "-v0"], check=True, env=env, cwd=ROOT)
+    subprocess.run([*MANAGE, "seed_demo"], check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return server, env
 
 
 def recreate_database(admin_url: str, name: str) -> None:

@@ -22,11 +22,9 @@ import json
 import os
 import pstats
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -46,28 +44,9 @@ def main():
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    server = urlparse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/loam"))
-    if not server.scheme.startswith("postgres"):
-        sys.exit("bench/order_profile.py needs PostgreSQL: DATABASE_URL=postgres://…")
     import load  # bench/load.py: the same world
 
-    load.recreate_database(server._replace(path="/postgres").geturl(), SCRATCH_DB)
-    env = {
-        **os.environ,
-        "DATABASE_URL": server._replace(path=f"/{SCRATCH_DB}").geturl(),
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "DEBUG": "false",
-        "DATABASE_CONN_MAX_AGE": "60",  # as production and bench/load.py keep connections
-        "ALLOWED_HOSTS": "testserver",
-        "CELERY_BROKER_URL": "memory://",
-        "CELERY_TASK_ALWAYS_EAGER": "false",
-        "LOAM_API_RATE_PER_KEY": "1000000/min",
-        "LOAM_API_RATE_PER_USER": "1000000/min",
-    }
-    os.environ.update(env)
-    manage = [sys.executable, str(ROOT / "manage.py")]
-    subprocess.run([*manage, "migrate", "-v0"], check=True, env=env, cwd=ROOT)
-    subprocess.run([*manage, "seed_demo"], check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+    load.scratch_database("bench/order_profile.py", SCRATCH_DB, ALLOWED_HOSTS="testserver")
 
     import django
 
