@@ -23,7 +23,9 @@ Orders leave the region to the scheduler (l40s.1x, scored over both regions). It
 and p50/p95/p99 per scenario, pgbench's TPC-B TPS measured on the same server right after
 (`pgbench -i` on a scratch database, then `pgbench -T 10 -c 8 -j 2`), and the oversell check:
 no node has more cards allocated than it has, no card is held by two allocations, and no
-organization holds more than its limits. The machine's other load counts: figures are noisy.
+organization holds more than its limits. With each scenario, the CPU a request took, read from
+/proc: gunicorn's, PostgreSQL's (where it runs here), this client's and the whole machine's. The
+machine's other load counts: figures are noisy.
 """
 
 import argparse
@@ -89,7 +91,7 @@ def main():
     base = f"http://127.0.0.1:{args.port}"
     try:
         wait_until_up(base)
-        results = run_scenarios(args, base, organizations, static_built)
+        results = run_scenarios(args, base, organizations, static_built, gunicorn.pid)
     finally:
         gunicorn.send_signal(signal.SIGTERM)
         gunicorn.wait(30)
@@ -239,7 +241,7 @@ def wait_until_up(base: str) -> None:
 # --- load ------------------------------------------------------------------------------------
 
 
-def run_scenarios(args, base, organizations, static_built) -> list[dict]:
+def run_scenarios(args, base, organizations, static_built, gunicorn_pid: int) -> list[dict]:
     one = organizations[0]
     order = {"method": "POST", "path": "/api/v1/orders/"}
     scenarios = [
@@ -272,7 +274,12 @@ def run_scenarios(args, base, organizations, static_built) -> list[dict]:
                 one["keys"],
             )
         )
-    return [drive(base, name, request, keys, args.duration) for name, request, keys in scenarios]
+    results = []
+    for name, request, keys in scenarios:
+        before = cpu_seconds(gunicorn_pid)
+        result = drive(base, name, request, keys, args.duration)
+        results.append(result | cpu_per_request(before, cpu_seconds(gunicorn_pid), result["ok"]))
+    return results
 
 
 def drive(base, name, request, keys, duration) -> dict:
@@ -315,6 +322,47 @@ def drive(base, name, request, keys, duration) -> dict:
         | figures(latencies, elapsed, failures)
         | {"first_failure": why}
     )
+
+
+def cpu_seconds(gunicorn_pid: int) -> dict:
+    """The CPU time (user + system) spent so far by gunicorn (its master and workers), by
+    PostgreSQL (every `postgres` process here: none where the server runs elsewhere), by this
+    client, and by the whole machine, read from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    spent = {"gunicorn": 0.0, "postgres": 0.0}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid, rest = stat.read_text().split(" ", 1)
+        except OSError:
+            continue  # it ended meanwhile
+        command, fields = rest.rsplit(")", 1)
+        fields = fields.split()
+        # Its own time and its ended children's: a PostgreSQL backend that exits meanwhile
+        # is counted in the postmaster's.
+        cpu = sum(int(f) for f in fields[11:15]) / tick
+        if int(pid) == gunicorn_pid or int(fields[1]) == gunicorn_pid:
+            spent["gunicorn"] += cpu
+        elif command == "(postgres":
+            spent["postgres"] += cpu
+    spent["client"] = time.process_time()
+    busy = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    idle, iowait, guest, guest_nice = 3, 4, 8, 9  # guest time is counted in user's too
+    spent["machine"] = (
+        sum(int(f) for i, f in enumerate(busy) if i not in (idle, iowait, guest, guest_nice)) / tick
+    )
+    return spent
+
+
+def cpu_per_request(before: dict, after: dict, requests: int) -> dict:
+    """{"cpu_ms": {whose: CPU milliseconds a request took}} between two `cpu_seconds`
+    readings: where the machine's cores went (the machine's, idle and I/O wait aside)."""
+    if not requests:
+        return {"cpu_ms": {}}
+    return {
+        "cpu_ms": {
+            whose: round((after[whose] - before[whose]) / requests * 1000, 1) for whose in before
+        }
+    }
 
 
 def figures(latencies, elapsed, failures) -> dict:
@@ -423,6 +471,14 @@ def report(args, results, tps, check) -> None:
             f"{r['p99_ms']!s:>7}  {r['ok']} / {r['failed'] or 0}"
         )
     print("(latencies in ms)")
+    print("CPU ms a request (gunicorn, PostgreSQL, this client, the whole machine):")
+    for r in results:
+        cpu = r["cpu_ms"]
+        if cpu:
+            print(
+                f"  {r['scenario']:<50} {cpu['gunicorn']:>6} {cpu['postgres']:>6} "
+                f"{cpu['client']:>6} {cpu['machine']:>6}"
+            )
     for r in results:
         for status, body in r["first_failure"].items():
             print(f"{r['scenario']}: first {status}: {body}")

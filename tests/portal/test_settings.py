@@ -19,6 +19,7 @@ print(json.dumps({
     "ALLOWED_HOSTS": settings.ALLOWED_HOSTS,
     "DB_ENGINE": db["ENGINE"], "DB_NAME": str(db["NAME"]), "DB_HOST": db.get("HOST", ""),
     "DB_PORT": str(db.get("PORT", "")), "DB_USER": db.get("USER", ""),
+    "DB_OPTIONS": {k: v for k, v in db.get("OPTIONS", {}).items() if k != "init_command"},
     "BROKER": settings.CELERY_BROKER_URL,
     "EMAIL_BACKEND": settings.EMAIL_BACKEND, "EMAIL_HOST": getattr(settings, "EMAIL_HOST", ""),
     "EMAIL_PORT": getattr(settings, "EMAIL_PORT", None),
@@ -40,6 +41,8 @@ CONFIG_NAMES = (
     "STRIPE_PUBLISHABLE_KEY",
     "STRIPE_WEBHOOK_SECRET",
     "SECURE_SSL_REDIRECT",
+    "DATABASE_PREPARED_STATEMENTS",
+    "DATABASE_PREPARE_THRESHOLD",
 )
 
 
@@ -80,6 +83,24 @@ def test_database_url_for_postgres():
         "loam",
         "portal",
     )
+
+
+def test_postgres_prepares_statements_unless_told_not_to():
+    url = "postgres://loam@db.internal/portal"
+    assert parsed(DATABASE_URL=url)["DB_OPTIONS"] == {
+        "server_side_binding": True,
+        "prepare_threshold": 5,
+    }
+    assert parsed(DATABASE_URL=url, DATABASE_PREPARE_THRESHOLD="2")["DB_OPTIONS"] == {
+        "server_side_binding": True,
+        "prepare_threshold": 2,
+    }
+    # Behind a pooler in transaction mode: client-side binding, nothing prepared.
+    assert parsed(DATABASE_URL=url, DATABASE_PREPARED_STATEMENTS="false")["DB_OPTIONS"] == {}
+
+
+def test_sqlite_has_no_prepared_statement_options():
+    assert "server_side_binding" not in parsed()["DB_OPTIONS"]
 
 
 @pytest.mark.parametrize(
