@@ -63,11 +63,48 @@ BEST_FIT = BestFitMeasure()
 # --- nodes -----------------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
+class NodeRow:
+    """A node's columns that scoring reads, as a plain row: an order scores hundreds of nodes
+    and uses one, and a Node model instance a node cost it more than the row's reading."""
+
+    pk: int
+    pool_id: int
+    hostname: str
+    vcpu_total: int
+    ram_gb_total: int
+    health: str
+    is_drained: bool
+    telemetry: dict
+    pool: object = None  # set by the caller (a few pools are read once for all their nodes)
+    # Set by node_views, as on a Node:
+    free_accelerators: int = 0
+    vcpu_used: int = 0
+    ram_used: int = 0
+
+
+NODE_ROW_FIELDS = (
+    "pk",
+    "pool_id",
+    "hostname",
+    "vcpu_total",
+    "ram_gb_total",
+    "health",
+    "is_drained",
+    "telemetry",
+)
+
+
+def node_rows(nodes) -> list[NodeRow]:
+    """`nodes` (a Node queryset) as NodeRows, in its order."""
+    return [NodeRow(*row) for row in nodes.values_list(*NODE_ROW_FIELDS)]
+
+
 @dataclass
 class NodeView:
     """A schedulable node as the engine sees it, with what maps its answer back to rows."""
 
-    node: object  # Node with pool__region/accelerator_model, its room set by node_views
+    node: object  # a Node or NodeRow with pool (region, accelerator model); room by node_views
     state: NodeState
     price_per_hour_minor: Decimal | None = None  # one accelerator for one hour; None: unpriced
 
@@ -250,13 +287,13 @@ def watts_under_load(node, tdp_w: int, now) -> float:
 
 
 def node_views(nodes, *, prices: dict) -> list[NodeView]:
-    """`nodes` (select_related pool__region and pool__accelerator_model); `prices`: {pool id:
-    price of one accelerator-hour, or None}. What each node has free is read here, for every
-    node of their pools in two queries, four with shared cards (`rooms`: a few pool ids to
-    filter by, where listing hundreds of node ids cost more than the counting), and set on the
-    node as `selectors.with_free_capacity` annotates it (`free_accelerators`, `vcpu_used`,
-    `ram_used`): one correlated subquery per node and figure, and a row per card, were most of
-    what an order spent choosing among hundreds of nodes."""
+    """`nodes` (Nodes or NodeRows, their pools with region and accelerator_model); `prices`:
+    {pool id: price of one accelerator-hour, or None}. What each node has free is read here,
+    for every node of their pools in two queries, four with shared cards (`rooms`: a few pool
+    ids to filter by, where listing hundreds of node ids cost more than the counting), and set
+    on the node as `selectors.with_free_capacity` annotates it (`free_accelerators`,
+    `vcpu_used`, `ram_used`): one correlated subquery per node and figure, and a row per card,
+    were most of what an order spent choosing among hundreds of nodes."""
     nodes = list(nodes)
     pool_ids = {node.pool_id for node in nodes}
     room_of = rooms(pool_ids)

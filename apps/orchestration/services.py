@@ -189,8 +189,8 @@ def place(
                 record.append(adapter.candidate_record(view, scored, request=plan.request))
             Placement.objects.create(
                 order=order,
-                chosen_pool=view.node.pool,
-                chosen_node=view.node,
+                chosen_pool=room.node.pool,
+                chosen_node=room.node,
                 weights={
                     **plan.weights,
                     "left_free": room.idle_cards,  # what it left on the node
@@ -249,7 +249,7 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
         capability=Capability.HOSTS,
     )
     # Hundreds of nodes share a few pools: the pools are read once, not joined into every row.
-    nodes = list(candidates.select_related(None).order_by("pk"))
+    nodes = adapter.node_rows(candidates.order_by("pk"))
     pools = Pool.objects.filter(pk__in={node.pool_id for node in nodes}).select_related(
         "region", "backend", "accelerator_model"
     )
