@@ -13,14 +13,18 @@ and the time its statements took as the database driver saw it. `--profile N` ad
 cProfile's top N functions by cumulative time; `--queries` lists one order's statements. The
 CPU an order takes is given apart, for this process and for its PostgreSQL backend (read from
 /proc where the server runs on this machine): the steadier figures on a machine whose speed
-drifts.
+drifts; so is the time Python's garbage collector took, with the collector tuned as a gunicorn
+worker tunes it (deploy/gunicorn.conf.py's post_worker_init), or as Python's defaults have it
+with `--default-gc`.
 """
 
 import argparse
 import cProfile
+import gc
 import json
 import os
 import pstats
+import runpy
 import statistics
 import sys
 import time
@@ -41,6 +45,7 @@ def main():
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions")
     parser.add_argument("--sort", default="cumulative", help="cProfile's order: tottime, …")
     parser.add_argument("--queries", action="store_true", help="print one order's statements")
+    parser.add_argument("--default-gc", action="store_true", help="Python's collector settings")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -53,6 +58,8 @@ def main():
     django.setup()
     world = argparse.Namespace(nodes=args.nodes, organizations=1, clients=1, park_limit=False)
     (organization,) = load.seed(world)
+    if not args.default_gc:
+        runpy.run_path(str(ROOT / "deploy" / "gunicorn.conf.py"))["post_worker_init"](worker=None)
     figures = measure(args, organization["keys"][0], load)
     if args.json:
         print(json.dumps(figures, indent=2))
@@ -62,7 +69,7 @@ def main():
             f"{figures['median_ms']} ms an order (best batch {figures['best_ms']} ms), "
             f"{figures['queries']} queries, statements {figures['statements_ms']} ms; CPU an "
             f"order: Python {figures['python_cpu_ms']} ms, PostgreSQL "
-            f"{figures['database_cpu_ms']} ms"
+            f"{figures['database_cpu_ms']} ms, garbage collection {figures['gc_ms']} ms"
         )
 
 
@@ -81,6 +88,7 @@ def measure(args, key, load) -> dict:
     for _ in range(5):
         order()
     batches = []
+    collecting = collector_time()
     database_began, began_cpu = database_cpu_seconds(connection), time.process_time()
     for _ in range(max(1, args.orders // BATCH)):
         began = time.perf_counter()
@@ -89,6 +97,7 @@ def measure(args, key, load) -> dict:
         batches.append((time.perf_counter() - began) / BATCH * 1000)
     measured = max(1, args.orders // BATCH) * BATCH
     python_cpu = (time.process_time() - began_cpu) / measured * 1000
+    gc.callbacks.remove(collecting)
     database_ended = database_cpu_seconds(connection)
     database_cpu = (
         (database_ended - database_began) / measured * 1000
@@ -131,7 +140,22 @@ def measure(args, key, load) -> dict:
         "statements_ms": round(sum(statements) / BATCH * 1000, 1),
         "python_cpu_ms": round(python_cpu, 1),
         "database_cpu_ms": round(database_cpu, 1) if database_cpu is not None else None,
+        "gc_ms": round(collecting.seconds / measured * 1000, 2),
     }
+
+
+def collector_time():
+    """A gc callback, installed, that adds up the CPU time collections take (`.seconds`)."""
+
+    def collecting(phase, info):
+        if phase == "start":
+            collecting.began = time.process_time()
+        else:
+            collecting.seconds += time.process_time() - collecting.began
+
+    collecting.seconds = 0.0
+    gc.callbacks.append(collecting)
+    return collecting
 
 
 def database_cpu_seconds(connection) -> float | None:

@@ -13,6 +13,7 @@ PROMETHEUS_MULTIPROC_DIR where the workers keep their request metrics (portal/me
                          it for gunicorn only, not for the Celery processes
 """
 
+import gc
 import os
 
 wsgi_app = "portal.wsgi:application"
@@ -53,6 +54,21 @@ errorlog = "-"
 loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
 access_log_format = '%({x-real-ip}i)s "%(r)s" %(s)s %(b)s %(L)ss "%(f)s" "%(a)s" %(p)s'
 proc_name = "loam-web"
+
+
+# Python's cyclic garbage collector, tuned for a worker. Once the application is loaded its
+# objects (Django's models, URLs, translations: over 150,000) live as long as the worker, so
+# they are frozen out of the collector's sight; and the youngest generation is collected after
+# 7,000 net allocations instead of 700, since an API request makes and drops thousands of ORM
+# objects. Together: 0.5 ms of collection an order, where it was 1.8–1.9 ms
+# (`bench/order_profile.py --orders 100`, against `--default-gc`).
+GC_YOUNG_THRESHOLD = 7000
+
+
+def post_worker_init(worker):
+    gc.freeze()
+    _young, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 # Prometheus's multiprocess mode (portal/metrics.py): each worker keeps its request counters in

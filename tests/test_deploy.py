@@ -3,6 +3,7 @@ manifests and the systemd units run the same processes with the same commands an
 the nginx template's variables are the ones every caller sets. (deploy/stack/start.sh runs the
 real thing; tests/e2e/test_production_stack.py checks it from the outside.)"""
 
+import gc
 import re
 import runpy
 import shlex
@@ -150,3 +151,15 @@ def test_gunicorn_starts_with_an_empty_metrics_directory(tmp_path, monkeypatch):
     hooks = runpy.run_path(str(DEPLOY / "gunicorn.conf.py"))
     hooks["on_starting"](server=None)
     assert list(directory.iterdir()) == []
+
+
+def test_a_gunicorn_worker_freezes_what_it_loaded_and_collects_less_often():
+    hooks = runpy.run_path(str(DEPLOY / "gunicorn.conf.py"))
+    threshold = gc.get_threshold()
+    try:
+        hooks["post_worker_init"](worker=None)
+        assert gc.get_freeze_count() > 10_000  # the application's objects, this test's too
+        assert gc.get_threshold() == (hooks["GC_YOUNG_THRESHOLD"], *threshold[1:])
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
