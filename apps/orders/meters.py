@@ -52,15 +52,16 @@ def instance_meters(instance) -> list[MeterSpec]:
 
 
 @in_transaction
-def follow_instance(instance, *, at: datetime | None = None) -> None:
+def follow_instance(instance, *, at: datetime | None = None, created: bool = False) -> None:
     """Close the meters that no longer match the instance and open the ones it now needs.
-    `instance` is the row as its last move or save left it."""
+    `instance` is the row as its last move or save left it; `created`: this transaction created
+    it, so it has no meters to read yet."""
     if instance.state in DISK_BILLED_STATES:  # its meters are priced from its flavor's model
         instance = Instance.objects.select_related("flavor__family__accelerator_model").get(
             pk=instance.pk
         )
     reconcile(
-        Meter.objects.filter(instance=instance),
+        Meter.objects.none() if created else Meter.objects.filter(instance=instance),
         specs=instance_meters(instance),
         new=dict(organization_id=instance.organization_id, instance=instance),
         currency=instance.rates.get("currency", ""),

@@ -67,9 +67,16 @@ MAX_BANDWIDTH_MBPS = 10000
 
 @in_transaction
 def move_instance(
-    *, instance: Instance, to: str, actor=None, error_message: str = "", held: bool = False
+    *,
+    instance: Instance,
+    to: str,
+    actor=None,
+    error_message: str = "",
+    held: bool = False,
+    created: bool = False,
 ) -> Instance:
-    """`held`: see transition()."""
+    """`held`: see transition(); `created`: this transaction created the instance (it is held,
+    and has no meters yet)."""
     changes = {}
     if to == InstanceState.ERROR:
         changes["error_message"] = error_message
@@ -82,12 +89,12 @@ def move_instance(
         actor=actor,
         changes=changes,
         audit_data={"error": error_message} if error_message else None,
-        held=held,
+        held=held or created,
     )
     # The wallet before the meters, in the order metering locks them (no deadlock).
     if to in (InstanceState.RELEASED, InstanceState.ERROR):
         billing.release_hold(instance)
-    meters.follow_instance(instance)
+    meters.follow_instance(instance, created=created)
     notify(instance.organization, f"instance.{to}", instance_event(instance))
     return instance
 
@@ -495,7 +502,7 @@ def _start_provisioning(
     # the allocation to the commit, so concurrent orders landing on one node wait less. Both
     # are in this transaction, so no one sees the order fulfilling without its allocation.
     order = move_order(order=order, to=OrderState.FULFILLING, held=True)
-    move_instance(instance=instance, to=InstanceState.PROVISIONING, held=created)
+    move_instance(instance=instance, to=InstanceState.PROVISIONING, created=created)
     allocation = place(
         instance=instance,
         shape=shape_of(instance.flavor),
