@@ -251,7 +251,7 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
     # Hundreds of nodes share a few pools: the pools are read once, not joined into every row.
     nodes = adapter.node_rows(candidates.order_by("pk"))
     pools = Pool.objects.filter(pk__in={node.pool_id for node in nodes}).select_related(
-        "region", "backend", "accelerator_model"
+        "region", "accelerator_model"
     )
     by_id = {pool.pk: pool for pool in pools}
     for node in nodes:
