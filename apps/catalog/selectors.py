@@ -94,15 +94,23 @@ def price_in_force(*, region, kind: str, flavor=None, at=None) -> Price | None:
 def region_prices_in_force(*, region, flavor, at=None) -> dict[str, Price | None]:
     """What a host of `flavor` in `region` is priced by, in one query: {kind: the price in
     force or None} for the flavor's hour, a GB of disk a month and a Mbps a month."""
+    return prices_by_region(region_ids=[region.pk], flavor=flavor, at=at)[region.pk]
+
+
+def prices_by_region(*, region_ids, flavor, at=None) -> dict[int, dict[str, Price | None]]:
+    """`region_prices_in_force` for each of the regions, in one query: {region id: {kind: the
+    price in force or None}}."""
     at = at or timezone.now()
     resources = (PriceKind.DISK_GB_MONTH, PriceKind.BANDWIDTH_MBPS_MONTH)
-    started = Price.objects.filter(region=region, effective_from__lte=at).filter(
+    started = Price.objects.filter(region_id__in=region_ids, effective_from__lte=at).filter(
         Q(kind=PriceKind.FLAVOR_HOUR, flavor=flavor) | Q(kind__in=resources, flavor__isnull=True)
     )
-    in_force = dict.fromkeys((PriceKind.FLAVOR_HOUR, *resources))
-    for price in started.order_by("kind", "-effective_from"):
-        if in_force[price.kind] is None:
-            in_force[price.kind] = price
+    in_force = {
+        region_id: dict.fromkeys((PriceKind.FLAVOR_HOUR, *resources)) for region_id in region_ids
+    }
+    for price in started.order_by("region_id", "kind", "-effective_from"):
+        if in_force[price.region_id][price.kind] is None:
+            in_force[price.region_id][price.kind] = price
     return in_force
 
 

@@ -4,7 +4,7 @@
   its `NodeState`), counting what every node has free in a few queries for all nodes at once;
   `card_states(node_ids)` lists the cards themselves, for taking them under the node's lock.
 - Prices: `task_prices(pools)` (per accelerator-hour: the region's price of the model's
-  one-card flavor) and `flavor_prices(flavor, regions)` (an instance's own flavor).
+  one-card flavor) and `flavor_prices(flavor, pools, in_force)` (an instance's own flavor).
 - Requests: `instance_request(...)` for an order's host, `task_request(task, ...)` for a
   training task.
 - Weights: `park_weights(park)`, the park's `SchedulingPolicy` (or the defaults).
@@ -26,7 +26,7 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from apps.catalog.models import ResourceType
+from apps.catalog.models import PriceKind, ResourceType
 from apps.catalog.selectors import prices_in_force
 from apps.orchestration.models import Accelerator, Allocation, NodeHealth, SchedulingPolicy
 from apps.orchestration.scheduler import MILLI, Decision, NodeState, TaskRequest, Weights
@@ -386,19 +386,16 @@ def task_prices(pools, at=None) -> dict[int, Decimal | None]:
     return prices
 
 
-def flavor_prices(flavor, pools, at=None) -> dict[int, Decimal | None]:
-    """{pool id: the flavor's price in the pool's region per accelerator-hour, or None}."""
-    pools = list(pools)
-    offered = prices_in_force(at=at, flavor=flavor, region_id__in={p.region_id for p in pools})
-    by_region = {price.region_id: price.amount_minor for price in offered}
-    return {
-        pool.pk: (
-            per_card_hour(by_region[pool.region_id], flavor.accelerator_count)
-            if pool.region_id in by_region
-            else None
+def flavor_prices(flavor, pools, in_force: dict) -> dict[int, Decimal | None]:
+    """{pool id: the flavor's price in the pool's region per accelerator-hour, or None};
+    `in_force`: the prices in force in the pools' regions (`catalog.selectors.prices_by_region`)."""
+    prices = {}
+    for pool in pools:
+        price = in_force.get(pool.region_id, {}).get(PriceKind.FLAVOR_HOUR)
+        prices[pool.pk] = (
+            per_card_hour(price.amount_minor, flavor.accelerator_count) if price else None
         )
-        for pool in pools
-    }
+    return prices
 
 
 def task_hourly_minor(price_per_card_hour, accelerator_milli: int) -> int:

@@ -10,6 +10,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from apps.catalog.models import AcceleratorModel
+from apps.catalog.selectors import prices_by_region
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.extensions import ExtensionPoint
@@ -105,6 +106,9 @@ class PlacementPlan:
     weights: dict
     scored: dict  # {node id as the engine names it: its Candidate}, for a record not kept
     request: object  # the engine's TaskRequest it was scored for
+    # The prices in force in the regions scored ({region id: {kind: Price or None}}, as
+    # catalog.selectors.prices_by_region): what the host is quoted at, read once.
+    prices_in_force: dict
 
     @property
     def nodes_considered(self) -> int:
@@ -124,7 +128,7 @@ def plan_placement(
     `region` (or of every region the flavor is sold in) with the tenant's `preference`;
     nothing is locked or written."""
     shape = shape or shape_of(flavor)
-    decision, views, request, record, weights = _decide_placement(
+    decision, views, request, record, weights, prices_in_force = _decide_placement(
         park=park, flavor=flavor, shape=shape, region=region, preference=preference
     )
     by_id = {view.state.id: view for view in views}
@@ -137,6 +141,7 @@ def plan_placement(
         weights=weights,
         scored={candidate.node_id: candidate for candidate in ranked},
         request=request,
+        prices_in_force=prices_in_force,
     )
 
 
@@ -256,7 +261,10 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
     by_id = {pool.pk: pool for pool in pools}
     for node in nodes:
         node.pool = by_id[node.pool_id]
-    prices = adapter.flavor_prices(flavor, set(by_id.values()))
+    prices_in_force = prices_by_region(
+        region_ids={pool.region_id for pool in by_id.values()}, flavor=flavor
+    )
+    prices = adapter.flavor_prices(flavor, by_id.values(), prices_in_force)
     if region is None and any(price is not None for price in prices.values()):
         # Only where it is sold: the host is billed at its region's price.
         nodes = [node for node in nodes if prices[node.pool_id] is not None]
@@ -289,7 +297,7 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
     weights, record = adapter.placement_record(
         decision, views, request=request, park=weights_of_park, currency=park.currency
     )
-    return decision, views, request, record, weights
+    return decision, views, request, record, weights, prices_in_force
 
 
 def _mark_rejected(record: list[dict], node_id: int, code: str) -> None:

@@ -262,7 +262,10 @@ def quote(
             park=organization.park, flavor=request.flavor, preference=request.preference
         )
         region = region_of(plan, request.flavor)
-    prices = region_prices_in_force(region=region, flavor=request.flavor)
+    if plan is not None and region.pk in plan.prices_in_force:
+        prices = plan.prices_in_force[region.pk]  # read with the nodes it scored
+    else:
+        prices = region_prices_in_force(region=region, flavor=request.flavor)
     flavor_price = prices[PriceKind.FLAVOR_HOUR]
     if flavor_price is None:
         raise not_priced(request.flavor, region)

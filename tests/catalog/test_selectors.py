@@ -3,11 +3,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from apps.catalog.models import PriceKind
 from apps.catalog.selectors import (
     CatalogFilters,
     catalog_flavors,
     catalog_summary,
     current_flavor_prices,
+    prices_by_region,
+    region_prices_in_force,
 )
 from apps.orchestration.models import NodeHealth
 from apps.orchestration.services import register_node
@@ -39,6 +42,41 @@ def test_current_price_is_the_latest_that_is_in_force():
     )
     [price] = current_flavor_prices()[flavor.pk]
     assert price.amount_minor == 120
+
+
+def test_prices_by_region_are_each_region_s_prices_in_force_in_one_query(
+    django_assert_num_queries,
+):
+    flavor = FlavorFactory()
+    park = flavor.family.park
+    north, south, unpriced = (RegionFactory(park=park) for _ in range(3))
+    now = timezone.now()
+    for amount, days in ((100, -9), (120, -1), (999, 1)):  # the latest started, not the future
+        PriceFactory(
+            flavor=flavor, region=north, amount_minor=amount, effective_from=now + timedelta(days)
+        )
+    PriceFactory(flavor=flavor, region=south, amount_minor=300)
+    PriceFactory(flavor=FlavorFactory(family=flavor.family, code="other"), region=south)
+    PriceFactory(region=south, disk=True, amount_minor=31)
+    PriceFactory(region=north, bandwidth=True, amount_minor=7)
+    with django_assert_num_queries(1):
+        prices = prices_by_region(region_ids=[north.pk, south.pk, unpriced.pk], flavor=flavor)
+
+    def amounts(region):
+        return {kind: p and p.amount_minor for kind, p in prices[region.pk].items()}
+
+    assert amounts(north) == {
+        PriceKind.FLAVOR_HOUR: 120,
+        PriceKind.DISK_GB_MONTH: None,
+        PriceKind.BANDWIDTH_MBPS_MONTH: 7,
+    }
+    assert amounts(south) == {
+        PriceKind.FLAVOR_HOUR: 300,
+        PriceKind.DISK_GB_MONTH: 31,
+        PriceKind.BANDWIDTH_MBPS_MONTH: None,
+    }
+    assert set(amounts(unpriced).values()) == {None}
+    assert region_prices_in_force(region=south, flavor=flavor) == prices[south.pk]
 
 
 def sold(flavor, pool, amount=1000):
