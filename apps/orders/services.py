@@ -53,7 +53,7 @@ from apps.tenants.access import authorize, require_operator
 from apps.tenants.models import Organization
 from apps.tenants.roles import Action
 from apps.webhooks.models import EVENT_TYPES
-from apps.webhooks.services import emit_event
+from apps.webhooks.services import emit_event, emitted_together
 
 HOURS_PER_MONTH = metering.HOURS_PER_MONTH
 MAX_COUNT = 10
@@ -358,6 +358,7 @@ def needs_approval(organization: Organization, request: HostRequest, quoted: Quo
 
 @transaction.atomic(durable=True)
 @recorded_together()  # the four audit events of each host, in one INSERT
+@emitted_together()  # its webhook events: the endpoints read once, the deliveries one INSERT
 def submit_create(
     *, organization: Organization, actor, request: HostRequest, idempotency_key: str = ""
 ) -> list[Order]:

@@ -20,7 +20,11 @@ import secrets
 import socket
 import time
 import uuid
-from datetime import UTC, timedelta
+from collections import defaultdict
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
@@ -182,39 +186,99 @@ def _iso_utc(moment) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+@dataclass(frozen=True)
+class _Event:
+    organization_id: int
+    event_type: str
+    data: dict
+    at: datetime
+
+
+# The events emitted inside `emitted_together`, not yet written; None outside it.
+_pending: ContextVar[list[_Event] | None] = ContextVar("webhook_events_pending", default=None)
+
+
+@contextmanager
+def emitted_together():
+    """The webhook events emitted inside are written on leaving, in the order they were
+    emitted: the endpoints of their organizations read once and every delivery in one INSERT,
+    for a use case that emits several (an order emits one at each step). Use it inside the
+    transaction that does the work, as `core.audit.recorded_together`; leaving by an exception
+    writes nothing."""
+    pending = []
+    token = _pending.set(pending)
+    try:
+        yield
+    finally:
+        _pending.reset(token)
+    _write_deliveries(pending)
+
+
 @in_transaction
 def emit_event(*, organization: Organization, event_type: str, data: dict) -> list[WebhookDelivery]:
     """Call from the service that made the change, inside its transaction: one delivery per
     active endpoint of `organization` subscribed to `event_type`, each POSTed after commit (so
     a rolled-back change sends nothing). `data` must be JSON-serialisable (datetimes, decimals
-    and UUIDs are turned into strings)."""
-    from apps.webhooks.tasks import deliver
-
+    and UUIDs are turned into strings). Inside `emitted_together` the deliveries are written on
+    leaving it, and none is returned here."""
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown webhook event type {event_type!r}; add it to EVENT_TYPES")
-    endpoints = [
-        endpoint
-        for endpoint in WebhookEndpoint.objects.filter(organization=organization, is_active=True)
-        # JSON containment is not portable to SQLite; an organization has few endpoints.
-        if event_type in endpoint.event_types
-    ]
-    if not endpoints:
+    event = _Event(organization.pk, event_type, data, timezone.now())
+    pending = _pending.get()
+    if pending is not None:
+        pending.append(event)
         return []
-    event_id = uuid.uuid4()
-    now = timezone.now()
-    payload = {"id": str(event_id), "type": event_type, "created_at": _iso_utc(now), "data": data}
-    deliveries = WebhookDelivery.objects.bulk_create(
-        WebhookDelivery(
-            endpoint=endpoint,
-            event_id=event_id,
-            event_type=event_type,
-            payload=payload,
-            next_attempt_at=now,
-        )
-        for endpoint in endpoints
-    )
+    return _write_deliveries([event])
+
+
+def _write_deliveries(events: list[_Event]) -> list[WebhookDelivery]:
+    """One delivery per event and active subscribed endpoint of its organization, in one
+    INSERT, each sent after commit."""
+    from apps.webhooks.tasks import deliver
+
+    if not events:
+        return []
+    endpoints = defaultdict(list)
+    for endpoint in WebhookEndpoint.objects.filter(
+        organization_id__in={event.organization_id for event in events}, is_active=True
+    ).order_by("pk"):
+        endpoints[endpoint.organization_id].append(endpoint)
+    deliveries = []
+    for event in events:
+        # JSON containment is not portable to SQLite; an organization has few endpoints.
+        subscribed = [
+            endpoint
+            for endpoint in endpoints[event.organization_id]
+            if event.event_type in endpoint.event_types
+        ]
+        if not subscribed:
+            continue
+        event_id = uuid.uuid4()
+        payload = {
+            "id": str(event_id),
+            "type": event.event_type,
+            "created_at": _iso_utc(event.at),
+            "data": event.data,
+        }
+        deliveries += [
+            WebhookDelivery(
+                endpoint=endpoint,
+                event_id=event_id,
+                event_type=event.event_type,
+                payload=payload,
+                next_attempt_at=event.at,
+            )
+            for endpoint in subscribed
+        ]
+    if not deliveries:
+        return []
+    deliveries = WebhookDelivery.objects.bulk_create(deliveries)
     if any(d.pk is None for d in deliveries):  # backends that return no ids from bulk_create
-        deliveries = list(WebhookDelivery.objects.filter(event_id=event_id).order_by("pk"))
+        deliveries = list(
+            WebhookDelivery.objects.filter(event_id__in={d.event_id for d in deliveries}).order_by(
+                "pk"
+            )
+        )
     for delivery in deliveries:
         on_commit_task(deliver, delivery.pk)
     return deliveries

@@ -86,7 +86,7 @@ def test_an_order_sets_no_savepoint_of_its_own_steps_and_writes_its_events_at_on
 ):
     """Its steps (state moves, webhook events, meters) join its transaction; its four audit
     events are one INSERT; the host it has just created is not read back, nor are its meters
-    (it has none yet); its prices are read once."""
+    (it has none yet); its prices and webhook endpoints are read once."""
     request, organization = world.request(1, region=None), organization_of(world)
     with (
         CaptureQueriesContext(connection) as captured,
@@ -99,5 +99,6 @@ def test_an_order_sets_no_savepoint_of_its_own_steps_and_writes_its_events_at_on
     assert sum(sql.startswith('INSERT INTO "operations_auditevent"') for sql in statements) == 1
     assert not any(sql.startswith('SELECT "orders_instance"') for sql in statements)
     assert not any(sql.startswith('SELECT "billing_meter"') for sql in statements)
-    # Its prices are read once, for the scoring and the quote.
+    # Its prices are read once, for the scoring and the quote; so are its webhook endpoints.
     assert sum('FROM "catalog_price"' in sql for sql in statements) == 1
+    assert sum('FROM "webhooks_webhookendpoint"' in sql for sql in statements) == 1

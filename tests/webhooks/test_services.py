@@ -6,7 +6,8 @@ import time
 import uuid
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from apps.core.errors import DomainError, PermissionDenied
 from apps.core.models import AuditEvent
@@ -234,6 +235,57 @@ def test_a_rolled_back_change_emits_nothing(organization, django_capture_on_comm
     ):
         services.emit_event(organization=organization, event_type="order.done", data={})
         raise RuntimeError("the order change failed")
+    assert callbacks == [] and not WebhookDelivery.objects.exists()
+
+
+def test_events_emitted_together_are_written_on_leaving_in_one_insert(
+    organization, other_organization, django_capture_on_commit_callbacks
+):
+    """An endpoint read and one INSERT for them all, in the order they were emitted, each
+    event with its own id; an event no endpoint takes writes nothing."""
+    ours = WebhookEndpointFactory(organization=organization, event_types=list(EVENT_TYPES))
+    theirs = WebhookEndpointFactory(organization=other_organization, event_types=["order.done"])
+    with (
+        django_capture_on_commit_callbacks() as callbacks,
+        CaptureQueriesContext(connection) as captured,
+        services.emitted_together(),
+    ):
+        for organization_, event_type, n in (
+            (organization, "order.done", 1),
+            (other_organization, "order.failed", 2),  # theirs does not take it
+            (other_organization, "order.done", 3),
+            (organization, "order.failed", 4),
+        ):
+            emitted = services.emit_event(
+                organization=organization_, event_type=event_type, data={"n": n}
+            )
+            assert emitted == []  # written on leaving
+        assert not WebhookDelivery.objects.exists()
+    statements = [query["sql"] for query in captured.captured_queries]
+    assert sum('FROM "webhooks_webhookendpoint"' in sql for sql in statements) == 1
+    assert sum(sql.startswith('INSERT INTO "webhooks_webhookdelivery"') for sql in statements) == 1
+    rows = list(WebhookDelivery.objects.order_by("pk"))
+    assert [(row.endpoint, row.payload["data"]["n"]) for row in rows] == [
+        (ours, 1),
+        (theirs, 3),
+        (ours, 4),
+    ]
+    assert len({row.event_id for row in rows}) == 3
+    assert len(callbacks) == 3
+
+
+def test_events_emitted_together_write_nothing_when_it_fails(
+    organization, django_capture_on_commit_callbacks
+):
+    WebhookEndpointFactory(organization=organization, event_types=["order.done"])
+    with (
+        django_capture_on_commit_callbacks(execute=True) as callbacks,
+        pytest.raises(RuntimeError),
+        transaction.atomic(),
+        services.emitted_together(),
+    ):
+        services.emit_event(organization=organization, event_type="order.done", data={})
+        raise RuntimeError("the use case failed")
     assert callbacks == [] and not WebhookDelivery.objects.exists()
 
 
