@@ -132,11 +132,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "timeout": env.int("SQLITE_BUSY_TIMEOUT_S", default=30),
         }
     )
-elif env.bool("DATABASE_PREPARED_STATEMENTS", default=True):
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool(
+    "DATABASE_PREPARED_STATEMENTS", default=True
+):
     # Parameters bound by the server, and a statement run a few times on a connection is
-    # prepared there: PostgreSQL parses and plans it once (a third of its CPU an order). Off
-    # behind a pooler in transaction mode (PgBouncer before 1.21), where a prepared statement
-    # may be missing on the next transaction's server connection.
+    # prepared there: PostgreSQL parses and plans it once (a quarter to a third of its CPU an
+    # order). Off behind a pooler in transaction mode (PgBouncer before 1.21), where a prepared
+    # statement may be missing on the next transaction's server connection.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         server_side_binding=True, prepare_threshold=env.int("DATABASE_PREPARE_THRESHOLD", default=5)
     )

@@ -3,32 +3,25 @@
 It sits on the ground floor so that any app, and `apps.core.transitions`, can write to it
 without importing the apps above; the park and organization are read off the target."""
 
-from contextlib import contextmanager
 from contextvars import ContextVar
 
 from django.contrib.auth import get_user_model
 from django.db import models
 
 from apps.core.models import AuditEvent
+from apps.core.transactions import written_on_leaving
 
 # The events recorded inside `recorded_together`, not yet written; None outside it.
 _pending: ContextVar[list | None] = ContextVar("audit_events_pending", default=None)
 
 
-@contextmanager
 def recorded_together():
     """The audit events recorded inside are written in one INSERT on leaving, in the order they
     were recorded: for a use case that records several (an order records four: submitted,
     approved, fulfilling, provisioning). Use it inside the transaction that does the work (a
     `with` block, or a decorator under `transaction.atomic`'s); leaving by an exception writes
     nothing, as that transaction is rolled back."""
-    pending = []
-    token = _pending.set(pending)
-    try:
-        yield
-    finally:
-        _pending.reset(token)
-    AuditEvent.objects.bulk_create(pending)
+    return written_on_leaving(_pending, AuditEvent.objects.bulk_create)
 
 
 def audit_identity(actor) -> tuple:

@@ -1,8 +1,11 @@
-"""Transactions: side effects after commit (`on_commit_task`), row locks (`lock`), and steps of
-a use case that run in its transaction (`in_transaction`)."""
+"""Transactions: side effects after commit (`on_commit_task`), row locks (`lock`), steps of a
+use case that run in its transaction (`in_transaction`), and rows a use case writes together
+when it leaves (`written_on_leaving`)."""
 
 import functools
 import logging
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from django.db import transaction
 from kombu.exceptions import OperationalError
@@ -72,3 +75,17 @@ def in_transaction(step):
             return step(*args, **kwargs)
 
     return run
+
+
+@contextmanager
+def written_on_leaving(pending: ContextVar, write):
+    """Inside, `pending` holds a list that the code run there adds rows to, instead of writing
+    each; on leaving, `write(the list)` writes them all (one INSERT, say). Leaving by an
+    exception writes nothing: the transaction it runs in is rolled back."""
+    rows = []
+    token = pending.set(rows)
+    try:
+        yield
+    finally:
+        pending.reset(token)
+    write(rows)

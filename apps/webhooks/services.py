@@ -21,7 +21,6 @@ import socket
 import time
 import uuid
 from collections import defaultdict
-from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -34,7 +33,7 @@ from django.utils.translation import gettext as _
 
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
-from apps.core.transactions import in_transaction, on_commit_task
+from apps.core.transactions import in_transaction, on_commit_task, written_on_leaving
 from apps.core.transitions import transition
 from apps.tenants.access import authorize
 from apps.tenants.models import Organization
@@ -198,20 +197,13 @@ class _Event:
 _pending: ContextVar[list[_Event] | None] = ContextVar("webhook_events_pending", default=None)
 
 
-@contextmanager
 def emitted_together():
     """The webhook events emitted inside are written on leaving, in the order they were
     emitted: the endpoints of their organizations read once and every delivery in one INSERT,
     for a use case that emits several (an order emits one at each step). Use it inside the
     transaction that does the work, as `core.audit.recorded_together`; leaving by an exception
     writes nothing."""
-    pending = []
-    token = _pending.set(pending)
-    try:
-        yield
-    finally:
-        _pending.reset(token)
-    _write_deliveries(pending)
+    return written_on_leaving(_pending, _write_deliveries)
 
 
 @in_transaction
