@@ -37,12 +37,7 @@ def lock(model, pk) -> None:
     other lockers but not the FOR KEY SHARE locks that foreign-key checks take at COMMIT.
     Every select_for_update in the project uses no_key=True for the same reason.
     """
-    list(
-        model._default_manager.select_for_update(no_key=True, of=("self",))
-        .filter(pk=pk)
-        .order_by()
-        .values_list("pk", flat=True)
-    )
+    lock_all(model, [pk])
 
 
 def lock_all(model, pks) -> None:

@@ -6,7 +6,7 @@ pass (`scheduling`) take cards the same way."""
 from dataclasses import dataclass
 
 from apps.orchestration import adapter
-from apps.orchestration.models import Allocation, Node, NodeHealth
+from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth
 from apps.orchestration.scheduler import MILLI
 
 
@@ -85,3 +85,13 @@ class NodeRoom:
         self.vcpu_free -= allocation.vcpu
         self.ram_gb_free -= allocation.ram_gb
         return holds
+
+    def allocate(self, allocation: Allocation, milli: int) -> bool:
+        """`take`, then write it: `allocation` saved and the cards it took pointed at it. False
+        when the node can no longer take it (nothing is written then)."""
+        cards = self.take(allocation, milli)
+        if cards is None:
+            return False
+        allocation.save()
+        Accelerator.objects.filter(pk__in=cards).update(allocation=allocation)
+        return True

@@ -682,11 +682,8 @@ def allocate_task(task: Task, *, node) -> Allocation | None:
     `NodeRoom`). None when the node can no longer take it."""
     room = NodeRoom.lock([node.pk])[node.pk]
     allocation = task_allocation(room, task)
-    cards = room.take(allocation, task.accelerator_milli)
-    if cards is None:
+    if not room.allocate(allocation, task.accelerator_milli):
         return None
-    allocation.save()
-    Accelerator.objects.filter(pk__in=cards).update(allocation=allocation)
     return allocation
 
 

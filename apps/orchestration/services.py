@@ -314,11 +314,8 @@ def _allocate_on(node, *, instance, shape: Shape) -> tuple[Allocation, NodeRoom]
     (drained or marked down since the candidates were read, or filled up)."""
     room = NodeRoom.lock([node.pk])[node.pk]
     allocation = Allocation(node=room.node, instance=instance, vcpu=shape.vcpu, ram_gb=shape.ram_gb)
-    cards = room.take(allocation, shape.accelerators * MILLI)
-    if cards is None:
+    if not room.allocate(allocation, shape.accelerators * MILLI):
         return None
-    allocation.save()
-    Accelerator.objects.filter(pk__in=cards).update(allocation=allocation)
     return allocation, room
 
 
