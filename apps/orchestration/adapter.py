@@ -22,6 +22,7 @@ from datetime import timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cached_property
 
+from django.db import connections, router
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -189,29 +190,49 @@ class Room:
     ram_gb_used: int = 0
 
 
+# What rooms() counts, in one statement: per node, its cards and those idle, and what its live
+# allocations hold (vCPU, memory, how many are shares); a node has one row of each kind at
+# most, so MAX merges them (and keeps integers, where PostgreSQL's SUM of sums is numeric).
+# Written out: the ORM took five times the statement's own CPU to build its two aggregates,
+# on every order.
+_ROOMS_SQL = """
+SELECT node_id, MAX(cards), MAX(idle), MAX(vcpu), MAX(ram_gb), MAX(shares) FROM (
+    SELECT card.node_id, COUNT(*) AS cards,
+        SUM(CASE WHEN card.allocation_id IS NULL AND NOT card.out_of_service THEN 1 ELSE 0 END)
+            AS idle,
+        0 AS vcpu, 0 AS ram_gb, 0 AS shares
+    FROM orchestration_accelerator card
+    JOIN orchestration_node node ON node.id = card.node_id
+    WHERE node.pool_id IN ({pools})
+    GROUP BY card.node_id
+    UNION ALL
+    SELECT held.node_id, 0, 0, SUM(held.vcpu), SUM(held.ram_gb),
+        SUM(CASE WHEN held.share_milli > 0 THEN 1 ELSE 0 END)
+    FROM orchestration_allocation held
+    JOIN orchestration_node node ON node.id = held.node_id
+    WHERE node.pool_id IN ({pools}) AND held.released_at IS NULL
+    GROUP BY held.node_id
+) counted
+GROUP BY node_id
+"""
+
+
 def rooms(pool_ids) -> dict[int, Room]:
     """{node id: its Room} for every node of the pools with cards or live allocations, counted
     per node in the database (one row a node, not a card): the same figures as `card_states`,
-    without the card ids that only taking cards needs. Two queries, and two more where a node
+    without the card ids that only taking cards needs. One query, and two more where a node
     has shared cards: which they are, and their live shares."""
-    cards = (
-        Accelerator.objects.filter(node__pool_id__in=pool_ids)
-        .values("node_id")
-        .annotate(
-            cards=Count("id"),
-            idle=Count("id", filter=Q(allocation__isnull=True, out_of_service=False)),
-        )
-        .order_by()
-        .values_list("node_id", "cards", "idle")
-    )
-    counted = {node_id: (count, idle) for node_id, count, idle in cards}
-    held = _held_per_node(node__pool_id__in=pool_ids)
-    partial = _shared_cards_free([node_id for node_id, (*_, shares) in held.items() if shares])
+    pool_ids = list(pool_ids)
+    if not pool_ids:
+        return {}
+    with connections[router.db_for_read(Accelerator)].cursor() as cursor:
+        placeholders = ", ".join(["%s"] * len(pool_ids))
+        cursor.execute(_ROOMS_SQL.format(pools=placeholders), pool_ids * 2)
+        counted = cursor.fetchall()
+    partial = _shared_cards_free([row[0] for row in counted if row[5]])
     out = {}
-    for node_id in counted.keys() | held.keys():  # a CPU-only node has no cards
-        count, idle = counted.get(node_id, (0, 0))
+    for node_id, count, idle, vcpu, ram_gb, _shares in counted:  # a CPU-only node has no cards
         shared = partial.get(node_id, [])
-        vcpu, ram_gb, _shares = held.get(node_id, (0, 0, 0))
         out[node_id] = Room(
             idle=idle,
             free=[MILLI] * idle + shared + [0] * (count - idle - len(shared)),

@@ -255,8 +255,11 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
     )
     # Hundreds of nodes share a few pools: the pools are read once, not joined into every row.
     nodes = adapter.node_rows(candidates.order_by("pk"))
-    pools = Pool.objects.filter(pk__in={node.pool_id for node in nodes}).select_related(
-        "region", "accelerator_model"
+    # In no order: Pool's own (by region, then name) joins the regions and their parks.
+    pools = (
+        Pool.objects.filter(pk__in={node.pool_id for node in nodes})
+        .select_related("region", "accelerator_model")
+        .order_by()
     )
     by_id = {pool.pk: pool for pool in pools}
     for node in nodes:

@@ -144,8 +144,8 @@ def test_node_views_take_the_same_few_queries_for_any_number_of_nodes(task_world
             adapter.node_views(nodes, prices={})
         return len(queries)
 
-    # Cards per node, the shared cards and their live shares, CPU and memory held.
-    assert count(1) == count(6) == 4
+    # Cards and what allocations hold per node, the shared cards, their live shares.
+    assert count(1) == count(6) == 3
 
 
 # --- prices ----------------------------------------------------------------------------------
