@@ -22,13 +22,13 @@ from datetime import timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cached_property
 
-from django.db import connections, router
-from django.db.models import Count, Q, Sum
+from django.db.models import Sum
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from apps.catalog.models import PriceKind, ResourceType
 from apps.catalog.selectors import prices_in_force
+from apps.core import sql
 from apps.orchestration.models import Accelerator, Allocation, NodeHealth, SchedulingPolicy
 from apps.orchestration.scheduler import MILLI, Decision, NodeState, TaskRequest, Weights
 from apps.orchestration.scheduler.fragmentation import ShapeDistribution
@@ -140,17 +140,29 @@ class Card:
     held: bool  # an allocation holds it (whole, or for the shares on it)
 
 
+_CARDS_SQL = """
+SELECT card.id, card.node_id, card.allocation_id, holder.share_milli, card.out_of_service
+FROM orchestration_accelerator card
+LEFT JOIN orchestration_allocation holder ON holder.id = card.allocation_id
+WHERE card.node_id IN ({nodes})
+ORDER BY card.node_id, card."index"
+"""
+
+
 def card_states(node_ids) -> dict[int, list[Card]]:
-    """{node id: its cards in index order}, in two queries.
+    """{node id: its cards in index order}, in one query, and one more where cards are shared.
 
     A card is free (1000) when nothing holds it, 0 when an allocation holds it whole, and
     1000 minus its live shares when the allocation holding it is a share. A card out of
     service has nothing free.
     """
-    cards = list(
-        Accelerator.objects.filter(node_id__in=node_ids)
-        .order_by("node_id", "index")
-        .values_list("id", "node_id", "allocation_id", "allocation__share_milli", "out_of_service")
+    node_ids = list(node_ids)
+    if not node_ids:
+        return {}
+    cards = sql.fetch_all(
+        Accelerator,
+        _CARDS_SQL.format(nodes=sql.placeholders(node_ids)),
+        node_ids,
     )
     used = live_shares({row[0] for row in cards if row[2] is not None and row[3]})
     by_node = defaultdict(list)
@@ -225,10 +237,9 @@ def rooms(pool_ids) -> dict[int, Room]:
     pool_ids = list(pool_ids)
     if not pool_ids:
         return {}
-    with connections[router.db_for_read(Accelerator)].cursor() as cursor:
-        placeholders = ", ".join(["%s"] * len(pool_ids))
-        cursor.execute(_ROOMS_SQL.format(pools=placeholders), pool_ids * 2)
-        counted = cursor.fetchall()
+    counted = sql.fetch_all(
+        Accelerator, _ROOMS_SQL.format(pools=sql.placeholders(pool_ids)), pool_ids * 2
+    )
     partial = _shared_cards_free([row[0] for row in counted if row[5]])
     out = {}
     for node_id, count, idle, vcpu, ram_gb, _shares in counted:  # a CPU-only node has no cards
@@ -242,29 +253,21 @@ def rooms(pool_ids) -> dict[int, Room]:
     return out
 
 
+_HELD_SQL = """
+SELECT node_id, SUM(vcpu), SUM(ram_gb)
+FROM orchestration_allocation
+WHERE node_id IN ({nodes}) AND released_at IS NULL
+GROUP BY node_id
+"""
+
+
 def held_by_nodes(node_ids) -> dict[int, tuple[int, int]]:
     """{node id: (vCPU, GB of memory) its live allocations hold}, for those that hold any."""
-    return {
-        node_id: (vcpu, ram_gb)
-        for node_id, (vcpu, ram_gb, _shares) in _held_per_node(node_id__in=node_ids).items()
-    }
-
-
-def _held_per_node(**nodes) -> dict[int, tuple[int, int, int]]:
-    """{node id: (vCPU, GB of memory, live shares)} of the live allocations on `nodes` (a
-    filter), in one query."""
-    return {
-        node_id: (vcpu, ram_gb, shares)
-        for node_id, vcpu, ram_gb, shares in Allocation.objects.filter(
-            released_at__isnull=True, **nodes
-        )
-        .values("node_id")
-        .annotate(
-            vcpu=Sum("vcpu"), ram_gb=Sum("ram_gb"), shares=Count("id", filter=Q(share_milli__gt=0))
-        )
-        .order_by()
-        .values_list("node_id", "vcpu", "ram_gb", "shares")
-    }
+    node_ids = list(node_ids)
+    if not node_ids:
+        return {}
+    rows = sql.fetch_all(Allocation, _HELD_SQL.format(nodes=sql.placeholders(node_ids)), node_ids)
+    return {node_id: (vcpu, ram_gb) for node_id, vcpu, ram_gb in rows}
 
 
 def _shared_cards_free(node_ids) -> dict[int, list[int]]:
