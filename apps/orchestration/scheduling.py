@@ -30,6 +30,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.catalog.models import Image
+from apps.core import sql
 from apps.core.audit import audit_identity, record_event
 from apps.core.bulk import update_rows
 from apps.core.models import AuditEvent
@@ -572,11 +573,14 @@ class HeldByTasks:
     ram_gb: int = 0
 
     def add(self, task, model) -> None:
-        milli = task.accelerator_milli
-        self.milli_by_model[model.pk] = self.milli_by_model.get(model.pk, 0) + milli
-        self.compute_units += model.compute_units * Decimal(milli) / 1000
-        self.vcpu += task.vcpu
-        self.ram_gb += task.ram_gb
+        self.add_held(model.pk, model.compute_units, task.accelerator_milli, task.vcpu, task.ram_gb)
+
+    def add_held(self, model_id: int, compute_units, milli: int, vcpu: int, ram_gb: int) -> None:
+        """What one task, or several on one model together, hold."""
+        self.milli_by_model[model_id] = self.milli_by_model.get(model_id, 0) + milli
+        self.compute_units += compute_units * Decimal(milli) / 1000
+        self.vcpu += vcpu
+        self.ram_gb += ram_gb
 
     def usage(self) -> Usage:
         by_model = {pk: math.ceil(milli / 1000) for pk, milli in self.milli_by_model.items()}
@@ -614,11 +618,31 @@ def _held_tasks(organizations):
     )
 
 
+_HELD_BY_TASKS_SQL = """
+SELECT pool.accelerator_model_id, model.compute_units, SUM(task.accelerator_milli),
+    SUM(task.vcpu), SUM(task.ram_gb)
+FROM orders_task task
+JOIN orchestration_pool pool ON pool.id = task.pool_id
+JOIN catalog_acceleratormodel model ON model.id = pool.accelerator_model_id
+WHERE task.organization_id IN ({organizations}) AND task.state IN (%s, %s)
+GROUP BY pool.accelerator_model_id, model.compute_units
+"""
+
+
 def task_quota_usage(organizations) -> Usage:
-    """The quotas' holder for training tasks (queued tasks hold nothing yet)."""
+    """The quotas' holder for training tasks (queued tasks hold nothing yet): what the
+    organizations' placed and running tasks hold, per accelerator model in one statement
+    (written out: counted on every order, where the ORM took several times the statement's
+    CPU to build it). `organizations`: ids, rows or a queryset."""
+    members, params = sql.members(organizations)
+    rows = sql.fetch_all(
+        Task,
+        _HELD_BY_TASKS_SQL.format(organizations=members),
+        [*params, TaskState.PLACED.value, TaskState.RUNNING.value],
+    )
     held = HeldByTasks()
-    for task in _held_tasks(organizations):
-        held.add(task, task.pool.accelerator_model)
+    for model_id, units, milli, vcpu, ram_gb in rows:
+        held.add_held(model_id, sql.decimal(units), milli, vcpu, ram_gb)
     return held.usage()
 
 

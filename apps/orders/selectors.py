@@ -1,9 +1,10 @@
 from datetime import timedelta
 
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.catalog.models import Flavor
+from apps.core import sql
 from apps.orders.models import (
     INSTANCE_HOLDING_STATES,
     Instance,
@@ -48,52 +49,77 @@ def instance_orders(instance):
 # --- What instances hold against quotas ------------------------------------------------------
 
 
-def usage_of(instances) -> Usage:
-    """What a queryset of instances holds (only those in a holding state count)."""
-    holding = instances.filter(state__in=INSTANCE_HOLDING_STATES)
-    per_model = (
-        holding.values(
-            "flavor__family__accelerator_model", "flavor__family__accelerator_model__compute_units"
-        )
-        .annotate(
-            accelerators=Sum("flavor__accelerator_count"),
-            vcpu=Sum("flavor__vcpu"),
-            ram=Sum("flavor__ram_gb"),
-            disk=Sum(F("system_disk_gb") + F("data_disk_gb")),
-            count=Count("id"),
-        )
-        .order_by()
+_HELD_BY_INSTANCES_SQL = """
+SELECT family.accelerator_model_id, model.compute_units, SUM(flavor.accelerator_count),
+    SUM(flavor.vcpu), SUM(flavor.ram_gb), SUM(instance.system_disk_gb + instance.data_disk_gb),
+    COUNT(*)
+FROM orders_instance instance
+JOIN catalog_flavor flavor ON flavor.id = instance.flavor_id
+JOIN catalog_flavorfamily family ON family.id = flavor.family_id
+JOIN catalog_acceleratormodel model ON model.id = family.accelerator_model_id
+WHERE instance.organization_id IN ({organizations}) AND instance.state IN ({states})
+GROUP BY family.accelerator_model_id, model.compute_units
+"""
+
+
+def held_by_instances(organizations) -> Usage:
+    """What the organizations' instances hold (those in a holding state), per accelerator
+    model in one statement (written out: counted on every order, and the ORM took several
+    times the statement's CPU to build it). `organizations`: ids, rows or a queryset."""
+    members, params = sql.members(organizations)
+    states = sorted(INSTANCE_HOLDING_STATES)
+    rows = sql.fetch_all(
+        Instance,
+        _HELD_BY_INSTANCES_SQL.format(organizations=members, states=sql.placeholders(states)),
+        [*params, *states],
     )
     total = Usage()
-    for row in per_model:
-        units = row["flavor__family__accelerator_model__compute_units"] * row["accelerators"]
+    for model_id, units, accelerators, vcpu, ram_gb, disk_gb, count in rows:
         total += Usage(
-            accelerators=row["accelerators"],
-            compute_units=units,
-            vcpu=row["vcpu"],
-            ram_gb=row["ram"],
-            disk_gb=row["disk"],
-            instances=row["count"],
-            by_model={row["flavor__family__accelerator_model"]: row["accelerators"]},
+            accelerators=accelerators,
+            compute_units=sql.decimal(units) * accelerators,
+            vcpu=vcpu,
+            ram_gb=ram_gb,
+            disk_gb=disk_gb,
+            instances=count,
+            by_model={model_id: accelerators},
         )
     return total
+
+
+_GROWING_SQL = """
+SELECT growing.id
+FROM orders_order growing
+JOIN orders_instance instance ON instance.id = growing.instance_id
+WHERE instance.organization_id IN ({organizations}) AND instance.state IN ({states})
+    AND growing.state IN (%s, %s) AND growing.kind IN (%s, %s)
+"""
 
 
 def pending_growth(organizations) -> Usage:
     """What open resize and disk-expansion orders on the organizations' instances add: they
     hold their growth from the moment they are accepted until the backend is done (or
-    fails)."""
-    orders = Order.objects.filter(
-        instance__organization__in=organizations,
-        instance__state__in=INSTANCE_HOLDING_STATES,
-        state__in=[OrderState.APPROVED, OrderState.FULFILLING],
-        kind__in=[OrderKind.RESIZE, OrderKind.EXPAND_DISK],
+    fails). `organizations`: ids, rows or a queryset."""
+    members, params = sql.members(organizations)
+    states = sorted(INSTANCE_HOLDING_STATES)
+    # Counted on every order and mostly none open: which are open is asked first, written
+    # out, and only those are read with their flavors.
+    growing = sql.fetch_all(
+        Order,
+        _GROWING_SQL.format(organizations=members, states=sql.placeholders(states)),
+        [
+            *params,
+            *states,
+            OrderState.APPROVED.value,
+            OrderState.FULFILLING.value,
+            OrderKind.RESIZE.value,
+            OrderKind.EXPAND_DISK.value,
+        ],
     )
     total = Usage()
-    # Counted on every order and mostly none open: asking is a third of reading them with
-    # their flavors.
-    if not orders.exists():
+    if not growing:
         return total
+    orders = Order.objects.filter(pk__in=[order_id for (order_id,) in growing])
     for order in orders.select_related("instance__flavor__family__accelerator_model"):
         if order.kind == OrderKind.EXPAND_DISK:
             total += Usage(disk_gb=max(0, order.parameters["to"] - order.parameters["from"]))
@@ -111,5 +137,4 @@ def pending_growth(organizations) -> Usage:
 
 def instance_quota_usage(organizations) -> Usage:
     """The quotas' holder for hosts: instances in a holding state and their open growth."""
-    instances = Instance.objects.filter(organization__in=organizations)
-    return usage_of(instances) + pending_growth(organizations)
+    return held_by_instances(organizations) + pending_growth(organizations)

@@ -9,7 +9,7 @@ from django.utils import timezone, translation
 
 from apps.orchestration.models import TaskState
 from apps.orders.models import INSTANCE_HOLDING_STATES, Instance, InstanceState, OrderState
-from apps.orders.selectors import pending_growth, usage_of
+from apps.orders.selectors import held_by_instances, pending_growth
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.quotas.services import (
     QuotaExceeded,
@@ -146,7 +146,7 @@ def test_demand_for_counts_hosts():
     )
 
 
-# --- usage_of and pending_growth -------------------------------------------------------------
+# --- held_by_instances and pending_growth ----------------------------------------------------
 
 
 def host(organization, flavor, state=InstanceState.RUNNING, **fields):
@@ -173,10 +173,10 @@ def sizes(family):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("state", InstanceState.values)
-def test_usage_of_counts_only_holding_states(organization, sizes, state):
+def test_held_by_instances_counts_only_holding_states(organization, sizes, state):
     instance = host(organization, sizes[2], state, system_disk_gb=100, data_disk_gb=20)
 
-    usage = usage_of(Instance.objects.all())
+    usage = held_by_instances([organization])
 
     if state in INSTANCE_HOLDING_STATES:
         assert usage == demand_for(flavor=sizes[2], system_disk_gb=100, data_disk_gb=20)
@@ -187,7 +187,7 @@ def test_usage_of_counts_only_holding_states(organization, sizes, state):
 
 
 @pytest.mark.django_db
-def test_usage_of_sums_per_model(organization, park, sizes):
+def test_held_by_instances_sums_per_model(organization, park, sizes):
     other = FlavorFactory(
         family=FlavorFamilyFactory(
             park=park, accelerator_model=AcceleratorModelFactory(ascend=True)
@@ -202,7 +202,7 @@ def test_usage_of_sums_per_model(organization, park, sizes):
     host(organization, sizes[8], InstanceState.ERROR)
     host(organization, other, InstanceState.RELEASED)
 
-    usage = usage_of(Instance.objects.all())
+    usage = held_by_instances([organization])
 
     cuda, ascend = sizes[1].family.accelerator_model, other.family.accelerator_model
     assert usage == Usage(
@@ -214,6 +214,21 @@ def test_usage_of_sums_per_model(organization, park, sizes):
         instances=3,
         by_model={cuda.pk: 5, ascend.pk: 4},
     )
+
+
+@pytest.mark.django_db
+def test_held_by_instances_counts_only_the_organizations_given(organization, sizes):
+    other = OrganizationFactory(park=organization.park)
+    host(organization, sizes[1])
+    host(other, sizes[4])
+    host(other, sizes[2], InstanceState.STOPPED)
+
+    assert held_by_instances([organization]).accelerators == 1
+    assert held_by_instances([other.pk]).accelerators == 6
+    # A queryset of organizations is counted as a subquery, the same way.
+    assert held_by_instances(Organization.objects.filter(pk=other.pk)).instances == 2
+    assert held_by_instances(Organization.objects.filter(park=organization.park)).instances == 3
+    assert held_by_instances([]) == Usage()
 
 
 def resize_order(instance, to, state=OrderState.FULFILLING):
@@ -264,6 +279,7 @@ def test_growth_counts_only_the_organizations_given(organization, sizes):
 
     assert pending_growth([organization.pk]) == Usage()
     assert pending_growth([other.pk]).accelerators == 3
+    assert pending_growth(Organization.objects.filter(park=other.park)).accelerators == 3
 
 
 @pytest.mark.django_db
