@@ -62,9 +62,15 @@ class MeterSpec:
 @in_transaction
 def reconcile(meters, *, specs, new, currency, at) -> None:
     """Close the open `meters` (one subject's) that no longer match `specs`, and open the ones
-    missing, with `new`'s fields (the organization and the instance or task they measure)."""
+    missing, with `new`'s fields (the organization and the instance or task they measure).
+    `meters` None: the subject was created in this transaction and has none (not asked)."""
     wanted = {spec.kind: spec for spec in specs}
-    for meter in meters.select_for_update(no_key=True).filter(ended_at__isnull=True):
+    open_meters = (
+        []
+        if meters is None
+        else meters.select_for_update(no_key=True).filter(ended_at__isnull=True)
+    )
+    for meter in open_meters:
         spec = wanted.get(meter.kind)
         if spec is not None and spec.matches(meter):
             del wanted[meter.kind]

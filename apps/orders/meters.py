@@ -61,7 +61,7 @@ def follow_instance(instance, *, at: datetime | None = None, created: bool = Fal
             pk=instance.pk
         )
     reconcile(
-        Meter.objects.none() if created else Meter.objects.filter(instance=instance),
+        None if created else Meter.objects.filter(instance=instance),
         specs=instance_meters(instance),
         new=dict(organization_id=instance.organization_id, instance=instance),
         currency=instance.rates.get("currency", ""),

@@ -218,7 +218,8 @@ def _limits(organization: Organization) -> tuple[list, list]:
         Q(organization=organization) | Q(organization__isnull=True)
     )
     own, park = [], []
-    for limit in limits.select_related("accelerator_model"):
+    # Their accelerator models are read only to word a refusal.
+    for limit in limits:
         (own if limit.organization_id else park).append(limit)
     return own, park
 
