@@ -5,6 +5,7 @@ bench/order_profile.py measures it). Plain SQL that PostgreSQL and SQLite both r
 from collections.abc import Sequence
 from decimal import Decimal
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connections, router
 from django.db.models import QuerySet
 
@@ -26,7 +27,10 @@ def members(values) -> tuple[str, list]:
     """What goes inside `IN (…)` for `values`, with its parameters: a placeholder for each id
     (or row) of a list, or a queryset's primary keys as a subquery."""
     if isinstance(values, QuerySet):
-        subquery, params = values.values("pk").query.sql_with_params()
+        try:
+            subquery, params = values.values("pk").query.sql_with_params()
+        except EmptyResultSet:  # .none(), or a filter nothing can match
+            return placeholders([]), []
         return subquery, list(params)
     ids = [getattr(value, "pk", value) for value in values]
     return placeholders(ids), ids
