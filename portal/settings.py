@@ -59,6 +59,7 @@ MIDDLEWARE = [
     # addresses a process by IP over the private network), and every other request is timed.
     "portal.metrics.MetricsEndpointMiddleware",
     "portal.metrics.RequestMetricsMiddleware",
+    "apps.core.contention.ContentionMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "apps.core.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

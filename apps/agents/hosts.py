@@ -189,11 +189,15 @@ class AgentHostStore:
     def _host(self, handle: str, *, for_update: bool) -> AgentHost:
         found = AgentHost.objects.filter(
             handle=handle, server__node__pool__backend_id=self.backend_id
-        ).values_list("pk", flat=True)
-        host_id = found.first()
-        if host_id is None:
+        ).values_list("pk", "server_id")
+        ids = found.first()
+        if ids is None:
             raise BackendError(_("agent: no host %(handle)s") % {"handle": handle})
+        host_id, server_id = ids
         if for_update:
+            # The server before its host, as an agent's report locks them: a change and a
+            # report crossing each other wait instead of deadlocking.
+            lock(AgentServer, server_id)
             lock(AgentHost, host_id)
         return AgentHost.objects.select_related("server__node").get(pk=host_id)
 

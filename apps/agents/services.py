@@ -585,6 +585,7 @@ def remove_orphaned_hosts(*, now=None) -> list[str]:
         if host.handle in owned or (host.server.node_id, host.name) in provisioning:
             continue
         with transaction.atomic():
+            lock(AgentServer, host.server_id)  # the server first, as a report locks them
             lock(AgentHost, host.pk)
             fresh = AgentHost.objects.get(pk=host.pk)
             if fresh.state == WantedState.REMOVED:

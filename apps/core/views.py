@@ -1,9 +1,12 @@
 from django.http import JsonResponse
+from django.shortcuts import render
 from django.views import defaults
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from apps.core.health import broker_status, database_status
+
+RETRY_BUSY_AFTER_S = 1
 
 
 def not_found(request, exception=None):
@@ -22,6 +25,22 @@ def server_error(request):
             "The server failed; the request may be retried.",
         )
     return defaults.server_error(request)
+
+
+def busy(request):
+    """A request whose transaction lost a race for rows and was rolled back (see
+    apps.core.contention): asking again in a moment succeeds."""
+    if request.path.startswith("/api/"):
+        response = _api_problem(
+            503,
+            "busy",
+            "Service Unavailable",
+            "The request met another one changing the same records and was rolled back; retry it.",
+        )
+    else:
+        response = render(request, "503.html", status=503)
+    response["Retry-After"] = str(RETRY_BUSY_AFTER_S)
+    return response
 
 
 def _api_problem(status, code, title, detail):

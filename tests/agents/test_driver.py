@@ -2,15 +2,19 @@
 desired state by generations, request status from the agents' reports, capacity and
 telemetry from enrolled servers."""
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
 import time_machine
+from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.agents import services
-from apps.agents.models import AgentHost, WantedState
+from apps.agents.models import AgentHost, AgentServer, WantedState
 from apps.agents.selectors import desired_hosts
+from apps.core.transactions import lock
 from apps.orchestration.backends.base import BackendError, HostSpec
 from apps.orchestration.backends.registry import driver_of, get_driver
 from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth
@@ -420,3 +424,48 @@ def test_orphaned_hosts_are_removed(agent_world, server, driver, settings):
         assert services.remove_orphaned_hosts() == [orphan.handle]
 
     assert [h["id"] for h in desired_hosts(server)] == [owned.handle]
+
+
+# --- a change crossing a report -----------------------------------------------------------------
+
+
+def wait_for_a_blocked_lock(timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.02)
+    raise AssertionError("nothing waited for the report's lock")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_asked_while_the_agent_reports_waits_for_the_report(server, driver, running):
+    """Both lock the server before the host: the stop waits for the report instead of one of
+    them deadlocking (the report would wait on the host the stop had locked)."""
+    report_holds_the_server, errors = threading.Event(), []
+
+    def report_while_a_stop_arrives():
+        try:
+            with transaction.atomic():
+                lock(AgentServer, server.pk)
+                report_holds_the_server.set()
+                wait_for_a_blocked_lock()  # the stop is waiting now
+                report(server, running.handle, 1, "running")
+        except Exception as exc:  # a deadlock is what this looks for
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    reporter = threading.Thread(target=report_while_a_stop_arrives)
+    reporter.start()
+    assert report_holds_the_server.wait(10)
+    request = driver.stop(running.handle)
+    reporter.join(20)
+
+    assert errors == []
+    assert request == f"{running.handle}@2"
+    host = AgentHost.objects.get(pk=running.pk)
+    assert (host.state, host.generation, host.reported_state) == ("stopped", 2, "running")
