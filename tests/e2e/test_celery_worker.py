@@ -9,13 +9,23 @@ from celery.contrib.testing.worker import start_worker
 from apps.orders.models import Instance, InstanceState, OrderState
 from apps.orders.services import submit_create
 from portal.celery import app
+from tests.e2e.queues import empty_queue
 from tests.worlds import sellable_world
+
+# A queue of its own, emptied first: the worker takes this test's jobs only, not what other
+# runs on the same broker left in the default queue.
+QUEUE = "loam-test-real-worker"
 
 
 @pytest.fixture
 def worker(monkeypatch):
     monkeypatch.setitem(app.conf, "task_always_eager", False)
-    with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+    monkeypatch.setitem(app.conf, "task_default_queue", QUEUE)
+    empty_queue(QUEUE)
+    # The worker stops after the job in hand; a slow machine may be inside a backend call.
+    with start_worker(
+        app, pool="solo", queues=[QUEUE], perform_ping_check=False, shutdown_timeout=30
+    ):
         yield
 
 

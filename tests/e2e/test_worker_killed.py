@@ -20,7 +20,6 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connection
 from django.utils import timezone
-from kombu import Exchange, Queue
 
 from apps.billing.models import Hold, Wallet
 from apps.orchestration.models import Accelerator, Backend
@@ -30,6 +29,7 @@ from apps.orders.operations import request_operation
 from apps.orders.services import submit_create
 from apps.quotas.services import Usage, demand_for, organization_usage
 from portal.celery import app
+from tests.e2e.queues import empty_queue
 from tests.worlds import sellable_world
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -81,14 +81,6 @@ def wait_until(condition, seconds: float, what: str):
         time.sleep(0.2)
 
 
-def purge_queue() -> None:
-    """What a broker that lost its messages leaves: nothing for the jobs that were queued."""
-    with app.connection_for_write() as conn:
-        queue = Queue(QUEUE, Exchange(QUEUE), routing_key=QUEUE)(conn.default_channel)
-        queue.declare()
-        queue.purge()
-
-
 def test_a_killed_worker_leaves_nothing_stuck_after_the_sweep(tmp_path, monkeypatch, settings):
     world = sellable_world(accelerators=2, accelerator_quota=32)
     backend = Backend.objects.get(pools=world.pool)
@@ -108,7 +100,7 @@ def test_a_killed_worker_leaves_nothing_stuck_after_the_sweep(tmp_path, monkeypa
     monkeypatch.setitem(app.conf, "task_always_eager", False)
     monkeypatch.setitem(app.conf, "task_default_queue", QUEUE)
     Backend.objects.filter(pk=backend.pk).update(config={"latency_seconds": [4, 5]})
-    purge_queue()
+    empty_queue(QUEUE)
     new = [
         submit_create(
             organization=world.organization,
@@ -128,7 +120,7 @@ def test_a_killed_worker_leaves_nothing_stuck_after_the_sweep(tmp_path, monkeypa
     finally:
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait(10)
-    purge_queue()
+    empty_queue(QUEUE)  # what a broker that lost its messages leaves: nothing of those jobs
 
     states = {i.pk: Instance.objects.get(pk=i.pk).state for i in new + running}
     assert set(states.values()) <= {InstanceState.PROVISIONING, InstanceState.RELEASING}
