@@ -599,50 +599,37 @@ class HeldByTasks:
         return after.usage() - self.usage()
 
 
-def _held_tasks(organizations):
-    """The tasks that hold quota (placed and running), with their pool's accelerator model."""
-    return (
-        Task.objects.filter(
-            organization__in=organizations,
-            state__in=(TaskState.PLACED, TaskState.RUNNING),
-            pool__isnull=False,
-        )
-        .select_related("pool__accelerator_model")
-        .only(
-            "organization_id",
-            "accelerator_milli",
-            "vcpu",
-            "ram_gb",
-            "pool__accelerator_model__compute_units",
-        )
-    )
-
-
 _HELD_BY_TASKS_SQL = """
-SELECT pool.accelerator_model_id, model.compute_units, SUM(task.accelerator_milli),
-    SUM(task.vcpu), SUM(task.ram_gb)
+SELECT task.organization_id, pool.accelerator_model_id, model.compute_units,
+    SUM(task.accelerator_milli), SUM(task.vcpu), SUM(task.ram_gb)
 FROM orders_task task
 JOIN orchestration_pool pool ON pool.id = task.pool_id
 JOIN catalog_acceleratormodel model ON model.id = pool.accelerator_model_id
 WHERE task.organization_id IN ({organizations}) AND task.state IN (%s, %s)
-GROUP BY pool.accelerator_model_id, model.compute_units
+GROUP BY task.organization_id, pool.accelerator_model_id, model.compute_units
 """
 
 
-def task_quota_usage(organizations) -> Usage:
-    """The quotas' holder for training tasks (queued tasks hold nothing yet): what the
-    organizations' placed and running tasks hold, per accelerator model in one statement
-    (written out: counted on every order, where the ORM took several times the statement's
-    CPU to build it). `organizations`: ids, rows or a queryset."""
+def _held_by_tasks(organizations):
+    """What the organizations' placed and running tasks hold (queued tasks hold nothing yet),
+    per organization and accelerator model: (organization id, HeldByTasks.add_held's
+    arguments). Written out: counted on every order, where the ORM took several times the
+    statement's CPU to build it. `organizations`: ids, rows or a queryset."""
     members, params = sql.members(organizations)
     rows = sql.fetch_all(
         Task,
         _HELD_BY_TASKS_SQL.format(organizations=members),
         [*params, TaskState.PLACED.value, TaskState.RUNNING.value],
     )
+    for organization_id, model_id, units, milli, vcpu, ram_gb in rows:
+        yield organization_id, (model_id, sql.decimal(units), milli, vcpu, ram_gb)
+
+
+def task_quota_usage(organizations) -> Usage:
+    """The quotas' holder for training tasks: what the organizations' tasks hold, together."""
     held = HeldByTasks()
-    for model_id, units, milli, vcpu, ram_gb in rows:
-        held.add_held(model_id, sql.decimal(units), milli, vcpu, ram_gb)
+    for _organization_id, what in _held_by_tasks(organizations):
+        held.add_held(*what)
     return held.usage()
 
 
@@ -663,14 +650,12 @@ class PassQuota:
         self.book = QuotaBook(park, ids)
         if self.book.park_limited:
             lock(Park, park.pk)
-        held_tasks = list(_held_tasks(Organization.objects.filter(park=park)))
         self.tasks = {pk: HeldByTasks() for pk in ids}
         self.park_tasks = HeldByTasks()
-        for task in held_tasks:
-            model = task.pool.accelerator_model
-            self.park_tasks.add(task, model)
-            if task.organization_id in self.tasks:
-                self.tasks[task.organization_id].add(task, model)
+        for organization_id, what in _held_by_tasks(Organization.objects.filter(park=park)):
+            self.park_tasks.add_held(*what)
+            if organization_id in self.tasks:
+                self.tasks[organization_id].add_held(*what)
         # What instances (every holder but tasks) hold does not change during the pass.
         self.others = {
             pk: usage_held_besides(Organization.objects.filter(pk=pk), task_quota_usage)
