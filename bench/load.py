@@ -1,14 +1,16 @@
 """The stack under load: orders and reads over HTTP against gunicorn on PostgreSQL, beside pgbench.
 
-    python bench/load.py [--duration 10] [--clients 8] [--organizations 20] [--nodes 240]
+    python bench/load.py [--duration 10] [--clients 8] [--organizations 20] [--nodes 360]
                          [--park-limit] [--json]
 
 Creates a scratch PostgreSQL database (DATABASE_URL's server, database `loam_bench_load`,
 dropped first), migrates it, seeds the demo park (`seed_demo`) and adds `--organizations`
 verified, funded organizations, each with large quotas and one write API key per client, and
-`--nodes` 8-card simulator nodes in the demo's L40S pools (two regions), so orders never run
-out. With `--park-limit` the park also gets park-wide limits (high enough never to refuse),
-which makes every order take the park's lock.
+`--nodes` 8-card simulator nodes in the demo's L40S pools (two regions), so orders do not run
+out (each order scenario says how many of the pools' cards were left idle after it; one that
+left fewer than it has clients ran out, and its req/s counts refusals' time: raise `--nodes`).
+With `--park-limit` the park also gets park-wide limits (high enough never to refuse), which
+makes every order take the park's lock.
 
 Starts gunicorn itself (4 workers; `deploy/gunicorn.conf.py` when present) with Celery on the
 in-memory broker and eager mode off: an order is placed synchronously, as the API does, and its
@@ -62,7 +64,7 @@ def main():
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per scenario")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--organizations", type=int, default=20)
-    parser.add_argument("--nodes", type=int, default=240, help="8-card nodes added")
+    parser.add_argument("--nodes", type=int, default=360, help="8-card nodes added")
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--park-limit", action="store_true", help="park-wide limits too")
@@ -278,8 +280,23 @@ def run_scenarios(args, base, organizations, static_built, gunicorn_pid: int) ->
     for name, request, keys in scenarios:
         before = cpu_seconds(gunicorn_pid)
         result = drive(base, name, request, keys, args.duration)
-        results.append(result | cpu_per_request(before, cpu_seconds(gunicorn_pid), result["ok"]))
+        result |= cpu_per_request(before, cpu_seconds(gunicorn_pid), result["ok"])
+        if request is order:
+            result["idle_cards_after"] = idle_l40s_cards()
+        results.append(result)
     return results
+
+
+def idle_l40s_cards() -> int:
+    """The cards orders can still take: in the L40S pools, held by nothing, in service."""
+    from apps.orchestration.models import Accelerator
+
+    return Accelerator.objects.filter(
+        node__pool__accelerator_model__name="L40S",
+        node__pool__region__code__in=L40S_REGIONS,
+        allocation__isnull=True,
+        out_of_service=False,
+    ).count()
 
 
 def drive(base, name, request, keys, duration) -> dict:
@@ -482,6 +499,13 @@ def report(args, results, tps, check) -> None:
     for r in results:
         for status, body in r["first_failure"].items():
             print(f"{r['scenario']}: first {status}: {body}")
+    for r in results:
+        if "idle_cards_after" in r:
+            ran_out = r["idle_cards_after"] < r["clients"]
+            print(
+                f"{r['scenario']}: {r['idle_cards_after']} L40S cards idle after it"
+                + (" - RAN OUT: its req/s counts refusals; raise --nodes" if ran_out else "")
+            )
     print(f"pgbench TPC-B, -T 10 -c 8 -j 2, same server: {tps} TPS")
     verdict = "no oversell" if check["ok"] else "OVERSOLD"
     print(
