@@ -3,8 +3,10 @@ and per signed-in user (429 problem+json with Retry-After)."""
 
 from datetime import timedelta
 
+import psycopg.errors
 import pytest
 from django.core.cache import cache
+from django.db import OperationalError
 from django.test import Client
 from django.utils import timezone
 from rest_framework.settings import api_settings
@@ -209,6 +211,31 @@ def test_a_retry_after_a_server_error_is_processed(world, write_key, monkeypatch
     response = post(browser, write_key, idempotency_key="retry")
 
     assert response.status_code == 201, response.content
+
+
+def test_a_request_that_lost_a_race_is_a_503_and_its_retry_is_processed(
+    world, write_key, monkeypatch
+):
+    from apps.api.views import orders as order_views
+
+    real = order_views.services.submit_create
+
+    def deadlocked(**kwargs):
+        try:
+            raise psycopg.errors.DeadlockDetected("deadlock detected")
+        except psycopg.Error as exc:
+            raise OperationalError(str(exc)) from exc  # as Django wraps the driver's error
+
+    monkeypatch.setattr(order_views.services, "submit_create", deadlocked)
+    response = post(Client(), write_key, idempotency_key="raced")
+    assert_problem(response, 503, "busy")
+    assert response["Retry-After"] == "1"
+    monkeypatch.setattr(order_views.services, "submit_create", real)
+
+    response = post(Client(), write_key, idempotency_key="raced")
+
+    assert response.status_code == 201, response.content
+    assert Order.objects.filter(organization=world.organization).count() == 1
 
 
 # --- Throttling ------------------------------------------------------------------------------
