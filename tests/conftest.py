@@ -150,3 +150,20 @@ def _no_traffic_off_this_machine(monkeypatch):
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     monkeypatch.setattr(socket.socket, "connect", connect)
+
+
+@pytest.fixture(scope="session")
+def outside_world(tmp_path_factory):
+    """The internet as a tenant sees it (tests/outside_world.py): built once per run, where
+    root and the tools are at hand; under LOAM_REQUIRE_SERVICES=1 its absence is a failure."""
+    import os
+
+    from tests.outside_world import OutsideWorld, missing_tools
+
+    if reason := missing_tools():
+        if os.environ.get("LOAM_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"LOAM_REQUIRE_SERVICES=1 but {reason}")
+        pytest.skip(reason)
+    world = OutsideWorld(tmp_path_factory.mktemp("outside")).start()
+    yield world
+    world.stop()

@@ -23,6 +23,8 @@ from loam_agent.config import AgentConfig, ConfigError, load_config, parse_porta
 from loam_agent.credential import CredentialError, load_credential, save_credential
 from loam_agent.facts import server_facts
 from loam_agent.hosts.image import ImageError, build_image, images_dir, list_images
+from loam_agent.hosts.model import HostError
+from loam_agent.hosts.network import ServerNetwork, discover
 from loam_agent.hosts.poller import HostsPoller
 from loam_agent.hosts.runtime import HostRuntime
 from loam_agent.readers import all_readers
@@ -56,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     except ImageError as error:
         logger.error("%s", error)
         return EXIT_PORTAL
+    except HostError as error:  # the server's network can't carry hosts as configured
+        logger.error("%s", error)
+        return EXIT_USAGE
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -129,7 +134,9 @@ def enrol_command(args: argparse.Namespace, config: AgentConfig) -> int:
             "pass --force to enrol it again as a new server"
         )
     reading = _read_once(all_readers())
-    facts = {"server": server_facts(), **_inventory_only(reading.to_json())}
+    network = discover(config.uplink, config.public_address, config.dns_servers)
+    server = {**server_facts(), **_reachable_at(config, network)}
+    facts = {"server": server, **_inventory_only(reading.to_json())}
     with PortalClient(portal_url, ca_bundle=config.ca_bundle) as client:
         credential = client.enrol(join_token=args.token, facts=facts)
     save_credential(config.credential_path, credential)
@@ -163,10 +170,16 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
         credential.portal_url, credential=credential, ca_bundle=config.ca_bundle, stop=stop
     )
     hosts = None
+    network = discover(config.uplink, config.public_address, config.dns_servers)
     if not args.no_hosts:
+        runtime = HostRuntime(
+            config.state_dir, _images(config), lambda: _card_devices(readers), network
+        )
+        # A reboot or a crash lost the rules, or a release while the agent was down left some.
+        runtime.apply_firewall()
         hosts = HostsPoller(
             client,
-            HostRuntime(config.state_dir, _images(config), lambda: _card_devices(readers)),
+            runtime,
             poll_interval_s=config.hosts_poll_interval_s,
             full_report_s=config.sample_interval_s,
             stop=stop,
@@ -179,7 +192,13 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
             started = time.monotonic()
             reading = take_reading(readers)
             try:
-                client.heartbeat({"agent_version": __version__, **reading.to_json()})
+                client.heartbeat(
+                    {
+                        "agent_version": __version__,
+                        **_reachable_at(config, network),
+                        **reading.to_json(),
+                    }
+                )
             except Rejected:
                 raise  # final: main() exits 3 so the service manager doesn't restart it
 
@@ -194,6 +213,11 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
             reader.close()
     logger.info("stopped")
     return EXIT_OK
+
+
+def _reachable_at(config: AgentConfig, network: ServerNetwork) -> dict:
+    """Where tenants reach this server's hosts: its public address and the ports to hand out."""
+    return {"public_address": network.public_address, "public_ports": list(config.public_ports)}
 
 
 def _card_devices(readers: list[AcceleratorReader]) -> dict[str, str]:

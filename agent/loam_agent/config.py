@@ -8,6 +8,10 @@
     state_dir = "/var/lib/loam-agent"               # host images and per-host folders
     hosts_poll_interval_s = 1                       # ask the portal for the desired hosts
     apt_mirror = "http://deb.debian.org/debian"     # where `image build` gets Debian (env MIRROR)
+    uplink = "eth0"                  # hosts go out here, masqueraded (default: the default route's)
+    public_address = "198.51.100.2"  # tenants reach hosts on it (default: the uplink's IPv4)
+    public_ports = [20000, 29999]    # the ports the portal may forward on it (inclusive)
+    dns_servers = ["192.0.2.53"]     # given to hosts (default: the server's, loopback left out)
 
 Every key is optional. A missing default file means the defaults; a file named with --config
 must exist. An unknown key is an error, so a typo doesn't silently fall back to a default.
@@ -15,6 +19,8 @@ must exist. An unknown key is an error, so a typo doesn't silently fall back to 
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +31,7 @@ DEFAULT_CREDENTIAL_PATH = Path("/var/lib/loam-agent/credential.json")
 DEFAULT_SAMPLE_INTERVAL_S = 5.0
 DEFAULT_STATE_DIR = Path("/var/lib/loam-agent")
 DEFAULT_APT_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_PUBLIC_PORTS = (20000, 29999)
 
 
 class ConfigError(Exception):
@@ -40,6 +47,10 @@ class AgentConfig:
     state_dir: Path = DEFAULT_STATE_DIR
     hosts_poll_interval_s: float = 1.0
     apt_mirror: str = DEFAULT_APT_MIRROR
+    uplink: str | None = None
+    public_address: str | None = None
+    public_ports: tuple[int, int] = DEFAULT_PUBLIC_PORTS
+    dns_servers: tuple[str, ...] | None = None
 
 
 def load_config(path: Path | None = None) -> AgentConfig:
@@ -83,6 +94,30 @@ def _parse(values: dict) -> AgentConfig:
         if not isinstance(mirror, str) or urlsplit(mirror).scheme not in ("http", "https"):
             raise ConfigError(f"apt_mirror must be an http(s) URL, not {mirror!r}")
         settings["apt_mirror"] = mirror
+    if "uplink" in values:
+        uplink = values["uplink"]
+        if not isinstance(uplink, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", uplink):
+            raise ConfigError(f"uplink must be an interface name, not {uplink!r}")
+        settings["uplink"] = uplink
+    if "public_address" in values:
+        settings["public_address"] = str(_address(values["public_address"], "public_address"))
+    if "public_ports" in values:
+        ports = values["public_ports"]
+        if (
+            not isinstance(ports, list)
+            or len(ports) != 2
+            or not all(isinstance(port, int) and 1024 <= port <= 65535 for port in ports)
+            or ports[0] > ports[1]
+        ):
+            raise ConfigError(
+                f"public_ports must be [first, last] within 1024-65535, not {ports!r}"
+            )
+        settings["public_ports"] = (ports[0], ports[1])
+    if "dns_servers" in values:
+        servers = values["dns_servers"]
+        if not isinstance(servers, list):
+            raise ConfigError(f"dns_servers must be a list of addresses, not {servers!r}")
+        settings["dns_servers"] = tuple(str(_address(server, "dns_servers")) for server in servers)
     if "ca_bundle" in values:
         ca_bundle = _path(values, "ca_bundle")
         if not ca_bundle.is_file():
@@ -99,6 +134,13 @@ def parse_portal_url(value: object) -> str:
     if parts.scheme not in ("https", "http") or not parts.netloc:
         raise ConfigError(f"portal_url must be an http(s) URL, not {value!r}")
     return value.rstrip("/")
+
+
+def _address(value: object, key: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    try:
+        return ipaddress.ip_address(str(value))
+    except ValueError:
+        raise ConfigError(f"{key} must be an IP address, not {value!r}") from None
 
 
 def _path(values: dict, key: str) -> Path:

@@ -122,6 +122,30 @@ def host_images() -> Path:
     return images
 
 
+@pytest.fixture(scope="session")
+def server_network(outside_world):
+    """The GPU server's network for real hosts: its uplink and public address face the
+    outside world, whose DNS the hosts are given."""
+    from loam_agent.hosts.network import ServerNetwork
+
+    from tests.outside_world import PUBLIC_ADDRESS, UPLINK
+
+    return ServerNetwork(
+        uplink=UPLINK, public_address=PUBLIC_ADDRESS, dns_servers=outside_world.dns_servers
+    )
+
+
+@pytest.fixture(scope="session")
+def network_config(server_network) -> str:
+    """The same, as lines of an agent's configuration file."""
+    servers = ", ".join(f'"{server}"' for server in server_network.dns_servers)
+    return (
+        f'uplink = "{server_network.uplink}"\n'
+        f'public_address = "{server_network.public_address}"\n'
+        f"dns_servers = [{servers}]\n"
+    )
+
+
 # Taken at import, before any test patches it.
 _real_connect = socket.socket.connect
 HOST_NETWORKS = ipaddress.ip_network("10.213.0.0/16")

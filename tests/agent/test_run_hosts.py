@@ -20,10 +20,10 @@ pytestmark = pytest.mark.containers
 
 
 @pytest.fixture
-def state_dir(tmp_path, host_images):
+def state_dir(tmp_path, host_images, server_network):
     state = tmp_path / "state"
     yield state
-    runtime = HostRuntime(state, host_images, dict)
+    runtime = HostRuntime(state, host_images, dict, server_network)
     for host_id in runtime.list():  # whatever the agent left, even when the test failed
         runtime.remove(host_id)
 
@@ -47,14 +47,14 @@ def last_report(portal, host_id: str) -> dict:
 
 
 def test_run_creates_the_listed_host_and_removes_it_when_unlisted(
-    tmp_path, state_dir, host_images, portal, fake_nvml_dir, agent_env
+    tmp_path, state_dir, host_images, portal, fake_nvml_dir, agent_env, network_config
 ):
     credential = tmp_path / "credential.json"
     save_credential(credential, Credential(portal.url, "srv-1", "s3cret"))
     config = tmp_path / "agent.toml"
     config.write_text(
         f'credential_path = "{credential}"\nstate_dir = "{state_dir}"\n'
-        "sample_interval_s = 0.5\nhosts_poll_interval_s = 0.2\n"
+        "sample_interval_s = 0.5\nhosts_poll_interval_s = 0.2\n" + network_config
     )
     device = tmp_path / "nvidia0"
     os.mknod(device, 0o666 | 0o020000, os.makedev(195, 0))

@@ -35,8 +35,8 @@ def fake_cards(tmp_path) -> dict[str, str]:
 
 
 @pytest.fixture
-def runtime(tmp_path, host_images, fake_cards):
-    runtime = HostRuntime(tmp_path / "state", host_images, lambda: fake_cards)
+def runtime(tmp_path, host_images, fake_cards, server_network):
+    runtime = HostRuntime(tmp_path / "state", host_images, lambda: fake_cards, server_network)
     yield runtime
     for host_id in runtime.list():
         runtime.remove(host_id)

@@ -6,6 +6,7 @@ written to again; host keys are generated per host at its first start (in its ow
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 import subprocess
@@ -14,7 +15,8 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 IMAGES = {"debian-12": "bookworm"}
-PACKAGES = "openssh-server,iproute2,procps,python3-minimal"
+# pip and curl: a tenant's first commands in a new host fetch something.
+PACKAGES = "openssh-server,iproute2,procps,python3-minimal,python3-pip,curl,ca-certificates"
 
 # PID 1 in every host: /run is a fresh tmpfs under nspawn, and keys are made on first start.
 START_SSHD = """#!/bin/sh
@@ -38,8 +40,21 @@ def rootfs(images: Path, name: str) -> Path:
     return images / name / "rootfs"
 
 
+def recipe_digest(name: str) -> str:
+    """What the image is built from: a cached image of another recipe is built again."""
+    recipe = "\n".join([IMAGES.get(name, ""), PACKAGES, START_SSHD, SSHD_CONFIG])
+    return hashlib.sha256(recipe.encode()).hexdigest()[:16]
+
+
+def _stamp(images: Path, name: str) -> Path:
+    return images / name / "recipe"
+
+
 def is_built(images: Path, name: str) -> bool:
-    return (rootfs(images, name) / "usr/local/sbin/start-sshd").is_file()
+    try:
+        return _stamp(images, name).read_text().strip() == recipe_digest(name)
+    except OSError:
+        return False
 
 
 def list_images(images: Path) -> list[str]:
@@ -83,4 +98,5 @@ def build_image(images: Path, name: str, mirror: str, *, rebuild: bool = False) 
         key.unlink()
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
+    _stamp(images, name).write_text(recipe_digest(name) + "\n")
     return target

@@ -2,13 +2,103 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass, field
 
 MAX_MESSAGE = 2000
+PROTOCOLS = ("tcp", "udp")
+GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 class HostError(Exception):
     """A host can't be brought to the desired state; the message goes to the operator as is."""
+
+
+def _port(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise ValueError(f"{what} must be a port number 1-65535, not {value!r}")
+    return value
+
+
+def _protocol(value: object) -> str:
+    if value not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {value!r}")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class PortForward:
+    """A port of the server's public address forwarded to a port of the host."""
+
+    protocol: str
+    server_port: int
+    host_port: int
+    purpose: str = "mapping"
+
+    @classmethod
+    def from_json(cls, value: dict) -> PortForward:
+        return cls(
+            protocol=_protocol(value["protocol"]),
+            server_port=_port(value["server_port"], "server_port"),
+            host_port=_port(value["host_port"], "host_port"),
+            purpose=str(value.get("purpose", "mapping")),
+        )
+
+
+@dataclass(frozen=True)
+class IngressRule:
+    """Inbound traffic the host's security group lets in (ports on the host's side)."""
+
+    protocol: str
+    from_port: int
+    to_port: int
+    source: str
+
+    @classmethod
+    def from_json(cls, value: dict) -> IngressRule:
+        first = _port(value["from_port"], "from_port")
+        last = _port(value["to_port"], "to_port")
+        if first > last:
+            raise ValueError(f"from_port {first} is above to_port {last}")
+        source = ipaddress.ip_network(str(value["source"]), strict=False)
+        if source.version != 4:
+            raise ValueError(f"hosts have IPv4 addresses only; {source} is IPv6")
+        return cls(_protocol(value["protocol"]), first, last, str(source))
+
+
+@dataclass(frozen=True)
+class HostNetwork:
+    """The host's group (hosts of one group on a server reach each other), its forwarded ports
+    and its ingress rules. An empty group reaches only itself."""
+
+    group: str = ""
+    ports: tuple[PortForward, ...] = ()
+    ingress: tuple[IngressRule, ...] = ()
+
+    @classmethod
+    def from_json(cls, value: dict | None) -> HostNetwork:
+        if not value:
+            return cls()
+        group = str(value.get("group") or "")
+        if group and not GROUP_NAME.fullmatch(group):
+            raise ValueError(f"network group {group!r} is not a plain name")
+        ports = tuple(PortForward.from_json(port) for port in value.get("ports") or ())
+        seen = [(port.protocol, port.server_port) for port in ports]
+        if len(set(seen)) != len(seen):
+            raise ValueError("a server port is forwarded twice")
+        return cls(
+            group=group,
+            ports=ports,
+            ingress=tuple(IngressRule.from_json(rule) for rule in value.get("ingress") or ()),
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "group": self.group,
+            "ports": [port.__dict__ for port in self.ports],
+            "ingress": [rule.__dict__ for rule in self.ingress],
+        }
 
 
 @dataclass(frozen=True)
@@ -24,6 +114,7 @@ class DesiredHost:
     bandwidth_mbps: int = 0
     image: str = "debian-12"
     ssh_public_keys: tuple[str, ...] = ()
+    network: HostNetwork = HostNetwork()
 
     @classmethod
     def from_json(cls, value: dict) -> DesiredHost:
@@ -40,6 +131,7 @@ class DesiredHost:
                 bandwidth_mbps=int(value.get("bandwidth_mbps", 0)),
                 image=str(value.get("image", "debian-12")),
                 ssh_public_keys=tuple(value.get("ssh_public_keys") or ()),
+                network=HostNetwork.from_json(value.get("network")),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise HostError(f"the portal sent an unusable host {value!r}: {error}") from None
@@ -83,4 +175,5 @@ class ActualHost:
     memory_mib: int = 0
     data_disk_gb: int = 0
     bandwidth_mbps: int = 0
+    network: HostNetwork = HostNetwork()
     extra: dict = field(default_factory=dict)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from loam_agent.hosts.model import ActualHost, DesiredHost, HostError, HostStatus
+from loam_agent.hosts.model import ActualHost, DesiredHost, HostError, HostNetwork, HostStatus
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ class Runtime(Protocol):
     def set_limits(self, host_id: str, vcpu: int, memory_mib: int) -> None: ...
     def grow_disk(self, host_id: str, data_disk_gb: int) -> None: ...
     def set_bandwidth(self, host_id: str, mbps: int) -> None: ...
+    def set_network(self, host_id: str, network: HostNetwork) -> None: ...
     def remove(self, host_id: str) -> None: ...
 
 
@@ -64,6 +65,9 @@ def converge(
             runtime.create(host)
             actual = runtime.inspect(host.id)
             assert actual is not None, "the runtime created a host it can't inspect"
+        if actual.network != host.network:
+            # Live, whatever the host's state: its ports and rules are kept while it is stopped.
+            runtime.set_network(host.id, host.network)
         if host.data_disk_gb < actual.data_disk_gb:
             raise HostError(
                 f"the data disk only grows: it has {actual.data_disk_gb} GB, "

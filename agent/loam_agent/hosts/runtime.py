@@ -1,10 +1,20 @@
 """Hosts as systemd-nspawn containers: no daemon, one detached nspawn process per host.
 
-Per host, state_dir/hosts/<id>/ holds the overlay upper layer on the image, data.img (ext4,
-loop-mounted at /data inside), the nspawn pid, the console log and state.json (the shape applied
-and the network index). The network is a namespace `loam-<key>` joined to the root namespace by a
-veth `vh-<key>` (10.213.N.1 root side, 10.213.N.2 inside, no NAT). CPU and memory limits are
-cgroups the nspawn process enters before it execs, so everything in the host inherits them.
+Per host, state_dir/hosts/<id>/ holds the overlay's upper and work layers on the image and the
+merged root (`root`, mounted while the host runs), data.img (ext4, loop-mounted at /data inside),
+the nspawn pid, the console log and state.json (the shape applied, the network index and the
+host's network: group, forwarded ports, ingress rules). The network is a namespace `loam-<key>`
+joined to the root namespace by a veth `vh-<key>` (10.213.N.1 root side, 10.213.N.2 inside, the
+default route); `network.py` does the rest (NAT, published ports, security groups). CPU, memory
+and device limits are cgroups the nspawn process enters before it execs, so everything in the
+host inherits them.
+
+Isolation: every host runs in a user namespace of its own (`--private-users=pick`): root inside is
+an unprivileged range of 65536 ids on the server, a different one per running host, so no
+capability a host holds counts outside it. nspawn shifts the root's ownership into that range
+once (`--private-users-ownership=chown`; the overlay is mounted with metacopy, so that is a
+metadata copy-up of about 30 MB, not a copy of the image), and the data disk is bound in through
+an id-mapped mount, so its files stay owned by ids from 0 on the disk itself.
 
 nspawn runs in its own session with --register=no --keep-unit, so neither machined nor the agent's
 service unit owns it: hosts survive an agent restart and are adopted again from their state files.
@@ -12,12 +22,14 @@ service unit owns it: hosts survive an agent restart and are adopted again from 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -25,11 +37,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loam_agent.hosts.image import is_built, rootfs
-from loam_agent.hosts.model import ActualHost, DesiredHost, HostError
+from loam_agent.hosts.model import ActualHost, DesiredHost, HostError, HostNetwork
+from loam_agent.hosts.network import AttachedHost, Firewall, ServerNetwork, resolv_conf
 
 STOP_TIMEOUT_S = 10.0
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+# What a host may open besides its cards and the control devices (cgroup v1's allow-list):
+# the pseudo-devices nspawn creates in its /dev (null, zero, full, random, urandom, tty,
+# console, ptmx) and the terminals under /dev/pts.
+BASE_DEVICES = (
+    "c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm", "c 1:8 rwm", "c 1:9 rwm",
+    "c 5:0 rwm", "c 5:1 rwm", "c 5:2 rwm", "c 136:* rwm",
+)  # fmt: skip
+# Capabilities a host's root never needs, dropped even inside its own user namespace.
+DROPPED_CAPABILITIES = "CAP_SYS_MODULE,CAP_SYS_RAWIO,CAP_MKNOD"
+_NO_LINK_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 CPU_PERIOD_US = 100_000
 FIRST_INDEX, LAST_INDEX = 1, 254
 
@@ -68,6 +91,9 @@ class Cgroups:
                 _v1_dir(root, "memory") / f"loam-{key}",
                 _v1_dir(root, "cpu") / f"loam-{key}",
             ]
+            devices = _v1_dir(root, "devices")
+            if devices.is_dir():
+                self.dirs.append(devices / f"loam-{key}")
 
     def create(self, vcpu: int, memory_mib: int) -> None:
         if self.v2:
@@ -83,10 +109,25 @@ class Cgroups:
             (self.dirs[0] / "memory.max").write_text(str(memory))
             (self.dirs[0] / "cpu.max").write_text(f"{vcpu * CPU_PERIOD_US} {CPU_PERIOD_US}")
         else:
-            memory_dir, cpu_dir = self.dirs
+            memory_dir, cpu_dir = self.dirs[:2]
             (memory_dir / "memory.limit_in_bytes").write_text(str(memory))
             (cpu_dir / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
             (cpu_dir / "cpu.cfs_quota_us").write_text(str(vcpu * CPU_PERIOD_US))
+
+    def allow_devices(self, paths: list[str]) -> None:
+        """Only these device files (and the pseudo-devices) may be opened in the host. On cgroup
+        v2 the same is done by nspawn's device policy for bound devices; here it's v1's list."""
+        if self.v2 or len(self.dirs) < 3:
+            return
+        devices = self.dirs[2]
+        (devices / "devices.deny").write_text("a")
+        allowed = list(BASE_DEVICES)
+        for path in paths:
+            info = os.stat(path)
+            kind = "c" if stat.S_ISCHR(info.st_mode) else "b"
+            allowed.append(f"{kind} {os.major(info.st_rdev)}:{os.minor(info.st_rdev)} rw")
+        for entry in allowed:
+            (devices / "devices.allow").write_text(entry)
 
     def memory_limit_file(self) -> Path:
         return self.dirs[0] / ("memory.max" if self.v2 else "memory.limit_in_bytes")
@@ -126,9 +167,11 @@ class HostRuntime:
         state_dir: Path,
         images: Path,
         card_devices: Callable[[], dict[str, str]],
+        server_network: ServerNetwork,
     ) -> None:
         self.hosts_dir = state_dir / "hosts"
         self.images = images
+        self.firewall = Firewall(server_network)
         # uuid -> device file (/dev/nvidiaN); read when a host starts, so new cards count.
         self._card_devices = card_devices
         self._index_lock = threading.Lock()
@@ -179,6 +222,7 @@ class HostRuntime:
             memory_mib=state["memory_mib"],
             data_disk_gb=state["data_disk_gb"],
             bandwidth_mbps=state["bandwidth_mbps"],
+            network=_network(state),
             extra={"netns": state["netns"], "index": state["index"]},
         )
 
@@ -220,12 +264,14 @@ class HostRuntime:
                     "memory_mib": host.memory_mib,
                     "data_disk_gb": host.data_disk_gb,
                     "bandwidth_mbps": 0,
+                    "network": host.network.to_json(),
                 }
                 self._save(host.id, state)
             if host.data_disk_gb:
                 _make_disk(folder / "data.img", host.data_disk_gb)
             self._network_up(state)
             self.set_bandwidth(host.id, host.bandwidth_mbps)
+            self.apply_firewall()
         except Exception:
             self.remove(host.id)
             raise
@@ -254,6 +300,14 @@ class HostRuntime:
         _run("ip", "-n", netns, "addr", "add", f"10.213.{index}.2/24", "dev", "eth0")
         _run("ip", "-n", netns, "link", "set", "eth0", "up")
         _run("ip", "-n", netns, "link", "set", "lo", "up")
+        _run("ip", "-n", netns, "route", "add", "default", "via", f"10.213.{index}.1")
+        # The namespace belongs to the server's user namespace, not the host's: let the host's
+        # root bind sshd's port 22 and ping, as on any machine (its own namespace only).
+        for setting in (
+            "net.ipv4.ip_unprivileged_port_start=0",
+            "net.ipv4.ping_group_range=0 2147483647",
+        ):
+            _run("ip", "netns", "exec", netns, "sysctl", "-qw", setting)
 
     def start(self, host: DesiredHost) -> None:
         state = self._state(host.id)
@@ -269,41 +323,57 @@ class HostRuntime:
         if not is_built(self.images, state["image"]):
             raise HostError(f"image {state['image']!r} isn't built on this server")
         self._network_up(state)
-        self._write_keys(folder, host.ssh_public_keys)
+        root = self._mount_root(folder, rootfs(self.images, state["image"]))
+        self._write_into(root, "root/.ssh/authorized_keys", _authorized_keys(host), 0o600)
+        self._write_into(root, "etc/resolv.conf", resolv_conf(self.firewall.server), 0o644)
         data, binds = folder / "data", []
         if (folder / "data.img").exists():  # none when the host was ordered without one
             if not os.path.ismount(data):
                 _run("mount", "-o", "loop", str(folder / "data.img"), str(data))
-            binds.append(f"--bind={data}:/data")
+            # Id-mapped: root inside owns what the disk's uid 0 owns, whatever the range.
+            binds.append(f"--bind={data}:/data:idmap")
+        device_files = []
         for index, uuid in enumerate(sorted(host.card_uuids)):
             # Renumbered inside from 0, as CUDA_VISIBLE_DEVICES would show them.
             binds.append(f"--bind={devices[uuid]}:/dev/nvidia{index}")
-        binds += [f"--bind={device}" for device in CONTROL_DEVICES if os.path.exists(device)]
+            device_files.append(devices[uuid])
+        controls = [device for device in CONTROL_DEVICES if os.path.exists(device)]
+        binds += [f"--bind={device}" for device in controls]
         cgroups = self.cgroups(host.id)
         cgroups.create(host.vcpu, host.memory_mib)
-        image = rootfs(self.images, state["image"])
+        cgroups.allow_devices(device_files + controls)
         nspawn = [
             "systemd-nspawn",
             "-q",
             "-D",
-            str(image),
+            str(root),
             "--register=no",
             "--keep-unit",
+            "--private-users=pick",
+            "--private-users-ownership=chown",
+            f"--drop-capability={DROPPED_CAPABILITIES}",
+            "--resolv-conf=off",
             "-M",
             state["netns"],
-            f"--overlay={image}:{folder / 'upper'}:/",
-            f"--network-namespace-path=/run/netns/{state['netns']}",
             *binds,
             "/usr/local/sbin/start-sshd",
         ]
-        # Enter the cgroups, then become nspawn: the whole host inherits them.
-        enter = 'for procs in "$@"; do echo $$ > "$procs"; done; exec "$NSPAWN" ' + " ".join(
-            f"'{argument}'" for argument in nspawn[1:]
-        )
+        # Enter the cgroups and the network namespace, then become nspawn: the whole host
+        # inherits them. nspawn can't join the namespace itself from inside the host's user
+        # namespace, and mustn't: owned by the server's, it is one the host's root can't
+        # reconfigure (its address, its route, the shaping on its side of the link).
+        enter = (
+            'for procs in "$@"; do echo $$ > "$procs"; done; '
+            f'exec "$NSENTER" --net=/run/netns/{state["netns"]} "$NSPAWN" '
+        ) + " ".join(f"'{argument}'" for argument in nspawn[1:])
         with (folder / "console.log").open("ab") as console:
             process = subprocess.Popen(
                 ["sh", "-c", enter, "enter", *cgroups.procs_files()],
-                env={**os.environ, "NSPAWN": shutil.which("systemd-nspawn") or "systemd-nspawn"},
+                env={
+                    **os.environ,
+                    "NSPAWN": shutil.which("systemd-nspawn") or "systemd-nspawn",
+                    "NSENTER": shutil.which("nsenter") or "nsenter",
+                },
                 stdin=subprocess.DEVNULL,
                 stdout=console,
                 stderr=console,
@@ -328,13 +398,50 @@ class HostRuntime:
             raise HostError(f"the container exited at once ({process.returncode}): {log}")
 
     @staticmethod
-    def _write_keys(folder: Path, keys: tuple[str, ...]) -> None:
-        ssh = folder / "upper/root/.ssh"
-        ssh.mkdir(parents=True, exist_ok=True, mode=0o700)
-        ssh.chmod(0o700)
-        authorized = ssh / "authorized_keys"
-        authorized.write_text("".join(f"{key.strip()}\n" for key in keys))
-        authorized.chmod(0o600)
+    def _mount_root(folder: Path, image: Path) -> Path:
+        """The host's root: an overlay of its own upper layer on the (read-only) image."""
+        root = folder / "root"
+        for layer in ("upper", "work", "root"):
+            (folder / layer).mkdir(exist_ok=True)
+        if not os.path.ismount(root):
+            # metacopy: nspawn's one-time chown into the host's id range copies up metadata
+            # only, not the image's data.
+            options = f"lowerdir={image},upperdir={folder / 'upper'},workdir={folder / 'work'}"
+            _run("mount", "-t", "overlay", "overlay", "-o", f"{options},metacopy=on", str(root))
+        return root
+
+    @staticmethod
+    def _write_into(root: Path, relative: str, text: str, mode: int) -> None:
+        """Write a file in the host's root, owned by the host's root (the id range nspawn shifted
+        the root into; before the first start that is 0, and nspawn shifts it).
+
+        The tenant owns everything under `root`: each step is opened without following links,
+        so a link planted in the host (/root/.ssh -> /etc) can't make the agent write on the
+        server."""
+        owner = root.stat()
+        *parents, name = relative.split("/")
+        folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for part in parents:
+                try:
+                    inner = os.open(part, _NO_LINK_DIRECTORY, dir_fd=folder)
+                except FileNotFoundError:
+                    os.mkdir(part, 0o700, dir_fd=folder)
+                    os.chown(part, owner.st_uid, owner.st_gid, dir_fd=folder)
+                    inner = os.open(part, _NO_LINK_DIRECTORY, dir_fd=folder)
+                os.close(folder)
+                folder = inner
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=folder)
+            file = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode, dir_fd=folder)
+            with os.fdopen(file, "w") as opened:
+                opened.write(text)
+                os.fchown(opened.fileno(), owner.st_uid, owner.st_gid)
+                os.fchmod(opened.fileno(), mode)
+        except OSError as error:
+            raise HostError(f"can't write /{relative} in the host: {error.strerror}") from None
+        finally:
+            os.close(folder)
 
     def stop(self, host_id: str) -> None:
         pid = self._pid(host_id)
@@ -371,6 +478,9 @@ class HostRuntime:
         data = self.folder(host_id) / "data"
         if os.path.ismount(data):
             _run("umount", str(data))  # the loop device goes with it (autoclear)
+        root = self.folder(host_id) / "root"
+        if os.path.ismount(root):
+            _run("umount", str(root))
         (self.folder(host_id) / "pid").unlink(missing_ok=True)
         self.cgroups(host_id).remove()
 
@@ -424,6 +534,31 @@ class HostRuntime:
         state["bandwidth_mbps"] = mbps
         self._save(host_id, state)
 
+    def set_network(self, host_id: str, network: HostNetwork) -> None:
+        """Forwarded ports and ingress rules, live (a running host keeps running)."""
+        state = self._state(host_id)
+        if state is None:
+            raise HostError(f"host {host_id} doesn't exist here")
+        state["network"] = network.to_json()
+        self._save(host_id, state)
+        self.apply_firewall()
+
+    def apply_firewall(self) -> None:
+        """Every host's rules, from the state files: at start, and after any change."""
+        hosts = []
+        for host_id in self.list():
+            state = self._state(host_id)
+            if state is not None:
+                hosts.append(
+                    AttachedHost(
+                        key=host_key(host_id),
+                        veth=state["veth"],
+                        address=f"10.213.{state['index']}.2",
+                        network=_network(state),
+                    )
+                )
+        self.firewall.apply(hosts)
+
     def remove(self, host_id: str) -> None:
         folder = self.folder(host_id)
         state = self._state(host_id)
@@ -432,3 +567,15 @@ class HostRuntime:
         if Path(f"/run/netns/{netns}").exists():
             _run("ip", "netns", "del", netns)  # the veth goes with it
         shutil.rmtree(folder, ignore_errors=True)
+        self.apply_firewall()
+
+
+def _network(state: dict) -> HostNetwork:
+    try:
+        return HostNetwork.from_json(state.get("network"))
+    except (KeyError, TypeError, ValueError):
+        return HostNetwork()  # written by this agent: only a hand-edited file gets here
+
+
+def _authorized_keys(host: DesiredHost) -> str:
+    return "".join(f"{key.strip()}\n" for key in host.ssh_public_keys)
