@@ -58,9 +58,6 @@ def main(argv: list[str] | None = None) -> int:
     except ImageError as error:
         logger.error("%s", error)
         return EXIT_PORTAL
-    except HostError as error:  # the server's network can't carry hosts as configured
-        logger.error("%s", error)
-        return EXIT_USAGE
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -134,7 +131,11 @@ def enrol_command(args: argparse.Namespace, config: AgentConfig) -> int:
             "pass --force to enrol it again as a new server"
         )
     reading = _read_once(all_readers())
-    network = discover(config.uplink, config.public_address, config.dns_servers)
+    try:
+        network = discover(config.uplink, config.public_address, config.dns_servers)
+    except HostError as error:  # a server enrolled before its network is set up
+        logger.warning("%s; enrolling without a public address", error)
+        network = None
     server = {**server_facts(), **_reachable_at(config, network)}
     facts = {"server": server, **_inventory_only(reading.to_json())}
     with PortalClient(portal_url, ca_bundle=config.ca_bundle) as client:
@@ -169,9 +170,14 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
     client = PortalClient(
         credential.portal_url, credential=credential, ca_bundle=config.ca_bundle, stop=stop
     )
-    hosts = None
-    network = discover(config.uplink, config.public_address, config.dns_servers)
+    hosts, network = None, None
     if not args.no_hosts:
+        try:
+            network = discover(config.uplink, config.public_address, config.dns_servers)
+        except HostError as error:
+            # Heartbeats go on, so the operator sees the server and why it takes no hosts.
+            logger.error("%s; running without hosts", error)
+    if network is not None:
         runtime = HostRuntime(
             config.state_dir, _images(config), lambda: _card_devices(readers), network
         )
@@ -215,9 +221,10 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
     return EXIT_OK
 
 
-def _reachable_at(config: AgentConfig, network: ServerNetwork) -> dict:
+def _reachable_at(config: AgentConfig, network: ServerNetwork | None) -> dict:
     """Where tenants reach this server's hosts: its public address and the ports to hand out."""
-    return {"public_address": network.public_address, "public_ports": list(config.public_ports)}
+    address = network.public_address if network else config.public_address
+    return {"public_address": address, "public_ports": list(config.public_ports)}
 
 
 def _card_devices(readers: list[AcceleratorReader]) -> dict[str, str]:

@@ -18,7 +18,9 @@ def test_every_key_is_read(tmp_path):
         'portal_url = "https://portal.example.cn/"\n'
         'credential_path = "/srv/loam/credential.json"\n'
         "sample_interval_s = 2.5\n"
-        f'ca_bundle = "{ca_bundle}"\n',
+        f'ca_bundle = "{ca_bundle}"\n'
+        'uplink = "bond0"\npublic_address = "198.51.100.7"\npublic_ports = [30000, 30999]\n'
+        'dns_servers = ["192.0.2.53", "2001:db8::53"]\n',
     )
 
     assert load_config(path) == AgentConfig(
@@ -26,6 +28,10 @@ def test_every_key_is_read(tmp_path):
         credential_path=Path("/srv/loam/credential.json"),
         sample_interval_s=2.5,
         ca_bundle=ca_bundle,
+        uplink="bond0",
+        public_address="198.51.100.7",
+        public_ports=(30000, 30999),
+        dns_servers=("192.0.2.53", "2001:db8::53"),
     )
 
 
@@ -48,6 +54,12 @@ def test_an_empty_file_means_the_defaults(tmp_path):
         ('ca_bundle = "/nonexistent/ca.pem"\n', "is not a file"),
         ("credential_path = 3\n", "must be a path"),
         ("portal_url = \n", "agent.toml"),
+        ('uplink = "eth0; drop"\n', "must be an interface name"),
+        ('public_address = "198.51.100.300"\n', "public_address must be an IP address"),
+        ("public_ports = [80, 8080]\n", "within 1024-65535"),
+        ("public_ports = [30000, 20000]\n", "within 1024-65535"),
+        ('dns_servers = "192.0.2.53"\n', "dns_servers must be a list"),
+        ('dns_servers = ["resolver.lan"]\n', "dns_servers must be an IP address"),
     ],
 )
 def test_bad_values_are_refused_with_the_reason(tmp_path, text, message):

@@ -89,7 +89,10 @@ def _system_name_servers(resolv_conf: Path = Path("/etc/resolv.conf")) -> list[s
 
 
 def _ip(*arguments: str) -> str:
-    result = subprocess.run(["ip", *arguments], capture_output=True, text=True)
+    try:
+        result = subprocess.run(["ip", *arguments], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise HostError("`ip` is not installed (iproute2): hosts need it") from None
     return result.stdout
 
 

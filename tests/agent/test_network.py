@@ -1,0 +1,107 @@
+"""The host network's rules as data: what the portal may send, and the nftables table rendered
+from it (tests/agent/test_host_network.py tries the rules on real hosts)."""
+
+import pytest
+from loam_agent.hosts.model import DesiredHost, HostError, HostNetwork
+from loam_agent.hosts.network import AttachedHost, ServerNetwork, render, resolv_conf
+
+SERVER = ServerNetwork(uplink="eth0", public_address="198.51.100.2", dns_servers=("192.0.2.53",))
+
+
+def attached(key: str, index: int, group: str, ports=(), ingress=()) -> AttachedHost:
+    network = HostNetwork.from_json(
+        {"group": group, "ports": list(ports), "ingress": list(ingress)}
+    )
+    return AttachedHost(key=key, veth=f"vh-{key}", address=f"10.213.{index}.2", network=network)
+
+
+def test_a_host_reached_on_its_ports_by_its_group_and_its_security_group():
+    table = render(
+        SERVER,
+        [
+            attached(
+                "aaaa0001",
+                1,
+                "o-1",
+                ports=[
+                    {"purpose": "ssh", "protocol": "tcp", "server_port": 20000, "host_port": 22}
+                ],
+                ingress=[
+                    {
+                        "protocol": "tcp",
+                        "from_port": 8000,
+                        "to_port": 8100,
+                        "source": "203.0.113.7/24",
+                    }
+                ],
+            ),  # fmt: skip
+            attached("aaaa0002", 2, "o-1"),
+            attached("bbbb0001", 3, "o-2"),
+        ],
+    )
+
+    dnat = "ip daddr 198.51.100.2 tcp dport 20000 dnat ip to 10.213.1.2:22"
+    assert table.count(dnat) == 2  # from outside, and from the server itself
+    assert 'ip saddr 10.213.0.0/16 oifname "eth0" masquerade' in table
+    # One organization's hosts let each other in; the other organization's host only itself.
+    assert 'iifname { "vh-aaaa0001", "vh-aaaa0002" } accept' in table
+    assert 'iifname { "vh-bbbb0001" } accept' in table
+    # The source network is normalized; the rule counts ports on the host's side.
+    assert "ip saddr 203.0.113.0/24 meta l4proto tcp th dport 8000-8100 accept" in table
+    # The table replaces the previous one in one transaction.
+    assert table.splitlines()[:2] == ["table inet loam", "delete table inet loam"]
+
+
+def test_without_a_public_address_nothing_is_published():
+    server = ServerNetwork(uplink="eth0", public_address=None)
+    ports = [{"protocol": "tcp", "server_port": 20000, "host_port": 22}]
+    assert "dnat" not in render(server, [attached("aaaa0001", 1, "o-1", ports=ports)])
+
+
+def test_an_interface_name_that_would_inject_rules_is_refused():
+    with pytest.raises(HostError, match="can't be used in a firewall rule"):
+        render(ServerNetwork(uplink='eth0" accept; #', public_address=None), [])
+
+
+@pytest.mark.parametrize(
+    ("network", "message"),
+    [
+        ({"group": "o 1; drop"}, "not a plain name"),
+        ({"ports": [{"protocol": "icmp", "server_port": 1, "host_port": 1}]}, "protocol"),
+        ({"ports": [{"protocol": "tcp", "server_port": 0, "host_port": 22}]}, "server_port"),
+        ({"ports": [{"protocol": "tcp", "server_port": 20000, "host_port": True}]}, "host_port"),
+        (
+            {"ports": [{"protocol": "tcp", "server_port": 20000, "host_port": 22}] * 2},
+            "forwarded twice",
+        ),
+        (
+            {"ingress": [{"protocol": "tcp", "from_port": 9, "to_port": 8, "source": "0/0"}]},
+            "above to_port",
+        ),
+        (
+            {
+                "ingress": [
+                    {"protocol": "tcp", "from_port": 1, "to_port": 8, "source": "10.0.0.0/33"}
+                ]
+            },
+            "10.0.0.0/33",
+        ),  # fmt: skip
+        (
+            {"ingress": [{"protocol": "tcp", "from_port": 1, "to_port": 8, "source": "::/0"}]},
+            "IPv6",
+        ),
+    ],
+)
+def test_a_network_the_agent_cannot_apply_fails_the_host_with_the_reason(network, message):
+    value = {"id": "h-1", "generation": 1, "state": "running", "network": network}
+    with pytest.raises(HostError, match=message):
+        DesiredHost.from_json(value)
+
+
+def test_an_older_portal_without_networks_gives_a_host_of_its_own():
+    host = DesiredHost.from_json({"id": "h-1", "generation": 1, "state": "running"})
+    assert host.network == HostNetwork()
+
+
+def test_hosts_are_given_the_servers_name_servers():
+    assert resolv_conf(SERVER).splitlines()[1:] == ["nameserver 192.0.2.53"]
