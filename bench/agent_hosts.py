@@ -1,4 +1,4 @@
-"""GPU cloud hosts on a real host agent: seconds from order to a host that answers SSH.
+"""GPU cloud hosts on a real host agent: seconds from order to a host SSH-able from outside.
 
     python bench/agent_hosts.py [--hosts 20] [--parallel 1] [--cards 4]
 
@@ -8,9 +8,12 @@ PostgreSQL database (--database, default loam_agent_bench), migrates it and buil
 one agent backend and a one-card flavor. Starts the portal (gunicorn, 2 workers), a Celery
 worker (prefork, 2) on a real broker (--broker, default Redis database 12), and a real
 `loam-agent` whose cards are a fake libnvidia-ml.so.1 (tests/agent/fake_nvml, built with gcc)
-bound in as character devices 195:N. The agent enrols with a join token, then --hosts hosts
-are ordered through the service layer, --parallel at a time; each is timed from its order to
-the first `ssh root@<address> true` that succeeds with the tenant's key, and released. At the
+bound in as character devices 195:N, its uplink facing an outside world of network namespaces
+(tests/outside_world.py: a router and an "internet" namespace, all on this machine). The agent
+enrols with a join token, then --hosts hosts are ordered through the service layer, --parallel
+at a time; each is timed from its order to the first `ssh -p <port> root@<public address> true`
+from the outside namespace that succeeds with the tenant's key (the SSH line the instance page
+shows), and released. At the
 end nothing may remain: no host folder, no network namespace, every card free. Each host takes
 one vCPU of the server the agent reports (this machine: 2), which bounds --parallel.
 Logs: var/log/bench-agent-{portal,worker}.log; the agent's is printed if it fails.
@@ -39,6 +42,7 @@ from tests.agent_server import (  # noqa: E402
     ssh_answers,
     start_agent_server,
 )
+from tests.outside_world import OutsideWorld, missing_tools  # noqa: E402
 
 LOGS = REPO / "var" / "log"
 
@@ -56,7 +60,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.parallel > args.cards:
         sys.exit("--parallel cannot exceed --cards: each host takes one card")
-    if missing := missing_for_hosts():
+    if missing := missing_for_hosts() or missing_tools():
         sys.exit(missing)
 
     recreate_database(args.postgres, args.database)
@@ -80,8 +84,10 @@ def main() -> None:
     app.control.purge()
     LOGS.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="loam-agent-bench-"))
-    processes = []
+    processes, server = [], None
+    outside = OutsideWorld(work / "outside")
     try:
+        outside.start()
         processes.append(start_portal(args.port))
         processes.append(start_worker())
         wait_for_port(args.port)
@@ -116,6 +122,9 @@ def main() -> None:
                 process.wait(30)
             except subprocess.TimeoutExpired:
                 process.kill()
+        if server is not None:
+            server.stop()  # the hosts it left and their rules
+        outside.stop()
         shutil.rmtree(work, ignore_errors=True)
 
     report(args, results, took, leftovers)
@@ -197,7 +206,7 @@ def order_ssh_release(world: AgentPark, n: int, public_key: str, key: Path, time
             return {"error": instance.error_message or "failed"}
         if instance.state == InstanceState.RUNNING:
             result.setdefault("running_s", time.perf_counter() - started)
-            if ssh_answers(instance.access["address"], key).returncode == 0:
+            if ssh_answers(instance.access, key).returncode == 0:
                 result["ssh_s"] = time.perf_counter() - started
                 break
         time.sleep(0.1)
@@ -233,7 +242,8 @@ def report(args, results: list[dict], took: float, leftovers: list[str]) -> None
     errors = [r["error"] for r in results if "error" in r]
     print(
         f"{args.hosts} hosts ordered {args.parallel} at a time on one agent server "
-        f"({args.cards} fake cards, systemd-nspawn), portal gunicorn 2x4, worker prefork 2, "
+        f"({args.cards} fake cards, systemd-nspawn, user namespaces), SSH from the outside "
+        f"namespace through the server's public port; portal gunicorn 2x4, worker prefork 2, "
         f"broker {args.broker}; {took:.1f} s in all"
     )
     for name, label in (("running_s", "order -> running"), ("ssh_s", "order -> SSH-able")):

@@ -101,7 +101,9 @@ class AgentServer:
     log: Path
 
     def stop(self) -> None:
-        """Stop the agent, and remove the hosts it left running (hosts outlive their agent)."""
+        """Stop the agent, and remove the hosts it left running (hosts outlive their agent)
+        and their rules."""
+        from loam_agent.hosts.network import Firewall, ServerNetwork
         from loam_agent.hosts.runtime import HostRuntime
 
         self.process.terminate()
@@ -109,9 +111,10 @@ class AgentServer:
             self.process.wait(30)
         except subprocess.TimeoutExpired:
             self.process.kill()
-        runtime = HostRuntime(self.state_dir, Path(IMAGE_DIR), dict)
+        runtime = HostRuntime(self.state_dir, Path(IMAGE_DIR), dict, ServerNetwork("lo", None))
         for host_id in runtime.list():
             runtime.remove(host_id)
+        Firewall.remove()
 
     def host_folders(self) -> list[str]:
         return sorted(path.name for path in (self.state_dir / "hosts").glob("*"))
@@ -123,8 +126,11 @@ def card_uuid(index: int) -> str:
 
 
 def start_agent_server(*, pool, operator, portal_url: str, work: Path, cards: int) -> AgentServer:
-    """Issue a join token for `pool`, enrol a real agent with it, start `loam-agent run`."""
+    """Issue a join token for `pool`, enrol a real agent with it, start `loam-agent run`. The
+    server's uplink and public address face the outside world (tests/outside_world.py), which
+    must be up."""
     from apps.agents.services import issue_join_token
+    from tests.outside_world import OUTSIDE_ADDRESS, PUBLIC_ADDRESS, UPLINK
 
     _token, secret = issue_join_token(pool=pool, operator=operator)
     library = work / "nvml"
@@ -142,6 +148,8 @@ def start_agent_server(*, pool, operator, portal_url: str, work: Path, cards: in
     config.write_text(
         f'portal_url = "{portal_url}"\ncredential_path = "{work / "credential.json"}"\n'
         f'state_dir = "{state_dir}"\nsample_interval_s = 2\nhosts_poll_interval_s = 0.5\n'
+        f'uplink = "{UPLINK}"\npublic_address = "{PUBLIC_ADDRESS}"\n'
+        f'dns_servers = ["{OUTSIDE_ADDRESS}"]\n'
     )
     env = {
         **os.environ,
@@ -160,10 +168,18 @@ def start_agent_server(*, pool, operator, portal_url: str, work: Path, cards: in
     return AgentServer(process=process, state_dir=state_dir, log=log)
 
 
-def ssh_answers(address: str, key: Path, command: str = "true") -> subprocess.CompletedProcess:
-    """Run `command` on root@address with `key` (no host key checks: each host is new)."""
+def ssh_answers(
+    access: dict, key: Path, command: str = "true", *, from_outside: bool = True
+) -> subprocess.CompletedProcess:
+    """Run `command` as the tenant would with `key`, through the instance's `access`
+    (`ssh -p <ssh_port> root@<address>`), from the outside world by default (no host key
+    checks: each host is new)."""
     ssh = ["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes"]
     ssh += ["-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=2", "-q"]
-    return subprocess.run(
-        [*ssh, f"root@{address}", command], capture_output=True, text=True, timeout=15
-    )
+    ssh += ["-p", str(access.get("ssh_port") or 22), f"{access.get('ssh_user') or 'root'}@"]
+    ssh[-1] += access["address"]
+    if from_outside:
+        from tests.outside_world import OUTSIDE
+
+        ssh = ["ip", "netns", "exec", OUTSIDE, *ssh]
+    return subprocess.run([*ssh, command], capture_output=True, text=True, timeout=15)
