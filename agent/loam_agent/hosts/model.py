@@ -62,8 +62,6 @@ class IngressRule:
         if first > last:
             raise ValueError(f"from_port {first} is above to_port {last}")
         source = ipaddress.ip_network(str(value["source"]), strict=False)
-        if source.version != 4:
-            raise ValueError(f"hosts have IPv4 addresses only; {source} is IPv6")
         return cls(_protocol(value["protocol"]), first, last, str(source))
 
 

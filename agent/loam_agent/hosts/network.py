@@ -132,8 +132,10 @@ def render(server: ServerNetwork, hosts: list[AttachedHost]) -> str:
                 if rule.from_port == rule.to_port
                 else f"{rule.from_port}-{rule.to_port}"
             )
+            # Hosts have IPv4 addresses only: an IPv6 source is kept, and matches nothing yet.
+            family = "ip6" if ":" in rule.source else "ip"
             rules.append(
-                f"ip saddr {rule.source} meta l4proto {rule.protocol} th dport {ports} accept"
+                f"{family} saddr {rule.source} meta l4proto {rule.protocol} th dport {ports} accept"
             )
         rules.append(REJECT)
         host_chains.append(_chain(chain, rules))
