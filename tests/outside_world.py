@@ -5,7 +5,8 @@
     (the server's uplink and public address)                         HTTP (a package index),
                                                                       DNS (*.outside.test), iperf3
 
-The server reaches 203.0.113.0/24 through the router; the outside namespace knows only its own
+The server reaches 203.0.113.0/24 through the router, which routes 198.51.100.128/25 to the
+server (public addresses a park gives hosts of their own); the outside namespace knows only its own
 network and its default route to the router, so it reaches hosts only through the server's
 public address, as a tenant's laptop would. Every address is a documentation range (RFC 5737):
 nothing leaves this machine. Servers in the outside namespace are started here and stopped by
@@ -16,6 +17,7 @@ Shared by the agent's network tests, the browser journey and bench/agent_hosts.p
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +32,8 @@ PUBLIC_ADDRESS = "198.51.100.2"
 ROUTER_SERVER_SIDE = "198.51.100.1"
 ROUTER_OUTSIDE_SIDE = "203.0.113.1"
 OUTSIDE_ADDRESS = "203.0.113.10"
+# Public addresses the park routes to the server, for hosts given an address of their own.
+ROUTED_TO_SERVER = "198.51.100.128/25"
 OUTSIDE_NAME = "files.outside.test"
 PACKAGE = "loam-probe"
 TOOLS = ("ip", "nft", "iperf3", "dnsmasq", "curl")
@@ -88,6 +92,7 @@ class OutsideWorld:
             _run("ip", "-n", namespace, "link", "set", device, "up")
             _run("ip", "-n", namespace, "link", "set", "lo", "up")
         _run("ip", "netns", "exec", ROUTER, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        _run("ip", "-n", ROUTER, "route", "add", ROUTED_TO_SERVER, "via", PUBLIC_ADDRESS)
         _run("ip", "-n", OUTSIDE, "route", "add", "default", "via", ROUTER_OUTSIDE_SIDE)
         _run("ip", "route", "add", "203.0.113.0/24", "via", ROUTER_SERVER_SIDE)
         self._serve()
@@ -128,6 +133,11 @@ class OutsideWorld:
             if time.monotonic() > deadline:
                 raise RuntimeError("the outside HTTP server did not start")
             time.sleep(0.1)
+
+    def http_clients(self) -> list[str]:
+        """The addresses the outside HTTP server saw requests from, in order."""
+        log = (self.folder / "logs" / "http.log").read_text()
+        return re.findall(r"^(\S+) - - \[", log, re.M)
 
     def _spawn(self, name: str, *command: str) -> None:
         log = (self.folder / "logs" / f"{name}.log").open("w")

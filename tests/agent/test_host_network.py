@@ -22,6 +22,7 @@ SSH_OPTIONS = [
     "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
     "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=3",
 ]  # fmt: skip
+PUBLIC_IP = "198.51.100.130"  # in the outside world's ROUTED_TO_SERVER
 ANYWHERE = [
     {"protocol": "tcp", "from_port": 1, "to_port": 65535, "source": "0.0.0.0/0"},
     {"protocol": "udp", "from_port": 1, "to_port": 65535, "source": "0.0.0.0/0"},
@@ -43,8 +44,10 @@ def runtime(tmp_path, host_images, server_network):
         runtime.remove(host_id)
 
 
-def network(group="o-1", ports=(), ingress=ANYWHERE) -> HostNetwork:
-    return HostNetwork.from_json({"group": group, "ports": list(ports), "ingress": list(ingress)})
+def network(group="o-1", ports=(), ingress=ANYWHERE, public_ip="") -> HostNetwork:
+    return HostNetwork.from_json(
+        {"group": group, "ports": list(ports), "ingress": list(ingress), "public_ip": public_ip}
+    )
 
 
 def ssh_port(server_port: int) -> dict:
@@ -136,6 +139,18 @@ def test_a_host_is_reached_from_outside_and_reaches_the_internet(runtime, ssh_ke
         f"--trusted-host {OUTSIDE_NAME} --index-url http://{OUTSIDE_NAME}/simple {PACKAGE}",
     )
     assert "loam_probe-1.0-py3-none-any.whl" in inside(ssh_key, address, "ls /tmp/wheels")
+
+
+def test_a_host_with_a_public_ip_of_its_own(runtime, ssh_key, outside_world):
+    """A park that routes public addresses to the server gives a host one: every port of it
+    reaches the host (within its security group), and the host goes out from it."""
+    start_host(runtime, ssh_key, public_ip=PUBLIC_IP)
+    result = outside(
+        "ssh", "-i", str(ssh_key), *SSH_OPTIONS, f"root@{PUBLIC_IP}", "curl -sf "
+        f"http://{OUTSIDE_ADDRESS}/hello.txt?from-own-ip",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert PUBLIC_IP in outside_world.http_clients()
 
 
 def test_the_security_group_closes_and_opens_ports_live(runtime, ssh_key):

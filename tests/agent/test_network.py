@@ -8,9 +8,9 @@ from loam_agent.hosts.network import AttachedHost, ServerNetwork, render, resolv
 SERVER = ServerNetwork(uplink="eth0", public_address="198.51.100.2", dns_servers=("192.0.2.53",))
 
 
-def attached(key: str, index: int, group: str, ports=(), ingress=()) -> AttachedHost:
+def attached(key: str, index: int, group: str, ports=(), ingress=(), public_ip="") -> AttachedHost:
     network = HostNetwork.from_json(
-        {"group": group, "ports": list(ports), "ingress": list(ingress)}
+        {"group": group, "ports": list(ports), "ingress": list(ingress), "public_ip": public_ip}
     )
     return AttachedHost(key=key, veth=f"vh-{key}", address=f"10.213.{index}.2", network=network)
 
@@ -41,6 +41,14 @@ def test_a_host_reached_on_its_ports_by_its_group_and_its_security_group():
     assert table.splitlines()[:2] == ["table inet loam", "delete table inet loam"]
 
 
+def test_a_host_with_a_public_ip_of_its_own_gets_all_of_it():
+    host = attached("aaaa0001", 1, "o-1", public_ip="198.51.100.130")
+    table = render(SERVER, [host])
+    assert table.count("ip daddr 198.51.100.130 dnat ip to 10.213.1.2") == 2
+    snat = 'ip saddr 10.213.1.2 oifname "eth0" snat ip to 198.51.100.130'
+    assert table.index(snat) < table.index("masquerade")
+
+
 def test_without_a_public_address_nothing_is_published():
     server = ServerNetwork(uplink="eth0", public_address=None)
     ports = [{"protocol": "tcp", "server_port": 20000, "host_port": 22}]
@@ -56,6 +64,8 @@ def test_an_interface_name_that_would_inject_rules_is_refused():
     ("network", "message"),
     [
         ({"group": "o 1; drop"}, "not a plain name"),
+        ({"public_ip": "2001:db8::7"}, "public_ip must be an IPv4 address"),
+        ({"public_ip": "198.51.100.300"}, "198.51.100.300"),
         ({"ports": [{"protocol": "icmp", "server_port": 1, "host_port": 1}]}, "protocol"),
         ({"ports": [{"protocol": "tcp", "server_port": 0, "host_port": 22}]}, "server_port"),
         ({"ports": [{"protocol": "tcp", "server_port": 20000, "host_port": True}]}, "host_port"),

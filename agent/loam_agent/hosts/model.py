@@ -67,12 +67,15 @@ class IngressRule:
 
 @dataclass(frozen=True)
 class HostNetwork:
-    """The host's group (hosts of one group on a server reach each other), its forwarded ports
-    and its ingress rules. An empty group reaches only itself."""
+    """The host's group (hosts of one group on a server reach each other), its forwarded ports,
+    its ingress rules, and the public IPv4 address the park routes to this server for it, if
+    any (then every port of that address is the host's, and it goes out from it). An empty
+    group reaches only itself."""
 
     group: str = ""
     ports: tuple[PortForward, ...] = ()
     ingress: tuple[IngressRule, ...] = ()
+    public_ip: str = ""
 
     @classmethod
     def from_json(cls, value: dict | None) -> HostNetwork:
@@ -85,10 +88,14 @@ class HostNetwork:
         seen = [(port.protocol, port.server_port) for port in ports]
         if len(set(seen)) != len(seen):
             raise ValueError("a server port is forwarded twice")
+        public_ip = str(value.get("public_ip") or "")
+        if public_ip and ipaddress.ip_address(public_ip).version != 4:
+            raise ValueError(f"public_ip must be an IPv4 address, not {public_ip!r}")
         return cls(
             group=group,
             ports=ports,
             ingress=tuple(IngressRule.from_json(rule) for rule in value.get("ingress") or ()),
+            public_ip=public_ip,
         )
 
     def to_json(self) -> dict:
@@ -96,6 +103,7 @@ class HostNetwork:
             "group": self.group,
             "ports": [port.__dict__ for port in self.ports],
             "ingress": [rule.__dict__ for rule in self.ingress],
+            "public_ip": self.public_ip,
         }
 
 

@@ -8,7 +8,8 @@ loses no mapping, and a released host leaves no rule behind):
 
 - hosts reach the internet through the uplink, masqueraded as the server;
 - each published port on the server's public address is DNAT-ed to its host's port, for packets
-  arriving from outside and for those the server sends itself;
+  arriving from outside and for those the server sends itself; a host given a public IP of its
+  own (one the park routes to this server) gets every port of it, and goes out from it;
 - traffic to a host passes only when it comes from a host of the same group (one organization's
   hosts on this server share a private network) or matches one of the host's ingress rules
   (its security group); anything else is rejected;
@@ -105,8 +106,13 @@ def _nft_string(value: str) -> str:
 def render(server: ServerNetwork, hosts: list[AttachedHost]) -> str:
     """The whole `inet loam` table for these hosts (an `nft -f` script that replaces it)."""
     uplink = _nft_string(server.uplink)
-    publish = []
+    publish, own_addresses = [], []
     for host in hosts:
+        if host.network.public_ip:
+            publish.append(f"ip daddr {host.network.public_ip} dnat ip to {host.address}")
+            own_addresses.append(
+                f"ip saddr {host.address} oifname {uplink} snat ip to {host.network.public_ip}"
+            )
         for port in host.network.ports:
             if server.public_address is None:
                 break
@@ -150,6 +156,7 @@ def render(server: ServerNetwork, hosts: list[AttachedHost]) -> str:
             "postrouting",
             [
                 "type nat hook postrouting priority srcnat; policy accept;",
+                *own_addresses,
                 f"ip saddr {HOST_NETWORKS} oifname {uplink} masquerade",
             ],
         ),
