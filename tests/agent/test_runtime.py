@@ -102,6 +102,8 @@ def test_a_host_lives_through_create_resize_stop_grow_start_remove(runtime, ssh_
     assert 0.9 < data_size_gb(ssh_key, address) <= 1.0
     cgroups = runtime.cgroups(host_id)
     assert int(cgroups.memory_limit_file().read_text()) == 256 * 1024**2
+    pids = cgroups.dirs[0] if cgroups.v2 else cgroups.v1["pids"]
+    assert (pids / "pids.max").read_text().strip() == "16384"  # no fork bomb takes the server
     netns = f"loam-{host_key(host_id)}"
     qdisc = subprocess.run(
         ["tc", "qdisc", "show", "dev", f"vh-{host_key(host_id)}"], capture_output=True, text=True

@@ -52,6 +52,7 @@ BASE_DEVICES = (
 )  # fmt: skip
 # Capabilities a host's root never needs, dropped even inside its own user namespace.
 DROPPED_CAPABILITIES = "CAP_SYS_MODULE,CAP_SYS_RAWIO,CAP_MKNOD"
+MAX_PROCESSES = 16384
 _NO_LINK_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 CPU_PERIOD_US = 100_000
 FIRST_INDEX, LAST_INDEX = 1, 254
@@ -77,7 +78,8 @@ def _run(*command: str) -> str:
 
 
 class Cgroups:
-    """A host's cpu and memory cgroups, on cgroup v2 (unified) or v1 (one tree per controller)."""
+    """A host's cpu, memory, pids and (v1) devices cgroups, on cgroup v2 (unified) or v1 (one
+    tree per controller)."""
 
     def __init__(self, key: str, root: Path = CGROUP_ROOT) -> None:
         self.v2 = (root / "cgroup.controllers").exists()
@@ -86,22 +88,27 @@ class Cgroups:
             # v2 forbids controllers on a cgroup with processes of its own.
             self.parent = root / "loam-hosts"
             self.dirs = [self.parent / key]
+            self.v1: dict[str, Path] = {}
         else:
-            self.dirs = [
-                _v1_dir(root, "memory") / f"loam-{key}",
-                _v1_dir(root, "cpu") / f"loam-{key}",
-            ]
-            devices = _v1_dir(root, "devices")
-            if devices.is_dir():
-                self.dirs.append(devices / f"loam-{key}")
+            self.v1 = {
+                controller: _v1_dir(root, controller) / f"loam-{key}"
+                for controller in ("memory", "cpu", "pids", "devices")
+                if controller in ("memory", "cpu") or (root / controller).is_dir()
+            }
+            self.dirs = list(self.v1.values())
 
     def create(self, vcpu: int, memory_mib: int) -> None:
         if self.v2:
             self.parent.mkdir(exist_ok=True)
-            (self.parent / "cgroup.subtree_control").write_text("+cpu +memory")
+            (self.parent / "cgroup.subtree_control").write_text("+cpu +memory +pids")
         for directory in self.dirs:
             directory.mkdir(exist_ok=True)
         self.set(vcpu, memory_mib)
+        # A fork bomb in one host must not exhaust the server's process table.
+        if self.v2:
+            (self.dirs[0] / "pids.max").write_text(str(MAX_PROCESSES))
+        elif "pids" in self.v1:
+            (self.v1["pids"] / "pids.max").write_text(str(MAX_PROCESSES))
 
     def set(self, vcpu: int, memory_mib: int) -> None:
         memory = memory_mib * 1024 * 1024
@@ -109,17 +116,17 @@ class Cgroups:
             (self.dirs[0] / "memory.max").write_text(str(memory))
             (self.dirs[0] / "cpu.max").write_text(f"{vcpu * CPU_PERIOD_US} {CPU_PERIOD_US}")
         else:
-            memory_dir, cpu_dir = self.dirs[:2]
-            (memory_dir / "memory.limit_in_bytes").write_text(str(memory))
-            (cpu_dir / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
-            (cpu_dir / "cpu.cfs_quota_us").write_text(str(vcpu * CPU_PERIOD_US))
+            (self.v1["memory"] / "memory.limit_in_bytes").write_text(str(memory))
+            (self.v1["cpu"] / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+            (self.v1["cpu"] / "cpu.cfs_quota_us").write_text(str(vcpu * CPU_PERIOD_US))
 
     def allow_devices(self, paths: list[str]) -> None:
-        """Only these device files (and the pseudo-devices) may be opened in the host. On cgroup
-        v2 the same is done by nspawn's device policy for bound devices; here it's v1's list."""
-        if self.v2 or len(self.dirs) < 3:
+        """Only these device files (and the pseudo-devices) may be opened in the host: v1's
+        device list. On v2 there is no list (it would take a BPF program); there a host still
+        can't make a device node (its user namespace) and finds only the ones bound in."""
+        devices = self.v1.get("devices")
+        if devices is None:
             return
-        devices = self.dirs[2]
         (devices / "devices.deny").write_text("a")
         allowed = list(BASE_DEVICES)
         for path in paths:
@@ -247,6 +254,10 @@ class HostRuntime:
             raise HostError(
                 f"not enough disk: {host.data_disk_gb} GB asked, {free // 1024**3} GB free"
             )
+        # Only root on the server may enter: hosts' files are owned by their id ranges, which
+        # are nobody's on the server, and their disks are mounted in here.
+        self.hosts_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.hosts_dir.chmod(0o700)
         (folder / "upper").mkdir(parents=True)
         (folder / "data").mkdir()
         try:
@@ -329,7 +340,9 @@ class HostRuntime:
         data, binds = folder / "data", []
         if (folder / "data.img").exists():  # none when the host was ordered without one
             if not os.path.ismount(data):
-                _run("mount", "-o", "loop", str(folder / "data.img"), str(data))
+                # nosuid, nodev: the tenant's root owns this disk's files (an id-mapped bind),
+                # so a setuid binary it leaves there must mean nothing on the server.
+                _run("mount", "-o", "loop,nosuid,nodev", str(folder / "data.img"), str(data))
             # Id-mapped: root inside owns what the disk's uid 0 owns, whatever the range.
             binds.append(f"--bind={data}:/data:idmap")
         device_files = []
