@@ -226,8 +226,9 @@ def iperf(host_id: str, *, reverse: bool) -> float:
     for _attempt in range(5):
         result = subprocess.run(command, capture_output=True, text=True, timeout=60)
         report = json.loads(result.stdout or "{}")
-        # The server runs one test at a time; the previous one may still be closing.
-        if "busy" not in report.get("error", ""):
+        # The server runs one test at a time, and the previous one may still be closing (busy,
+        # or a reset control connection): an error is no measurement, so measure again.
+        if "error" not in report:
             break
         time.sleep(1)
     assert "sum_received" in report.get("end", {}), report.get("error") or result.stderr
