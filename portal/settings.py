@@ -414,6 +414,22 @@ LOAM_BACKEND_DRIVERS = env.list(
 LOAM_AGENT_SILENT_AFTER_S = env.int("LOAM_AGENT_SILENT_AFTER_S", default=20)
 LOAM_AGENT_SAMPLES_KEPT_S = env.int("LOAM_AGENT_SAMPLES_KEPT_S", default=3600)
 LOAM_AGENT_TOKEN_HOURS = env.int("LOAM_AGENT_TOKEN_HOURS", default=24)
+# The ports of a server's public address the portal hands out (each host's SSH port, port
+# mappings), inclusive, where the server's agent names no range of its own: "first-last".
+_public_ports = env.str("LOAM_AGENT_PUBLIC_PORTS", default="20000-29999")
+try:
+    LOAM_AGENT_PUBLIC_PORTS = tuple(int(part) for part in _public_ports.split("-"))
+    if len(LOAM_AGENT_PUBLIC_PORTS) != 2 or not (
+        1024 <= LOAM_AGENT_PUBLIC_PORTS[0] <= LOAM_AGENT_PUBLIC_PORTS[1] <= 65535
+    ):
+        raise ValueError("not first-last within 1024-65535")
+except ValueError as exc:
+    raise ImproperlyConfigured(
+        f"LOAM_AGENT_PUBLIC_PORTS={_public_ports!r}: {exc}; write it as e.g. 20000-29999"
+    ) from exc
+# Port mappings a tenant may add to one host (each forwards a port of its server's public
+# address to a port of the host).
+LOAM_MAX_PORT_MAPPINGS = env.int("LOAM_MAX_PORT_MAPPINGS", default=10)
 # A training task its backend keeps waiting (Slurm: pending) longer than this is reported in
 # the audit log; the task page shows the backend's reason all along.
 LOAM_TASK_PENDING_REPORT_S = env.int("LOAM_TASK_PENDING_REPORT_S", default=600)

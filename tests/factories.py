@@ -24,6 +24,7 @@ from django.utils import timezone
 from apps.agents.models import (
     AgentCard,
     AgentHost,
+    AgentHostPort,
     AgentServer,
     CardSample,
     JoinToken,
@@ -90,6 +91,9 @@ from apps.orders.models import (
     Order,
     OrderKind,
     OrderState,
+    PortMapping,
+    SecurityGroup,
+    SecurityGroupRule,
 )
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.tenants.credit_code import check_character
@@ -515,6 +519,42 @@ class OrderFactory(Factory):
                 running=True,
             ),
         )
+
+
+class SecurityGroupFactory(Factory):
+    """A (non-default) security group with no rules; add them with SecurityGroupRuleFactory."""
+
+    class Meta:
+        model = SecurityGroup
+
+    organization = factory.SubFactory(OrganizationFactory)
+    name = factory.Sequence(lambda n: f"group-{n}")
+    description = ""
+    is_default = False
+
+
+class SecurityGroupRuleFactory(Factory):
+    class Meta:
+        model = SecurityGroupRule
+
+    group = factory.SubFactory(SecurityGroupFactory)
+    protocol = "tcp"
+    from_port = 22
+    to_port = 22
+    source = "0.0.0.0/0"
+
+
+class PortMappingFactory(Factory):
+    """A mapping of a running instance's port, forwarded from a documentation address."""
+
+    class Meta:
+        model = PortMapping
+
+    instance = factory.SubFactory(InstanceFactory, running=True)
+    protocol = "tcp"
+    host_port = factory.Sequence(lambda n: 8000 + n % 1000)
+    address = "198.51.100.2"
+    server_port = factory.Sequence(lambda n: 20001 + n % 9000)
 
 
 class TaskFactory(Factory):
@@ -1004,3 +1044,17 @@ class AgentHostFactory(Factory):
     memory_mib = 131072
     system_disk_gb = 100
     image = "ubuntu-cuda"
+
+
+class AgentHostPortFactory(Factory):
+    """A server port forwarded to a host's port (a mapping; the host's SSH port is "ssh")."""
+
+    class Meta:
+        model = AgentHostPort
+
+    host = factory.SubFactory(AgentHostFactory)
+    server = factory.SelfAttribute("host.server")
+    protocol = "tcp"
+    server_port = factory.Sequence(lambda n: 20000 + n % 10000)
+    host_port = factory.Sequence(lambda n: 8000 + n % 1000)
+    purpose = "mapping"

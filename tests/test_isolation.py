@@ -23,9 +23,12 @@ from tests.factories import (
     ParkFactory,
     ParkOperatorFactory,
     PlacementFactory,
+    PortMappingFactory,
     PriceFactory,
     QuotaLimitFactory,
     RegionFactory,
+    SecurityGroupFactory,
+    SecurityGroupRuleFactory,
     TaskFactory,
     UsageRecordFactory,
     UserFactory,
@@ -33,7 +36,7 @@ from tests.factories import (
     WebhookEndpointFactory,
 )
 
-TENANT_NAMESPACES = ("tenants", "api", "billing", "tasks")
+TENANT_NAMESPACES = ("tenants", "api", "billing", "tasks", "orders")
 OPERATOR_NAMESPACES = ("operations", "tasks_ops")
 
 # Routes whose parameters are not an organization's object, and why they are exempt.
@@ -97,6 +100,8 @@ def foreign_objects(foreign_org):
     order = OrderFactory(organization=foreign_org, instance=instance)
     invoice = InvoiceFactory(organization=foreign_org)
     task = TaskFactory(organization=foreign_org)
+    mapping = PortMappingFactory(instance=instance)
+    rule = SecurityGroupRuleFactory(group=SecurityGroupFactory(organization=foreign_org))
     by_param = {
         "task_id": task.pk,
         "invoice_id": invoice.pk,
@@ -106,6 +111,9 @@ def foreign_objects(foreign_org):
         "instance_id": instance.pk,
         "order_id": order.pk,
         "kind": "stop",
+        "mapping_id": mapping.pk,
+        "group_id": rule.group_id,
+        "rule_id": rule.pk,
     }
     by_route = {
         "api:membership-detail": {"pk": membership.pk},
@@ -120,6 +128,9 @@ def foreign_objects(foreign_org):
         "api:task-detail": {"pk": task.pk},
         "api:task-cancel": {"pk": task.pk},
         "api:order-cancel": {"pk": order.pk},
+        "api:instance-port-mapping": {"pk": instance.pk, "mapping_id": mapping.pk},
+        **{f"api:security-group-{name}": {"pk": rule.group_id} for name in ("detail", "rules")},
+        "api:security-group-rule": {"pk": rule.group_id, "rule_id": rule.pk},
         **{
             f"api:instance-{name}": {"pk": instance.pk}
             for name in (
@@ -130,6 +141,8 @@ def foreign_objects(foreign_org):
                 "expand-disk",
                 "set-bandwidth",
                 "release",
+                "port-mappings",
+                "security-group",
             )
         },
         **foreign_catalog(),

@@ -118,6 +118,7 @@ class HeartbeatView(AgentView):
             readers=[dict(reader) for reader in data["readers"]],
             cards=[dict(card) for card in data["cards"]],
             samples=[dict(sample) for sample in data["samples"]],
+            network={key: data[key] for key in ("public_address", "public_ports") if key in data},
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
 

@@ -8,27 +8,51 @@ already is answers the current generation again, so a request sent twice (after 
 done once. A stopped host holds no cards; growing a running host's disk is a generation that
 stops it and, once the agent reports it stopped, one that starts it again
 (`services.record_host_reports`).
+
+Networking: each host gets a port of its server's public address for SSH when it is
+provisioned (the lowest free in the server's range), and one more per port mapping
+(`set_network`); a server port is one host's per protocol until the host is removed. A network
+change (mappings, ingress rules, group) is a new generation the agent applies live, except
+while a growing disk keeps the host stopped: the restart generation that follows carries it.
 """
 
+import ipaddress
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from django.db import transaction
 from django.db.models import Count, Prefetch
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from apps.agents.models import AgentCard, AgentHost, AgentServer, ReportedState, WantedState
-from apps.agents.services import bump_hosts_version, held_card_uuids
+from apps.agents.models import (
+    AgentCard,
+    AgentHost,
+    AgentHostPort,
+    AgentServer,
+    PortPurpose,
+    ReportedState,
+    WantedState,
+)
+from apps.agents.services import bump_hosts_version, free_host_ports, held_card_uuids
 from apps.core.transactions import lock
 from apps.orchestration.backends.base import (
+    PORT_PROTOCOLS,
+    SSH_PORT,
+    TCP,
+    UDP,
     AcceleratorReading,
     BackendError,
+    ForwardedPort,
     HostAccess,
+    HostNetwork,
+    HostPorts,
     HostRequestStatus,
     HostSpec,
+    IngressRule,
     NodeCapacity,
     NodeTelemetry,
+    PortForward,
     ReportedPool,
 )
 from apps.orchestration.models import Accelerator, Pool
@@ -38,6 +62,39 @@ SETTLED = frozenset({ReportedState.RUNNING, ReportedState.STOPPED, ReportedState
 
 def ssh_keys(text: str) -> list[str]:
     return [line.strip() for line in (text or "").splitlines() if line.strip()]
+
+
+# A host provisioned without a network of its own choosing: every forwarded port open to all.
+OPEN_INGRESS = (
+    IngressRule(protocol=TCP, from_port=1, to_port=65535, source="0.0.0.0/0"),
+    IngressRule(protocol=UDP, from_port=1, to_port=65535, source="0.0.0.0/0"),
+)
+
+
+def ingress_rows(rules) -> list[dict]:
+    """The rules as AgentHost.ingress keeps them (and the agent reads them), sources in
+    canonical CIDR form. A rule the agent could not apply is refused (BackendError)."""
+    rows = []
+    for rule in rules:
+        try:
+            source = str(ipaddress.ip_network(str(rule.source), strict=False))
+        except ValueError:
+            source = None
+        if (
+            source is None
+            or rule.protocol not in PORT_PROTOCOLS
+            or not 1 <= rule.from_port <= rule.to_port <= 65535
+        ):
+            raise BackendError(f"agent: {rule!r} is not an ingress rule the agent can apply")
+        rows.append(
+            {
+                "protocol": rule.protocol,
+                "from_port": rule.from_port,
+                "to_port": rule.to_port,
+                "source": source,
+            }
+        )
+    return rows
 
 
 def parse_request(request: str) -> tuple[str, int]:
@@ -168,8 +225,10 @@ class AgentHostStore:
         for host in server.hosts.exclude(state=WantedState.REMOVED).filter(name=spec.name):
             if sorted(host.card_uuids) == sorted(uuids) and host.generation == 1:
                 return host.request()
+        handle = f"h-{secrets.token_hex(8)}"
+        network = spec.network
         host = AgentHost.objects.create(
-            handle=f"h-{secrets.token_hex(8)}",
+            handle=handle,
             server=server,
             name=spec.name[:63],
             generation=1,
@@ -182,9 +241,110 @@ class AgentHostStore:
             bandwidth_mbps=spec.bandwidth_mbps,
             image=spec.image,
             ssh_public_keys=ssh_keys(spec.ssh_public_key),
+            network_group=network.group if network else handle,
+            ingress=ingress_rows(network.ingress if network else OPEN_INGRESS),
         )
+        # Its SSH port (and any mappings) now: none free fails the provisioning, undone.
+        self._forward(host, server, network.mappings if network else ())
         bump_hosts_version(server)
         return host.request()
+
+    # --- network -------------------------------------------------------------------------------
+
+    def _forward(self, host: AgentHost, server: AgentServer, mappings: Sequence[PortForward]):
+        """Make the host's forwarded ports SSH and `mappings`: ports no longer wanted are freed,
+        new ones get the lowest free server port of their protocol (under the server's lock,
+        which the caller holds). Returns whether anything changed; raises BackendError, having
+        changed nothing it keeps, when a protocol's range is full."""
+        for mapping in mappings:
+            if mapping.protocol not in PORT_PROTOCOLS or not 1 <= mapping.host_port <= 65535:
+                raise BackendError(f"agent: {mapping!r} is not a port the agent can forward")
+        wanted = {(m.protocol, m.host_port): PortPurpose.MAPPING for m in mappings}
+        wanted[(TCP, SSH_PORT)] = PortPurpose.SSH
+        existing = {(p.protocol, p.host_port): p for p in host.ports.all()}
+        gone = [port.pk for key, port in existing.items() if key not in wanted]
+        if gone:
+            AgentHostPort.objects.filter(pk__in=gone).delete()
+        new = sorted(
+            (key for key in wanted if key not in existing),
+            key=lambda key: (wanted[key] != PortPurpose.SSH, key),
+        )
+        first, last = server.public_ports
+        taken: dict[str, set[int]] = {}
+        rows = []
+        for protocol, host_port in new:
+            if protocol not in taken:
+                taken[protocol] = set(
+                    AgentHostPort.objects.filter(server=server, protocol=protocol).values_list(
+                        "server_port", flat=True
+                    )
+                )
+            port = next((p for p in range(first, last + 1) if p not in taken[protocol]), None)
+            if port is None:
+                raise BackendError(
+                    _(
+                        "agent: %(node)s has no free %(protocol)s port left on its public "
+                        "address (ports %(first)d–%(last)d are all in use); release a host or a "
+                        "port mapping there, or give the server a wider range"
+                    )
+                    % {
+                        "node": server.node.hostname,
+                        "protocol": protocol.upper(),
+                        "first": first,
+                        "last": last,
+                    }
+                )
+            taken[protocol].add(port)
+            rows.append(
+                AgentHostPort(
+                    host=host,
+                    server=server,
+                    protocol=protocol,
+                    server_port=port,
+                    host_port=host_port,
+                    purpose=wanted[(protocol, host_port)],
+                )
+            )
+        AgentHostPort.objects.bulk_create(rows)
+        return bool(gone or rows)
+
+    def _ports_of(self, host: AgentHost, server: AgentServer) -> HostPorts:
+        ports = sorted(host.ports.all(), key=lambda p: (p.purpose != PortPurpose.SSH, p.pk))
+        return HostPorts(
+            address=server.public_address or "",
+            ports=tuple(
+                ForwardedPort(
+                    protocol=port.protocol,
+                    host_port=port.host_port,
+                    server_port=port.server_port,
+                    purpose=port.purpose,
+                )
+                for port in ports
+            ),
+        )
+
+    def set_network(self, handle: str, network: HostNetwork) -> HostPorts:
+        """The host's network as the next generation (applied live), unless it is what the host
+        has already. A removed host has none: nothing is forwarded to it any more."""
+        with transaction.atomic():
+            host = self._host(handle, for_update=True)
+            server = host.server
+            if host.state == WantedState.REMOVED:
+                return HostPorts(address=server.public_address or "")
+            ingress = ingress_rows(network.ingress)
+            changed = self._forward(host, server, network.mappings)
+            changed = changed or (network.group, ingress) != (host.network_group, host.ingress)
+            if changed:
+                host.network_group, host.ingress = network.group, ingress
+                fields = ["network_group", "ingress", "updated_at"]
+                # While a growing disk keeps it stopped, the generation that starts it again
+                # (`services.record_host_reports`) carries the change.
+                if host.start_after is None:
+                    host.generation += 1
+                    fields.append("generation")
+                host.save(update_fields=fields)
+                bump_hosts_version(server)
+            return self._ports_of(host, server)
 
     def _host(self, handle: str, *, for_update: bool) -> AgentHost:
         found = AgentHost.objects.filter(
@@ -232,6 +392,7 @@ class AgentHostStore:
         host.state, host.card_uuids, host.start_after = WantedState.REMOVED, [], None
         host.generation += 1
         host.save(update_fields=["state", "card_uuids", "start_after", "generation", "updated_at"])
+        free_host_ports(host)
         bump_hosts_version(host.server)
         return host.request()
 
@@ -307,9 +468,7 @@ class AgentHostStore:
         ):
             access = None
             if host.reported_state == ReportedState.RUNNING and host.address:
-                access = HostAccess(
-                    handle=host.handle, address=host.address, ssh_port=host.ssh_port or 22
-                )
+                access = self._access(host)
             return HostRequestStatus(done=True, access=access)
         if host.reported_state == ReportedState.FAILED and reported >= min(
             generation, host.generation
@@ -342,6 +501,16 @@ class AgentHostStore:
                 transient=True,
             )
         return HostRequestStatus(done=False)
+
+    def _access(self, host: AgentHost) -> HostAccess:
+        """Where tenants reach a running host: its SSH port on the server's public address,
+        where the server has one; else where its sshd listens (the server's own network)."""
+        public = host.server.public_address
+        ssh = host.ports.filter(purpose=PortPurpose.SSH).values_list("server_port", flat=True)
+        ssh_port = ssh.first() if public else None
+        if public and ssh_port is not None:
+            return HostAccess(handle=host.handle, address=public, ssh_port=ssh_port)
+        return HostAccess(handle=host.handle, address=host.address, ssh_port=host.ssh_port or 22)
 
 
 def _removal(host: AgentHost) -> dict:

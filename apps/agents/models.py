@@ -12,7 +12,15 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from apps.orchestration.backends.base import (
+    PORT_PROTOCOLS,
+    PURPOSE_MAPPING,
+    PURPOSE_SSH,
+)
 from apps.orchestration.models import Accelerator, Node, NodeHealth, Pool
+
+# The ports a server may offer on its public address: never the privileged ones.
+PUBLIC_PORT_MIN, PUBLIC_PORT_MAX = 1024, 65535
 
 
 class TokenState(models.TextChoices):
@@ -119,6 +127,12 @@ class AgentServer(models.Model):
     enrolled_at = models.DateTimeField(_("enrolled at"), auto_now_add=True)
     last_heartbeat_at = models.DateTimeField(_("last heartbeat"), null=True, blank=True)
     last_taken_at = models.DateTimeField(_("last reading taken at"), null=True, blank=True)
+    # Where tenants reach the server's hosts (the agent says, at enrolment and every heartbeat):
+    # its address, and the range of its ports the portal hands out there (null: the default
+    # range, LOAM_AGENT_PUBLIC_PORTS).
+    public_address = models.GenericIPAddressField(_("public address"), null=True, blank=True)
+    public_port_first = models.PositiveIntegerField(_("first public port"), null=True, blank=True)
+    public_port_last = models.PositiveIntegerField(_("last public port"), null=True, blank=True)
     # Bumped with every change to the hosts the portal wants here: the ETag of GET hosts.
     hosts_version = models.PositiveBigIntegerField(_("hosts version"), default=0)
     revoked_at = models.DateTimeField(_("credential revoked at"), null=True, blank=True)
@@ -136,9 +150,27 @@ class AgentServer(models.Model):
         verbose_name_plural = _("agent servers")
         ordering = ["node__hostname", "pk"]
         indexes = [models.Index(fields=["revoked_at", "last_heartbeat_at"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(public_port_first__isnull=True, public_port_last__isnull=True)
+                | Q(
+                    public_port_first__gte=PUBLIC_PORT_MIN,
+                    public_port_last__lte=PUBLIC_PORT_MAX,
+                    public_port_first__lte=models.F("public_port_last"),
+                ),
+                name="agent_server_public_ports_range",
+            ),
+        ]
 
     def __str__(self):
         return f"{self.node.hostname} ({self.public_id})"
+
+    @property
+    def public_ports(self) -> tuple[int, int]:
+        """The inclusive range of ports handed out on the public address."""
+        if self.public_port_first is not None and self.public_port_last is not None:
+            return self.public_port_first, self.public_port_last
+        return tuple(settings.LOAM_AGENT_PUBLIC_PORTS)
 
     def is_silent(self, now=None) -> bool:
         """No heartbeat for LOAM_AGENT_SILENT_AFTER_S (or revoked): unhealthy, no new work."""
@@ -287,6 +319,11 @@ class AgentHost(models.Model):
     bandwidth_mbps = models.PositiveIntegerField(_("bandwidth (Mbps)"), default=0)
     image = models.CharField(_("image"), max_length=120)
     ssh_public_keys = models.JSONField(_("SSH public keys"), default=list, blank=True)
+    # The private network it joins (hosts of one group on a server reach each other) and what
+    # reaches its forwarded ports from outside: [{"protocol", "from_port", "to_port",
+    # "source"}]. Its forwarded ports are AgentHostPort rows.
+    network_group = models.CharField(_("network group"), max_length=64, blank=True)
+    ingress = models.JSONField(_("ingress rules"), default=list, blank=True)
     reported_generation = models.PositiveIntegerField(_("reported generation"), null=True)
     reported_state = models.CharField(
         _("reported state"), max_length=16, choices=ReportedState.choices, blank=True
@@ -315,3 +352,56 @@ class AgentHost(models.Model):
     def request(self, generation: int | None = None) -> str:
         """The handle of the request that asked for `generation` (by default the current)."""
         return f"{self.handle}@{generation or self.generation}"
+
+
+class PortPurpose(models.TextChoices):
+    SSH = PURPOSE_SSH, _("SSH")
+    MAPPING = PURPOSE_MAPPING, _("Port mapping")
+
+
+class AgentHostPort(models.Model):
+    """A port of a server's public address forwarded to a port of one of its hosts. A server
+    port is one host's per protocol: allocated (the lowest free in the server's range) when
+    the host is provisioned (SSH) or a mapping is added, kept across stops, starts, resizes and
+    agent restarts, and deleted, so free again, when the host is removed."""
+
+    host = models.ForeignKey(
+        AgentHost, on_delete=models.CASCADE, related_name="ports", verbose_name=_("host")
+    )
+    server = models.ForeignKey(
+        AgentServer, on_delete=models.CASCADE, related_name="ports", verbose_name=_("server")
+    )
+    protocol = models.CharField(
+        _("protocol"), max_length=3, choices=[(p, p.upper()) for p in PORT_PROTOCOLS]
+    )
+    server_port = models.PositiveIntegerField(_("server port"))
+    host_port = models.PositiveIntegerField(_("host port"))
+    purpose = models.CharField(_("purpose"), max_length=16, choices=PortPurpose.choices)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("forwarded port")
+        verbose_name_plural = _("forwarded ports")
+        ordering = ["protocol", "server_port"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["server", "protocol", "server_port"], name="agent_port_server_unique"
+            ),
+            models.UniqueConstraint(
+                fields=["host", "protocol", "host_port"], name="agent_port_host_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(protocol__in=PORT_PROTOCOLS), name="agent_port_protocol_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(purpose__in=PortPurpose.values), name="agent_port_purpose_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(server_port__gte=1, server_port__lte=65535)
+                & Q(host_port__gte=1, host_port__lte=65535),
+                name="agent_port_range",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.protocol}/{self.server_port} → {self.host_id}:{self.host_port}"

@@ -10,9 +10,11 @@ from django.utils import timezone
 from apps.agents.models import (
     AgentCard,
     AgentHost,
+    AgentHostPort,
     AgentServer,
     CardSample,
     JoinToken,
+    PortPurpose,
     WantedState,
 )
 from apps.agents.services import AGENT_DRIVER
@@ -60,9 +62,11 @@ def hosts_etag(server: AgentServer) -> str:
 
 def desired_hosts(server: AgentServer) -> list[dict]:
     """The hosts the server is to run, as GET /api/v1/agent/hosts lists them."""
+    ports = AgentHostPort.objects.order_by("server_port", "protocol")
     hosts = (
         AgentHost.objects.filter(server=server)
         .exclude(state=WantedState.REMOVED)
+        .prefetch_related(Prefetch("ports", queryset=ports))
         .order_by("created_at", "pk")
     )
     return [
@@ -78,9 +82,37 @@ def desired_hosts(server: AgentServer) -> list[dict]:
             "bandwidth_mbps": host.bandwidth_mbps,
             "image": host.image,
             "ssh_public_keys": list(host.ssh_public_keys),
+            "network": host_network(host),
         }
         for host in hosts
     ]
+
+
+def host_network(host: AgentHost) -> dict:
+    """A host's "network" as the agent reads it: its private network's name, every port of the
+    server's public address forwarded to it (SSH first), and its ingress rules."""
+    ports = sorted(host.ports.all(), key=lambda p: (p.purpose != PortPurpose.SSH, p.server_port))
+    return {
+        "group": host.network_group or host.handle,
+        "ports": [
+            {
+                "purpose": port.purpose,
+                "protocol": port.protocol,
+                "server_port": port.server_port,
+                "host_port": port.host_port,
+            }
+            for port in ports
+        ],
+        "ingress": [
+            {
+                "protocol": rule["protocol"],
+                "from_port": rule["from_port"],
+                "to_port": rule["to_port"],
+                "source": rule["source"],
+            }
+            for rule in host.ingress
+        ],
+    }
 
 
 # --- the instance page -------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from rest_framework import serializers
 
-from apps.agents.models import CardHealth, ReportedState
+from apps.agents.models import PUBLIC_PORT_MAX, PUBLIC_PORT_MIN, CardHealth, ReportedState
 
 INT32 = 2**31 - 1
 INT63 = 2**63 - 1
@@ -49,6 +49,41 @@ class SampleSerializer(serializers.Serializer):
     )
 
 
+class PublicPortsField(serializers.Field):
+    """`[first, last]`: the inclusive range of the server's public ports the portal may hand
+    out, within 1024-65535; null for the portal's default range."""
+
+    default_error_messages = {
+        "invalid": gettext_lazy(
+            "Send [first, last]: two whole numbers, %(min)d ≤ first ≤ last ≤ %(max)d, or null."
+        )
+        % {"min": PUBLIC_PORT_MIN, "max": PUBLIC_PORT_MAX},
+    }
+
+    def to_internal_value(self, data):
+        if (
+            not isinstance(data, list)
+            or len(data) != 2
+            or not all(isinstance(port, int) and not isinstance(port, bool) for port in data)
+            or not PUBLIC_PORT_MIN <= data[0] <= data[1] <= PUBLIC_PORT_MAX
+        ):
+            self.fail("invalid")
+        return (data[0], data[1])
+
+    def to_representation(self, value):
+        return list(value) if value is not None else None
+
+
+def _public_address():
+    """The address tenants reach the server on (IPv4 or IPv6), or null: none. Left out, what
+    the portal knows stays as it is (an older agent sends neither)."""
+    return serializers.IPAddressField(allow_null=True, required=False)
+
+
+def _public_ports():
+    return PublicPortsField(allow_null=True, required=False)
+
+
 class ServerSerializer(serializers.Serializer):
     hostname = serializers.RegexField(
         r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
@@ -67,6 +102,8 @@ class ServerSerializer(serializers.Serializer):
     agent_version = serializers.CharField(
         max_length=40, allow_blank=True, required=False, default=""
     )
+    public_address = _public_address()
+    public_ports = _public_ports()
 
 
 def _unique_uuids(cards: list[dict]) -> None:
@@ -97,6 +134,8 @@ class HeartbeatSerializer(InventorySerializer):
     agent_version = serializers.CharField(max_length=40, allow_blank=True)
     taken_at = serializers.DateTimeField()
     samples = serializers.ListField(child=SampleSerializer(), max_length=MAX_CARDS)
+    public_address = _public_address()
+    public_ports = _public_ports()
 
     def validate(self, attrs):
         attrs = super().validate(attrs)

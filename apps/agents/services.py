@@ -22,6 +22,7 @@ from django.utils.translation import gettext as _
 from apps.agents.models import (
     AgentCard,
     AgentHost,
+    AgentHostPort,
     AgentServer,
     CardHealth,
     CardSample,
@@ -184,6 +185,7 @@ def enrol_server(
         agent_version=server.get("agent_version") or "",
         readers=readers,
         last_heartbeat_at=now,
+        **_public_network(server),
     )
     _sync_cards(agent, cards, {}, now)
     join.used_at = now
@@ -203,6 +205,18 @@ def enrol_server(
         },
     )
     return agent, credential
+
+
+def _public_network(facts: dict) -> dict:
+    """The AgentServer fields of the public address and port range the agent sent, for those
+    it sent (an older agent sends neither: what the portal knows stays)."""
+    fields = {}
+    if "public_address" in facts:
+        fields["public_address"] = facts["public_address"] or None
+    if "public_ports" in facts:
+        first, last = facts["public_ports"] or (None, None)
+        fields.update(public_port_first=first, public_port_last=last)
+    return fields
 
 
 def _free_node_name(backend: Backend, hostname: str) -> str:
@@ -272,12 +286,15 @@ def record_heartbeat(
     readers: list[dict],
     cards: list[dict],
     samples: list[dict],
+    network: dict | None = None,
     now=None,
 ) -> AgentServer:
     """One heartbeat: the inventory (new cards join the node, vanished ones are marked), each
     card's latest figures and a sample for the charts, and the node's health: degraded while a
     card is faulty or missing (that card takes no new work), healthy otherwise, and back up
-    from down (silent)."""
+    from down (silent). `network`: the `public_address` and `public_ports` the agent sent (a
+    key it left out leaves what the portal knows); ports handed out before a range change keep
+    their numbers."""
     now = now or timezone.now()
     lock(AgentServer, server.pk)
     server = AgentServer.objects.select_related("node__pool__backend").get(pk=server.pk)
@@ -301,6 +318,7 @@ def record_heartbeat(
         last_taken_at=taken_at,
         agent_version=agent_version or server.agent_version,
         readers=readers,
+        **_public_network(network or {}),
     )
     healthy = all(card.in_service for card in known)
     _set_node_health(server, NodeHealth.HEALTHY if healthy else NodeHealth.DEGRADED)
@@ -522,6 +540,13 @@ def bump_hosts_version(server: AgentServer) -> None:
     AgentServer.objects.filter(pk=server.pk).update(hosts_version=F("hosts_version") + 1)
 
 
+def free_host_ports(host: AgentHost) -> int:
+    """A host is removed: its server ports are free for the next host (the agent drops its
+    forwards with the host, which has left the list it polls). Returns how many."""
+    deleted, _rows = AgentHostPort.objects.filter(host_id=host.pk).delete()
+    return deleted
+
+
 def held_card_uuids(host: AgentHost) -> list[str]:
     """The UUIDs of the cards the portal allocated to the host's instance now (none while it
     is stopped), in index order."""
@@ -597,6 +622,7 @@ def remove_orphaned_hosts(*, now=None) -> list[str]:
                 start_after=None,
                 updated_at=now,
             )
+            free_host_ports(host)
             bump_hosts_version(host.server)
         removed.append(host.handle)
     return removed

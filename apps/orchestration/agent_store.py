@@ -12,6 +12,8 @@ from typing import Protocol
 
 from apps.core.extensions import ExtensionPoint
 from apps.orchestration.backends.base import (
+    HostNetwork,
+    HostPorts,
     HostRequestStatus,
     HostSpec,
     NodeTelemetry,
@@ -45,5 +47,7 @@ class AgentHostStore(Protocol):
     def set_bandwidth(self, handle: str, bandwidth_mbps: int) -> str: ...
 
     def release(self, handle: str) -> str: ...
+
+    def set_network(self, handle: str, network: HostNetwork) -> HostPorts: ...
 
     def request_status(self, request: str) -> HostRequestStatus: ...

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from apps.orders.models import IdlePolicy, Instance, Order
+from apps.orders.models import IdlePolicy, Instance, Order, SecurityGroup, SecurityGroupRule
 
 # State fields are read-only here: every transition goes through apps.orders.services.
 
@@ -31,4 +31,29 @@ class IdlePolicyAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+
+class SecurityGroupRuleInline(admin.TabularInline):
+    model = SecurityGroupRule
+    extra = 0
+    fields = ["protocol", "from_port", "to_port", "source", "description"]
+    readonly_fields = fields
+
+
+@admin.register(SecurityGroup)
+class SecurityGroupAdmin(admin.ModelAdmin):
+    """Read only: a change must reach the group's hosts (apps.orders.networking)."""
+
+    list_display = ["name", "organization", "is_default", "created_at"]
+    search_fields = ["name", "organization__name"]
+    inlines = [SecurityGroupRuleInline]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False

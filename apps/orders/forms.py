@@ -7,6 +7,7 @@ from apps.catalog.models import Flavor, Image, PriceKind, Region
 from apps.catalog.selectors import compatible_images, price_in_force
 from apps.core.money import format_money
 from apps.orchestration.models import TaskPreference
+from apps.orders.models import PORT_MAX, PORT_MIN, PortProtocol, SecurityGroup
 from apps.orders.services import (
     MAX_BANDWIDTH_MBPS,
     MAX_COUNT,
@@ -67,10 +68,19 @@ class InstanceOrderForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3, "placeholder": "ssh-ed25519 AAAA… you@laptop"}),
         help_text=_("The key you will log in with, e.g. the contents of ~/.ssh/id_ed25519.pub."),
     )
+    security_group = forms.ModelChoiceField(
+        label=_("Security group"),
+        queryset=SecurityGroup.objects.none(),
+        required=False,
+        empty_label=_("The organization's default group"),
+        help_text=_("What may reach the host's SSH port and port mappings from outside."),
+    )
     idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=64)
 
-    def __init__(self, *args, park, flavor=None, **kwargs):
+    def __init__(self, *args, park, flavor=None, organization=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["security_group"].queryset = security_groups_choice(organization)
+        self.fields["security_group"].label_from_instance = lambda group: group.label
         flavors = (
             Flavor.objects.filter(is_active=True, family__park=park)
             .select_related("family__accelerator_model")
@@ -149,6 +159,59 @@ def _size_label(flavor: Flavor, price, current_hourly_minor, currency: str) -> s
     change = price.amount_minor - int(current_hourly_minor)
     sign = "+" if change >= 0 else "-"
     return f"{flavor.code} · {cards} · {hourly} ({sign}{format_money(abs(change), currency)})"
+
+
+def security_groups_choice(organization):
+    """The groups a host of `organization` may be put in."""
+    if organization is None:
+        return SecurityGroup.objects.none()
+    return SecurityGroup.objects.filter(organization=organization).order_by(
+        "-is_default", "name", "pk"
+    )
+
+
+class PortMappingForm(forms.Form):
+    protocol = forms.ChoiceField(
+        label=_("Protocol"), choices=PortProtocol.choices, initial=PortProtocol.TCP
+    )
+    host_port = forms.IntegerField(
+        label=_("Host port"),
+        min_value=PORT_MIN,
+        max_value=PORT_MAX,
+        widget=forms.NumberInput(attrs={"placeholder": "8888"}),
+    )
+
+
+class InstanceSecurityGroupForm(forms.Form):
+    security_group = forms.ModelChoiceField(
+        label=_("Security group"), queryset=SecurityGroup.objects.none(), empty_label=None
+    )
+
+    def __init__(self, *args, organization, **kwargs):
+        super().__init__(*args, **kwargs)
+        field = self.fields["security_group"]
+        field.queryset = security_groups_choice(organization)
+        field.label_from_instance = lambda group: group.label
+
+
+class SecurityGroupForm(forms.Form):
+    name = forms.CharField(label=_("Name"), max_length=63)
+    description = forms.CharField(label=_("Description"), max_length=200, required=False)
+
+
+class SecurityGroupRuleForm(forms.Form):
+    protocol = forms.ChoiceField(
+        label=_("Protocol"), choices=PortProtocol.choices, initial=PortProtocol.TCP
+    )
+    from_port = forms.IntegerField(label=_("From port"), min_value=PORT_MIN, max_value=PORT_MAX)
+    to_port = forms.IntegerField(label=_("To port"), min_value=PORT_MIN, max_value=PORT_MAX)
+    source = forms.CharField(
+        label=_("Source (CIDR)"),
+        max_length=49,
+        initial="0.0.0.0/0",
+        help_text=_("Who may connect: 0.0.0.0/0 is everyone (IPv4), 203.0.113.0/24 a network."),
+    )
+    description = forms.CharField(label=_("Description"), max_length=200, required=False)
 
 
 class DiskForm(forms.Form):

@@ -1,13 +1,39 @@
 """How a host reaches its backend: its pool's driver and the spec that driver is given."""
 
-from apps.orchestration.backends.base import HostDriver, HostSpec
+from apps.orchestration.backends.base import (
+    HostDriver,
+    HostNetwork,
+    HostSpec,
+    IngressRule,
+    PortForward,
+)
 from apps.orchestration.backends.registry import driver_of
 from apps.orchestration.services import device_indices
 from apps.orders.models import Instance
+from apps.orders.selectors import ingress_rules_of, port_mappings_of
 
 
 def host_driver(instance: Instance) -> HostDriver:
     return driver_of(instance.pool.backend)
+
+
+def network_group(organization_id: int) -> str:
+    """The private network of an organization's hosts: those on one server reach each other,
+    and no other organization's."""
+    return f"o-{organization_id}"
+
+
+def host_network(instance: Instance) -> HostNetwork:
+    """The host's network as its driver is given it: its organization's private network, its
+    security group's rules and its port mappings."""
+    return HostNetwork(
+        group=network_group(instance.organization_id),
+        ingress=tuple(IngressRule(**rule) for rule in ingress_rules_of(instance)),
+        mappings=tuple(
+            PortForward(protocol=mapping.protocol, host_port=mapping.host_port)
+            for mapping in port_mappings_of(instance)
+        ),
+    )
 
 
 def host_spec(instance: Instance, flavor=None) -> HostSpec:
@@ -26,4 +52,5 @@ def host_spec(instance: Instance, flavor=None) -> HostSpec:
         bandwidth_mbps=instance.bandwidth_mbps,
         image=instance.image.code,
         ssh_public_key=instance.ssh_public_key,
+        network=host_network(instance),
     )

@@ -44,6 +44,100 @@ INSTANCE_BUSY_STATES = frozenset(
 )
 
 
+class PortProtocol(models.TextChoices):
+    TCP = "tcp", "TCP"
+    UDP = "udp", "UDP"
+
+
+PORT_MIN, PORT_MAX = 1, 65535
+# The rules of every organization's default group when it is made: everything forwarded to a
+# host (its SSH port, its port mappings) open to all. Only forwarded ports reach a host at all.
+DEFAULT_SECURITY_RULES = (
+    {"protocol": "tcp", "from_port": PORT_MIN, "to_port": PORT_MAX, "source": "0.0.0.0/0"},
+    {"protocol": "udp", "from_port": PORT_MIN, "to_port": PORT_MAX, "source": "0.0.0.0/0"},
+)
+
+
+class SecurityGroup(models.Model):
+    """An organization's set of ingress rules (安全组): what may reach the forwarded ports
+    (SSH, port mappings) of the hosts that use it. Each organization has a default group
+    (`networking.default_security_group`, created when first needed); a host without a group
+    of its own uses it."""
+
+    organization = models.ForeignKey(
+        Organization,
+        on_delete=models.CASCADE,
+        related_name="security_groups",
+        verbose_name=_("organization"),
+    )
+    name = models.CharField(_("name"), max_length=63)
+    description = models.CharField(_("description"), max_length=200, blank=True)
+    is_default = models.BooleanField(_("default"), default=False)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("security group")
+        verbose_name_plural = _("security groups")
+        ordering = ["-is_default", "name", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "name"], name="security_group_name_unique"
+            ),
+            models.UniqueConstraint(
+                fields=["organization"],
+                condition=Q(is_default=True),
+                name="security_group_one_default",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def label(self) -> str:
+        """The name as people read it: the default group's in their language."""
+        return str(_("default")) if self.is_default else self.name
+
+
+class SecurityGroupRule(models.Model):
+    """Let `protocol` traffic from `source` (a CIDR network) reach the host ports
+    `from_port`..`to_port` (inclusive)."""
+
+    group = models.ForeignKey(
+        SecurityGroup, on_delete=models.CASCADE, related_name="rules", verbose_name=_("group")
+    )
+    protocol = models.CharField(_("protocol"), max_length=3, choices=PortProtocol.choices)
+    from_port = models.PositiveIntegerField(_("from port"))
+    to_port = models.PositiveIntegerField(_("to port"))
+    source = models.CharField(_("source (CIDR)"), max_length=49)
+    description = models.CharField(_("description"), max_length=200, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("security group rule")
+        verbose_name_plural = _("security group rules")
+        ordering = ["pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(protocol__in=PortProtocol.values), name="security_rule_protocol_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(from_port__gte=PORT_MIN, to_port__lte=PORT_MAX)
+                & Q(from_port__lte=models.F("to_port")),
+                name="security_rule_port_range",
+            ),
+        ]
+
+    def __str__(self):
+        ports = (
+            str(self.from_port)
+            if self.from_port == self.to_port
+            else f"{self.from_port}-{self.to_port}"
+        )
+        return f"{self.protocol}/{ports} ← {self.source}"
+
+
 class Instance(models.Model):
     """A GPU cloud host."""
 
@@ -86,6 +180,15 @@ class Instance(models.Model):
     data_disk_gb = models.PositiveIntegerField(_("cloud disk (GB)"), default=0)
     bandwidth_mbps = models.PositiveIntegerField(_("bandwidth (Mbps)"), default=0)
     ssh_public_key = models.TextField(_("SSH public key"), blank=True)
+    # Its ingress rules; null: its organization's default group.
+    security_group = models.ForeignKey(
+        SecurityGroup,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="instances",
+        verbose_name=_("security group"),
+    )
     backend_handle = models.CharField(_("backend handle"), max_length=200, blank=True)
     access = models.JSONField(_("access details"), default=dict, blank=True)
     # The unit prices fixed when it was ordered (a resize fixes the new size's): metering
@@ -134,6 +237,69 @@ class Instance(models.Model):
 
     def __str__(self):
         return self.name
+
+
+class PortMapping(models.Model):
+    """A port of the host reachable from outside (端口映射): its backend forwards `server_port`
+    of the server's public address to `host_port`. The server port is the backend's choice,
+    kept here to show the endpoint."""
+
+    instance = models.ForeignKey(
+        Instance,
+        on_delete=models.CASCADE,
+        related_name="port_mappings",
+        verbose_name=_("instance"),
+    )
+    protocol = models.CharField(_("protocol"), max_length=3, choices=PortProtocol.choices)
+    host_port = models.PositiveIntegerField(_("host port"))
+    # Where the backend forwards it from: the server's public address (null: it has none the
+    # portal knows) and its port there.
+    address = models.GenericIPAddressField(_("public address"), null=True, blank=True)
+    server_port = models.PositiveIntegerField(_("public port"), null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="+",
+        verbose_name=_("created by"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("port mapping")
+        verbose_name_plural = _("port mappings")
+        ordering = ["host_port", "protocol", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["instance", "protocol", "host_port"], name="port_mapping_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(protocol__in=PortProtocol.values), name="port_mapping_protocol_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(host_port__gte=PORT_MIN, host_port__lte=PORT_MAX),
+                name="port_mapping_host_port_range",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.protocol}/{self.host_port}"
+
+    @property
+    def endpoint(self) -> str:
+        """ "198.51.100.2:20001" ("[2001:db8::2]:20001"): where it is reached; empty while the
+        backend names no public address."""
+        if not self.address or self.server_port is None:
+            return ""
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{host}:{self.server_port}"
+
+    @property
+    def url(self) -> str:
+        """An http:// link to a TCP mapping's endpoint (a web UI, a notebook)."""
+        if self.protocol != PortProtocol.TCP or not self.endpoint:
+            return ""
+        return f"http://{self.endpoint}/"
 
 
 class OrderKind(models.TextChoices):

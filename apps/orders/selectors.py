@@ -1,17 +1,21 @@
 from datetime import timedelta
 
-from django.db.models import Q
+from django.db.models import Count, Prefetch, Q
 from django.utils import timezone
 
 from apps.catalog.models import Flavor
 from apps.core import sql
 from apps.orders.models import (
+    DEFAULT_SECURITY_RULES,
     INSTANCE_HOLDING_STATES,
     Instance,
     InstanceState,
     Order,
     OrderKind,
     OrderState,
+    PortMapping,
+    SecurityGroup,
+    SecurityGroupRule,
 )
 from apps.quotas.services import Usage, demand_for
 from apps.tenants.selectors import for_organization
@@ -138,3 +142,81 @@ def pending_growth(organizations) -> Usage:
 def instance_quota_usage(organizations) -> Usage:
     """The quotas' holder for hosts: instances in a holding state and their open growth."""
     return held_by_instances(organizations) + pending_growth(organizations)
+
+
+# --- Networking: security groups and port mappings --------------------------------------------
+
+
+def security_groups_for(organization) -> list[SecurityGroup]:
+    """The organization's security groups (the default first), each with its rules and, as
+    `hosts`, how many of its hosts that are not released use it (the default group: also
+    those without a group of their own)."""
+    groups = list(
+        for_organization(SecurityGroup, organization)
+        .prefetch_related(Prefetch("rules", queryset=SecurityGroupRule.objects.order_by("pk")))
+        .order_by("-is_default", "name", "pk")
+    )
+    counts = security_group_host_counts(organization)
+    for group in groups:
+        group.hosts = counts.get(group.pk, 0)
+    return groups
+
+
+def security_group_host_counts(organization) -> dict[int, int]:
+    """{group id: how many of the organization's hosts that are not released use it}; the
+    default group counts the hosts without a group of their own too. One query."""
+    using = dict(
+        for_organization(Instance, organization)
+        .exclude(state=InstanceState.RELEASED)
+        .order_by()
+        .values("security_group_id")
+        .annotate(n=Count("pk"))
+        .values_list("security_group_id", "n")
+    )
+    without = using.pop(None, 0)
+    if without:
+        default = (
+            for_organization(SecurityGroup, organization)
+            .filter(is_default=True)
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if default is not None:
+            using[default] = using.get(default, 0) + without
+    return using
+
+
+def effective_security_group(instance) -> SecurityGroup | None:
+    """The host's group: its own, else its organization's default (None while the
+    organization has none yet: it gets one the first time one is needed)."""
+    if instance.security_group_id is not None:
+        return instance.security_group
+    return SecurityGroup.objects.filter(
+        organization_id=instance.organization_id, is_default=True
+    ).first()
+
+
+def ingress_rules_of(instance) -> list[dict]:
+    """The rules that let traffic reach the host's forwarded ports: its group's (an
+    organization without a default group yet has the rules it will be made with)."""
+    group = effective_security_group(instance)
+    if group is None:
+        return [dict(rule) for rule in DEFAULT_SECURITY_RULES]
+    return list(group.rules.order_by("pk").values("protocol", "from_port", "to_port", "source"))
+
+
+def port_mappings_of(instance) -> list[PortMapping]:
+    return list(instance.port_mappings.order_by("host_port", "protocol", "pk"))
+
+
+def hosts_of_group(group: SecurityGroup):
+    """The hosts whose ingress rules are `group`'s: those in it, and for the default group
+    those without a group of their own. Released ones are left out."""
+    in_group = Q(security_group=group)
+    if group.is_default:
+        in_group |= Q(security_group__isnull=True)
+    return (
+        Instance.objects.filter(in_group, organization_id=group.organization_id)
+        .exclude(state=InstanceState.RELEASED)
+        .order_by("pk")
+    )

@@ -46,7 +46,10 @@ from apps.orders.models import (
     Order,
     OrderKind,
     OrderState,
+    PortMapping,
+    SecurityGroup,
 )
+from apps.orders.networking import sync_provisioned
 from apps.orders.validation import validate_hostname, validate_ssh_public_key
 from apps.quotas.services import demand_for, reserve
 from apps.tenants.access import authorize, require_operator
@@ -82,6 +85,8 @@ def move_instance(
         changes["error_message"] = error_message
     if to == InstanceState.RELEASED:
         changes["released_at"] = timezone.now()
+        # Its backend freed their public ports with the host.
+        PortMapping.objects.filter(instance_id=instance.pk).delete()
     instance = transition(
         instance,
         to,
@@ -222,6 +227,8 @@ class HostRequest:
     count: int = 1
     # What the scheduler favours among the nodes that fit (DESIGN.md, Scheduling).
     preference: str = TaskPreference.BALANCED
+    # Its ingress rules; None: the organization's default group.
+    security_group: SecurityGroup | None = None
 
     @classmethod
     def from_data(cls, data) -> "HostRequest":
@@ -239,6 +246,7 @@ class HostRequest:
             name=data.get("name", ""),
             count=data.get("count") or 1,
             preference=data.get("preference") or TaskPreference.BALANCED,
+            security_group=data.get("security_group"),
         )
 
 
@@ -314,6 +322,9 @@ def validate_host_request(organization: Organization, request: HostRequest) -> N
         }
     if request.region is not None and request.region.park_id != park.pk:
         errors["region"] = _("This region is not in your park.")
+    group = request.security_group
+    if group is not None and group.organization_id != organization.pk:
+        errors["security_group"] = _("Choose a security group of this organization.")
     if not flavor.system_disk_gb <= request.system_disk_gb <= MAX_SYSTEM_DISK_GB:
         errors["system_disk_gb"] = _("The system disk must be %(min)d–%(max)d GB.") % {
             "min": flavor.system_disk_gb,
@@ -455,6 +466,7 @@ def _create_order(organization, actor, request, one_host: Quote, name, key) -> O
         data_disk_gb=request.data_disk_gb,
         bandwidth_mbps=request.bandwidth_mbps,
         ssh_public_key=request.ssh_public_key.strip(),
+        security_group=request.security_group,
         rates=one_host.rates(),
         created_by=audit_identity(actor)[0],
     )
@@ -574,6 +586,7 @@ def complete_provisioning(*, instance_id: int, handle: str, access: dict) -> Ins
     instance = move_instance(instance=instance, to=InstanceState.RUNNING)
     for order in _open_orders(instance):
         move_order(order=order, to=OrderState.DONE)
+    sync_provisioned(Instance.objects.select_related("pool__backend").get(pk=instance.pk))
     return instance
 
 

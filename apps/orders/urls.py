@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.orders import views
+from apps.orders import network_views, views
 
 app_name = "orders"
 urlpatterns = [
@@ -12,6 +12,42 @@ urlpatterns = [
         "instances/<int:instance_id>/actions/<slug:kind>/",
         views.instance_operation,
         name="instance_operation",
+    ),
+    path(
+        "instances/<int:instance_id>/port-mappings/",
+        network_views.instance_port_mappings,
+        name="instance_port_mappings",
+    ),
+    path(
+        "instances/<int:instance_id>/port-mappings/<int:mapping_id>/delete/",
+        network_views.instance_port_mapping_delete,
+        name="instance_port_mapping_delete",
+    ),
+    path(
+        "instances/<int:instance_id>/security-group/",
+        network_views.instance_security_group,
+        name="instance_security_group",
+    ),
+    path("security-groups/", network_views.security_group_list, name="security_group_list"),
+    path(
+        "security-groups/<int:group_id>/",
+        network_views.security_group_detail,
+        name="security_group_detail",
+    ),
+    path(
+        "security-groups/<int:group_id>/rules/",
+        network_views.security_group_rule_add,
+        name="security_group_rule_add",
+    ),
+    path(
+        "security-groups/<int:group_id>/rules/<int:rule_id>/delete/",
+        network_views.security_group_rule_delete,
+        name="security_group_rule_delete",
+    ),
+    path(
+        "security-groups/<int:group_id>/delete/",
+        network_views.security_group_delete,
+        name="security_group_delete",
     ),
     path("orders/", views.order_list, name="order_list"),
     path("orders/<int:order_id>/cancel/", views.order_cancel, name="order_cancel"),

@@ -20,6 +20,7 @@ from apps.orders.models import (
     OrderKind,
     OrderState,
 )
+from apps.orders.network_views import network_context
 from apps.orders.selectors import instance_orders, instances_for, orders_for
 from apps.quotas.selectors import quota_rows
 from apps.tenants.decorators import organization_view
@@ -50,8 +51,11 @@ def _order_form(request, data=None):
             "bandwidth_mbps": previous.bandwidth_mbps,
             "ssh_public_key": previous.ssh_public_key,
             "name": previous.name,
+            "security_group": previous.security_group_id,
         }
-    return InstanceOrderForm(data, park=park, flavor=flavor, initial=initial)
+    return InstanceOrderForm(
+        data, park=park, flavor=flavor, initial=initial, organization=request.organization
+    )
 
 
 @organization_view(Action.ORDER)
@@ -137,7 +141,12 @@ def instance_list(request):
 def instance_detail(request, instance_id):
     instance = get_for_organization(
         Instance.objects.select_related(
-            "flavor__family__accelerator_model", "image", "region", "node", "pool"
+            "flavor__family__accelerator_model",
+            "image",
+            "region",
+            "node",
+            "pool__backend",
+            "security_group",
         ),
         request.organization,
         pk=instance_id,
@@ -152,6 +161,7 @@ def instance_detail(request, instance_id):
         "resize_form": ResizeForm(instance=instance),
         "disk_form": DiskForm(initial={"data_disk_gb": instance.data_disk_gb + 100}),
         "bandwidth_form": BandwidthForm(initial={"bandwidth_mbps": instance.bandwidth_mbps}),
+        "network": network_context(request, instance),
     }
     if request.htmx:
         return render(request, "orders/partials/_instance_status.html", context)

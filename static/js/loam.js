@@ -6,7 +6,14 @@
 //   <button data-print>                    prints the page;
 //   <button data-copy="#id" data-copied-label="Copied">  copies that element's text.
 // Listeners sit on the document (capture phase), so content HTMX swaps in behaves the same.
+// A form refused with its errors answers 422 with itself re-rendered: HTMX swaps it in too.
 (function () {
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (event.detail.xhr.status === 422) {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
   document.addEventListener("submit", function (event) {
     var form = event.target;
     if (!(form instanceof HTMLFormElement)) return;

@@ -189,9 +189,12 @@ class FakeAgent:
         return {"HTTP_AUTHORIZATION": f"Bearer {self.credential}"}
 
     def post(self, path: str, body: dict):
-        return self.client.post(
-            f"/api/v1/agent/{path}", body, content_type="application/json", **self.headers()
-        )
+        # A request through the test client activates the language it negotiates, for good:
+        # the test's own (english_messages) is kept.
+        with translation.override(translation.get_language()):
+            return self.client.post(
+                f"/api/v1/agent/{path}", body, content_type="application/json", **self.headers()
+            )
 
     def heartbeat(self, samples: list[dict] | None = None):
         response = self.post("heartbeat", heartbeat_body(self.cards, samples))
@@ -199,7 +202,8 @@ class FakeAgent:
         return response
 
     def hosts(self) -> list[dict]:
-        response = self.client.get("/api/v1/agent/hosts", **self.headers())
+        with translation.override(translation.get_language()):
+            response = self.client.get("/api/v1/agent/hosts", **self.headers())
         assert response.status_code == 200, response.content
         return response.json()["hosts"]
 

@@ -98,6 +98,16 @@ def test_provision_writes_the_desired_host(server, driver):
         "bandwidth_mbps": 50,
         "image": "debian-12",
         "ssh_public_keys": [SSH_KEY],
+        # No network asked for: a private network of its own, SSH on the lowest free port of
+        # the default range, everything forwarded open to all.
+        "network": {
+            "group": host.handle,
+            "ports": [{"purpose": "ssh", "protocol": "tcp", "server_port": 20000, "host_port": 22}],
+            "ingress": [
+                {"protocol": "tcp", "from_port": 1, "to_port": 65535, "source": "0.0.0.0/0"},
+                {"protocol": "udp", "from_port": 1, "to_port": 65535, "source": "0.0.0.0/0"},
+            ],
+        },
     }
     server.refresh_from_db()
     assert server.hosts_version == before + 1

@@ -99,6 +99,8 @@ def test_admin_renders(client, demo_park, language):
         "/admin/tenants/organization/",
         "/admin/orchestration/node/",
         "/admin/core/auditevent/",
+        "/admin/orders/securitygroup/",
+        "/admin/agents/agenthost/",
     ):
         assert client.get(path).status_code == 200, path
 

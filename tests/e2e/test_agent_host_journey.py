@@ -1,7 +1,9 @@
 """A GPU cloud host ordered in the browser runs as a real container on a real host agent.
 
-A `loam-agent` enrols with a join token and serves the live portal (tests/agent_server.py);
-the tenant orders a host in Chromium, SSHes into it with their key and finds the card bound in,
+A `loam-agent` enrols with a join token and serves the live portal (tests/agent_server.py), its
+uplink facing an outside world of network namespaces (tests/outside_world.py); the tenant
+orders a host in Chromium, copies the SSH line and connects from the outside with their key
+through the server's public port, finds the card bound in,
 sees the card's figures on the instance page, stops it (the card is free for others), starts
 it again, resizes it to two cards, releases it, and nothing is left on the server. Celery runs
 eagerly in the live server, so the order's request waits while the agent creates the host.
@@ -9,6 +11,7 @@ eagerly in the live server, so the order's request waits while the agent creates
 
 import os
 import re
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -25,6 +28,7 @@ from tests.agent_server import (
     ssh_answers,
     start_agent_server,
 )
+from tests.outside_world import PUBLIC_ADDRESS, outside
 
 pytestmark = pytest.mark.containers
 PASSWORD = "agent-journey-password-1"
@@ -48,7 +52,7 @@ def wait_until(check, seconds: float = 30):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_host_ordered_in_the_browser_is_a_real_container(
-    page: Page, live_server, screenshot, settings, tmp_path, can_run_hosts
+    page: Page, live_server, screenshot, settings, tmp_path, can_run_hosts, outside_world
 ):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     park = build_agent_park(quota=2)
@@ -66,16 +70,28 @@ def test_a_host_ordered_in_the_browser_is_a_real_container(
         wait_until(lambda: cards.count() == 2)
         key = tmp_path / "tenant_key"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
-        host_id = journey(page, live_server, screenshot, park, key)
+        host_id, access = journey(page, live_server, screenshot, park, key)
         wait_until(lambda: not server.host_folders())
         assert not Path(f"/run/netns/loam-{host_key(host_id)}").exists()
+        # No rule of the host is left: its port is free, and refused from outside.
+        rules = subprocess.run(["nft", "list", "table", "inet", "loam"], capture_output=True)
+        assert f"dport {access['ssh_port']} " not in rules.stdout.decode()
+        assert outside_ssh(f"ssh -p {access['ssh_port']} root@{PUBLIC_ADDRESS}", key).returncode
         assert not cards.filter(allocation__isnull=False).exists()
     finally:
         server.stop()
 
 
+def outside_ssh(ssh_line: str, key: Path) -> subprocess.CompletedProcess:
+    """The instance page's SSH line as the tenant runs it on their laptop, with their key."""
+    options = ["-i", str(key), "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes"]
+    options += ["-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=2", "-q"]
+    ssh, *arguments = shlex.split(ssh_line)
+    return outside(ssh, *options, *arguments, "true", timeout=15)
+
+
 def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
-    """The tenant's part; returns the agent's id of the host."""
+    """The tenant's part; returns the agent's id of the host and how it was reached."""
     expect.set_options(timeout=TIMEOUT_MS)
     page.set_default_timeout(TIMEOUT_MS)
     page.context.add_cookies([{"name": "django_language", "value": "en", "url": live_server.url}])
@@ -94,14 +110,18 @@ def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
     page.wait_for_url(re.compile(r"/instances/\d+/$"))
     expect(page.locator(".state-badge").first).to_have_attribute("data-state", "running")
     instance = Instance.objects.get(name="agent-host")
-    address = instance.access["address"]
-    expect(page.locator("#ssh-command")).to_have_text(f"ssh -p 22 root@{address}")
+    access = instance.access
+    # The server's public address and a port of it, not an address inside the server.
+    assert access["address"] == PUBLIC_ADDRESS and access["ssh_port"] >= 20000
+    ssh_line = page.locator("#ssh-command").inner_text()
+    assert ssh_line == f"ssh -p {access['ssh_port']} root@{PUBLIC_ADDRESS}"
     expect(page.locator("#disk-offline-note")).to_be_visible()
 
-    # SSH with the tenant's key: the ordered card is bound in, and only it.
-    wait_until(lambda: ssh_answers(address, key).returncode == 0, seconds=10)
-    print(f"order -> SSH-able: {time.monotonic() - started:.2f} s")
-    devices = ssh_answers(address, key, "ls /dev/ | grep -E '^nvidia[0-9]+$'").stdout.split()
+    # The line copied from the page, run on the tenant's laptop (the outside world).
+    wait_until(lambda: outside_ssh(ssh_line, key).returncode == 0, seconds=10)
+    print(f"order -> SSH-able from outside: {time.monotonic() - started:.2f} s")
+    # The ordered card is bound in, and only it.
+    devices = ssh_answers(access, key, "ls /dev/ | grep -E '^nvidia[0-9]+$'").stdout.split()
     assert devices == ["nvidia0"]
 
     # The card's live figures, measured by the agent (the fake NVML draws 231 W).
@@ -116,14 +136,15 @@ def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
     page.locator("#instance-actions button", has_text="Stop").click()
     expect(page.locator(".state-badge").first).to_have_attribute("data-state", "stopped")
     assert not Accelerator.objects.filter(allocation__instance=instance).exists()
-    assert ssh_answers(address, key).returncode != 0
+    assert ssh_answers(access, key).returncode != 0
     screenshot("agent-host-stopped")
 
     # Start again: a card again, SSH again.
     page.locator("#instance-actions button", has_text="Start").click()
     expect(page.locator(".state-badge").first).to_have_attribute("data-state", "running")
     instance.refresh_from_db()
-    wait_until(lambda: ssh_answers(instance.access["address"], key).returncode == 0, seconds=10)
+    assert instance.access == access  # the same port after a stop and a start
+    wait_until(lambda: ssh_answers(instance.access, key).returncode == 0, seconds=10)
 
     # Resize to the family's two-card flavor: the host restarts with both cards bound in.
     larger = park.flavor.family.flavors.get(accelerator_count=2)
@@ -132,9 +153,9 @@ def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
     expect(page.locator("#instance-flavor")).to_contain_text(larger.code)
     expect(page.locator(".state-badge").first).to_have_attribute("data-state", "running")
     instance.refresh_from_db()
-    address = instance.access["address"]
-    wait_until(lambda: ssh_answers(address, key).returncode == 0, seconds=10)
-    devices = ssh_answers(address, key, "ls /dev/ | grep -E '^nvidia[0-9]+$'").stdout.split()
+    assert instance.access == access
+    wait_until(lambda: ssh_answers(access, key).returncode == 0, seconds=10)
+    devices = ssh_answers(access, key, "ls /dev/ | grep -E '^nvidia[0-9]+$'").stdout.split()
     assert devices == ["nvidia0", "nvidia1"]
     screenshot("agent-host-resized")
 
@@ -143,4 +164,4 @@ def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
     page.locator("#confirm-dialog-ok").click()  # the page's own dialog
     expect(page.locator(".state-badge").first).to_have_attribute("data-state", "released")
     screenshot("agent-host-released")
-    return instance.backend_handle
+    return instance.backend_handle, access

@@ -11,12 +11,14 @@ from apps.orchestration.backends.base import (
     Capability,
     HostDriver,
     InventoryDriver,
+    NetworkDriver,
 )
 
 PROTOCOLS = {
     Capability.INVENTORY: InventoryDriver,
     Capability.HOSTS: HostDriver,
     Capability.BATCH: BatchDriver,
+    Capability.NETWORK: NetworkDriver,
 }
 
 

@@ -7,7 +7,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 
-from apps.orchestration.backends.base import BackendError, HostSpec
+from apps.orchestration.backends.base import (
+    BackendError,
+    HostNetwork,
+    HostSpec,
+    IngressRule,
+    PortForward,
+)
 from apps.orchestration.backends.simulator import SimulatorDriver
 
 START = datetime(2025, 3, 1, 8, 0, tzinfo=UTC)
@@ -91,6 +97,28 @@ def test_provisioning_the_same_host_again_gives_the_same_host():
 
     assert first == again
     assert other.handle != first.handle
+
+
+def test_a_hosts_network_is_its_own_ports_on_its_simulated_address():
+    driver = SimulatorDriver({})
+    access = driver.host_request_status(driver.provision(SPEC)).access
+    network = HostNetwork(
+        group="o-1",
+        ingress=(IngressRule("tcp", 1, 65535, "0.0.0.0/0"),),
+        mappings=(PortForward("tcp", 8888), PortForward("udp", 5353)),
+    )
+
+    ports = driver.set_network(access.handle, network)
+
+    assert ports.address == access.address and ports.address.startswith("198.18.")
+    assert [(p.purpose, p.protocol, p.host_port, p.server_port) for p in ports.ports] == [
+        ("ssh", "tcp", 22, 22),
+        ("mapping", "tcp", 8888, 8888),
+        ("mapping", "udp", 5353, 5353),
+    ]
+    assert driver.set_network(access.handle, network) == ports  # the same again
+    with pytest.raises(BackendError):
+        driver.set_network("not-a-host", network)
 
 
 def test_a_failing_request_is_accepted_and_fails_when_it_completes(clock):

@@ -1,5 +1,7 @@
 from rest_framework import serializers
 
+from apps.api.serializers.fields import IntegerField
+from apps.api.serializers.networking import organization_group
 from apps.catalog.models import Flavor, Image, Region
 from apps.orchestration.models import TaskPreference
 from apps.orders.models import Instance, Order
@@ -42,15 +44,26 @@ class HostRequestSerializer(serializers.Serializer):
     )
     count = serializers.IntegerField(min_value=1, max_value=MAX_COUNT, required=False, default=1)
     ssh_public_key = serializers.CharField(required=False, allow_blank=True, default="")
+    security_group = IntegerField(
+        min_value=1,
+        required=False,
+        allow_null=True,
+        help_text="The id of one of the organization's security groups; empty or null: its "
+        "default group.",
+    )
 
-    def __init__(self, *args, park=None, **kwargs):
+    def __init__(self, *args, park=None, organization=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.organization = organization
         if park is not None:
             self.fields["flavor"].queryset = Flavor.objects.filter(
                 is_active=True, family__park=park
             ).select_related("family__accelerator_model")
             self.fields["image"].queryset = Image.objects.filter(is_active=True, park=park)
             self.fields["region"].queryset = Region.objects.filter(park=park)
+
+    def validate_security_group(self, value):
+        return None if value is None else organization_group(self.organization, value)
 
     def host_request(self) -> HostRequest:
         return HostRequest.from_data(self.validated_data)
@@ -95,6 +108,11 @@ class InstanceSerializer(serializers.ModelSerializer):
     image = serializers.CharField(source="image.code", read_only=True)
     region = serializers.CharField(source="region.code", read_only=True)
     node = serializers.CharField(source="node.hostname", read_only=True, allow_null=True)
+    security_group = serializers.PrimaryKeyRelatedField(
+        read_only=True,
+        allow_null=True,
+        help_text="The id of its security group; null: the organization's default group.",
+    )
 
     class Meta:
         model = Instance
@@ -110,6 +128,7 @@ class InstanceSerializer(serializers.ModelSerializer):
             "data_disk_gb",
             "bandwidth_mbps",
             "access",
+            "security_group",
             "error_message",
             "created_at",
             "updated_at",

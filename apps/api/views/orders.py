@@ -1,7 +1,9 @@
 """Quotes, orders and instances: the same services the pages call."""
 
 from django.db.models import Prefetch
-from drf_spectacular.utils import extend_schema
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -9,6 +11,11 @@ from rest_framework.views import APIView
 
 from apps.api.base import LoamAPIMixin
 from apps.api.permissions import current_actor, current_organization
+from apps.api.serializers.networking import (
+    InstanceSecurityGroupSerializer,
+    PortMappingInputSerializer,
+    PortMappingSerializer,
+)
 from apps.api.serializers.orders import (
     BandwidthSerializer,
     DiskSerializer,
@@ -19,12 +26,15 @@ from apps.api.serializers.orders import (
     QuoteSerializer,
     ResizeSerializer,
 )
-from apps.orders import operations, services
-from apps.orders.models import Instance, Order, OrderKind
+from apps.orders import networking, operations, services
+from apps.orders.models import Instance, Order, OrderKind, PortMapping
+from apps.orders.selectors import port_mappings_of
 from apps.quotas.models import QuotaLimit
 from apps.quotas.services import organization_usage
 from apps.tenants.roles import Action
 from apps.tenants.selectors import for_organization
+
+MAPPING_ID = OpenApiParameter("mapping_id", OpenApiTypes.INT, OpenApiParameter.PATH)
 
 
 class QuoteView(LoamAPIMixin, APIView):
@@ -34,7 +44,9 @@ class QuoteView(LoamAPIMixin, APIView):
     def post(self, request):
         """What a create order would cost and where it would land; nothing is reserved."""
         organization = current_organization(request)
-        serializer = HostRequestSerializer(data=request.data, park=organization.park)
+        serializer = HostRequestSerializer(
+            data=request.data, park=organization.park, organization=organization
+        )
         serializer.is_valid(raise_exception=True)
         host = serializer.host_request()
         services.validate_host_request(organization, host)
@@ -64,7 +76,9 @@ class OrderViewSet(
     def create(self, request):
         """Order hosts (one order per host). Send an Idempotency-Key to retry safely."""
         organization = current_organization(request)
-        serializer = HostRequestSerializer(data=request.data, park=organization.park)
+        serializer = HostRequestSerializer(
+            data=request.data, park=organization.park, organization=organization
+        )
         serializer.is_valid(raise_exception=True)
         orders = services.submit_create(
             organization=organization,
@@ -115,6 +129,11 @@ class InstanceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
         "expand_disk": Action.ORDER,
         "set_bandwidth": Action.ORDER,
         "release": Action.RELEASE,
+        "port_mappings": Action.VIEW,
+        "add_port_mapping": Action.ORDER,
+        "port_mapping": Action.VIEW,
+        "remove_port_mapping": Action.ORDER,
+        "security_group": Action.ORDER,
     }
     filterset_fields = ["state"]
     ordering_fields = ["created_at", "name", "state"]
@@ -137,6 +156,83 @@ class InstanceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
     set_bandwidth = action(detail=True, methods=["post"], url_path="set-bandwidth")(
         _operation(OrderKind.SET_BANDWIDTH, BandwidthSerializer)
     )
+
+    # --- reaching the host: port mappings and its security group -------------------------------
+
+    @extend_schema(responses=PortMappingSerializer(many=True))
+    @action(detail=True, methods=["get"], url_path="port-mappings")
+    def port_mappings(self, request, pk=None):
+        """The host's port mappings: each a port of its server's public address (`endpoint`)
+        forwarded to a port of the host."""
+        mappings = port_mappings_of(self.get_object())
+        page = self.paginate_queryset(mappings)
+        if page is not None:
+            return self.get_paginated_response(PortMappingSerializer(page, many=True).data)
+        return Response(PortMappingSerializer(mappings, many=True).data)
+
+    @extend_schema(
+        request=PortMappingInputSerializer,
+        responses={201: PortMappingSerializer},
+        description="Reach a port of the host from outside: its server forwards the lowest free "
+        "port of its public range to it, at once (the host need not restart). The host must be "
+        "running or stopped, on a backend that forwards ports (else 409); a port out of range, "
+        "22 (SSH), one mapped already or one past the limit per host is a 400.",
+    )
+    @port_mappings.mapping.post
+    def add_port_mapping(self, request, pk=None):
+        instance = self.get_object()
+        serializer = PortMappingInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        mapping = networking.add_port_mapping(
+            instance=instance, actor=current_actor(request), **serializer.validated_data
+        )
+        return Response(PortMappingSerializer(mapping).data, status=status.HTTP_201_CREATED)
+
+    def _mapping(self, mapping_id) -> PortMapping:
+        return get_object_or_404(PortMapping, instance=self.get_object(), pk=mapping_id)
+
+    @extend_schema(responses=PortMappingSerializer, parameters=[MAPPING_ID])
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path=r"port-mappings/(?P<mapping_id>[0-9]+)",
+        url_name="port-mapping",
+    )
+    def port_mapping(self, request, pk=None, mapping_id=None):
+        """One port mapping of the host."""
+        return Response(PortMappingSerializer(self._mapping(mapping_id)).data)
+
+    @extend_schema(
+        responses={204: None},
+        parameters=[MAPPING_ID],
+        description="Stop forwarding: its public port is free again.",
+    )
+    @port_mapping.mapping.delete
+    def remove_port_mapping(self, request, pk=None, mapping_id=None):
+        networking.remove_port_mapping(
+            mapping=self._mapping(mapping_id), actor=current_actor(request)
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        request=InstanceSecurityGroupSerializer,
+        responses=InstanceSerializer,
+        description="Move the host to another security group of the organization: its ingress "
+        "rules change at once (409 on a backend that does not apply security groups).",
+    )
+    @action(detail=True, methods=["post"], url_path="security-group")
+    def security_group(self, request, pk=None):
+        instance = self.get_object()
+        serializer = InstanceSecurityGroupSerializer(
+            data=request.data, organization=instance.organization
+        )
+        serializer.is_valid(raise_exception=True)
+        instance = networking.set_instance_security_group(
+            instance=instance,
+            actor=current_actor(request),
+            group=serializer.validated_data["security_group"],
+        )
+        return Response(InstanceSerializer(self.get_queryset().get(pk=instance.pk)).data)
 
 
 class QuotaView(LoamAPIMixin, APIView):

@@ -19,6 +19,8 @@ from apps.orchestration.agent_store import AGENT_HOST_STORE, AgentHostStore
 from apps.orchestration.backends.base import (
     BackendError,
     Capability,
+    HostNetwork,
+    HostPorts,
     HostRequestStatus,
     HostSpec,
     NodeTelemetry,
@@ -31,7 +33,7 @@ class AgentDriver:
     is_simulator = False
     # Its state is in the portal: `registry.driver_of` tells it its Backend row's id.
     binds_backend = True
-    capabilities = frozenset({Capability.INVENTORY, Capability.HOSTS})
+    capabilities = frozenset({Capability.INVENTORY, Capability.HOSTS, Capability.NETWORK})
     config_example = {"pools": [{"name": "gpu-h200", "accelerator_model": "h200-sxm"}]}
 
     def __init__(self, config: dict):
@@ -113,6 +115,13 @@ class AgentDriver:
 
     def release(self, handle: str) -> str:
         return self._store().release(handle)
+
+    # --- network: ports of the server's public address, the private network, ingress rules ------
+
+    def set_network(self, handle: str, network: HostNetwork) -> HostPorts:
+        """Written as the host's next generation (the agent applies it live); a new mapping
+        gets the lowest free port of the server's public range."""
+        return self._store().set_network(handle, network)
 
     def host_request_status(self, request: str) -> HostRequestStatus:
         """Done once the server reports the requested generation (or a later one) in the state

@@ -2,8 +2,10 @@
 
 A driver declares which it has (`capabilities`): every driver reports its inventory; a driver
 with HOSTS runs GPU cloud hosts, one with BATCH runs training tasks (a Slurm cluster has only
-INVENTORY and BATCH). The portal asks a pool's driver only for what it declares, and refuses an
-order its pool's driver cannot do before anything is reserved.
+INVENTORY and BATCH). A driver with NETWORK also forwards ports of the server's public address to
+its hosts and filters what reaches them (port mappings, security groups). The portal asks a
+pool's driver only for what it declares, and refuses an order its pool's driver cannot do
+before anything is reserved.
 
 Drivers take plain values (specs, handles), never model objects, so a job can call them with
 what it reloaded from the database and a driver can be tested without Django.
@@ -20,6 +22,15 @@ class Capability(StrEnum):
     INVENTORY = "inventory"  # capacity, telemetry
     HOSTS = "hosts"  # provision, start/stop, resize, disk, bandwidth, release
     BATCH = "batch"  # submit, status, logs, cancel
+    NETWORK = "network"  # hosts' forwarded ports, private networks and ingress rules
+
+
+# The transport protocols a forwarded port or an ingress rule names.
+TCP, UDP = "tcp", "udp"
+PORT_PROTOCOLS = (TCP, UDP)
+# What a forwarded port is for: the host's sshd (allocated with the host), or a tenant's mapping.
+PURPOSE_SSH, PURPOSE_MAPPING = "ssh", "mapping"
+SSH_PORT = 22
 
 
 class BackendError(Exception):
@@ -67,6 +78,63 @@ class NodeTelemetry:
 
 
 @dataclass(frozen=True)
+class IngressRule:
+    """Traffic a host accepts on its forwarded ports: `protocol` to the host's ports
+    `from_port`..`to_port` (inclusive, the host's side of a forward) from `source`, a network
+    in CIDR form ("0.0.0.0/0", "203.0.113.0/24", "2001:db8::/32")."""
+
+    protocol: str
+    from_port: int
+    to_port: int
+    source: str
+
+
+@dataclass(frozen=True)
+class PortForward:
+    """A host port the tenant wants reachable from outside, besides SSH (a port mapping)."""
+
+    protocol: str
+    host_port: int
+
+
+@dataclass(frozen=True)
+class HostNetwork:
+    """How a host is networked: the private network it joins (`group`: hosts of one group on
+    one server reach each other, other groups are isolated), the rules of what reaches its
+    forwarded ports from outside (`ingress`; nothing else is let in), and the ports forwarded
+    to it besides SSH (`mappings`)."""
+
+    group: str
+    ingress: tuple[IngressRule, ...] = ()
+    mappings: tuple[PortForward, ...] = ()
+
+
+@dataclass(frozen=True)
+class ForwardedPort:
+    """A port of the server's public address forwarded to a port of the host."""
+
+    protocol: str
+    host_port: int
+    server_port: int
+    purpose: str  # PURPOSE_SSH or PURPOSE_MAPPING
+
+
+@dataclass(frozen=True)
+class HostPorts:
+    """What a NETWORK driver allocated to a host: the address the forwarded ports are on
+    (empty when the backend has no public address) and every port forwarded to it."""
+
+    address: str
+    ports: tuple[ForwardedPort, ...] = ()
+
+    def server_port(self, protocol: str, host_port: int) -> int | None:
+        for port in self.ports:
+            if (port.protocol, port.host_port) == (protocol, host_port):
+                return port.server_port
+        return None
+
+
+@dataclass(frozen=True)
 class HostSpec:
     """What to run: one instance's shape on the node and devices the portal allocated."""
 
@@ -80,6 +148,9 @@ class HostSpec:
     bandwidth_mbps: int
     image: str
     ssh_public_key: str
+    # For a driver with NETWORK; None: the backend's default (a private network of the host's
+    # own, every forwarded port open to all).
+    network: HostNetwork | None = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +272,20 @@ class HostDriver(Driver, Protocol):
         """Whether the request is done (and, for a provisioning, the host's access). Raises
         BackendError: permanent when the request failed for good (the message says why),
         transient when the backend could not answer now."""
+        ...
+
+
+class NetworkDriver(Driver, Protocol):
+    """A host's network is desired state, not a request: `set_network` records it at once
+    (the backend applies it to the running or stopped host live, without restarting it) and
+    returns what the host has now, so the caller can do it inside its own transaction. It is
+    idempotent: the same network again changes nothing and answers the same ports. A port
+    forwarded before keeps its server port; the host's SSH port is allocated when it is
+    provisioned and kept until it is released."""
+
+    def set_network(self, handle: str, network: HostNetwork) -> HostPorts:
+        """Make `network` the host's. Raises BackendError when it cannot be done (no free
+        port left on the server: nothing is changed then)."""
         ...
 
 

@@ -18,6 +18,9 @@ Config (all optional):
     task_failure_rate: 0.0..1.0   share of training tasks that exit with an error; which ones is
                                   a stable draw per task (seed, node, name, command)
 
+Its hosts' networks (`set_network`) are simulated too: a host's forwarded ports are the same
+ports of its own made-up address, and nothing refuses them (nor takes an injected failure).
+
 Tests inject failures precisely with `SimulatorDriver.fail_next(...)`.
 """
 
@@ -29,13 +32,19 @@ from collections import deque
 from collections.abc import Mapping
 
 from apps.orchestration.backends.base import (
+    PURPOSE_MAPPING,
+    PURPOSE_SSH,
+    SSH_PORT,
     TASK_FAILED,
     TASK_RUNNING,
     TASK_SUCCEEDED,
     AcceleratorReading,
     BackendError,
     Capability,
+    ForwardedPort,
     HostAccess,
+    HostNetwork,
+    HostPorts,
     HostRequestStatus,
     HostSpec,
     NodeCapacity,
@@ -55,7 +64,9 @@ _streams: dict = {}
 class SimulatorDriver:
     name = "simulator"
     is_simulator = True
-    capabilities = frozenset({Capability.INVENTORY, Capability.HOSTS, Capability.BATCH})
+    capabilities = frozenset(
+        {Capability.INVENTORY, Capability.HOSTS, Capability.BATCH, Capability.NETWORK}
+    )
     config_example = {
         "pools": [
             {
@@ -228,10 +239,32 @@ class SimulatorDriver:
             raise BackendError(f"simulator: {operation} failed (simulated hardware fault)")
         if operation != "provision":
             return HostRequestStatus(done=True)
-        digest = bytes.fromhex(host.removeprefix("sim-"))
-        # A stable address in the benchmarking range (RFC 2544): nothing answers there.
-        address = f"198.18.{digest[0]}.{digest[1] or 1}"
+        address = self._address(host)
         return HostRequestStatus(done=True, access=HostAccess(handle=host, address=address))
+
+    @staticmethod
+    def _address(host: str) -> str:
+        """A stable address in the benchmarking range (RFC 2544): nothing answers there."""
+        try:
+            digest = bytes.fromhex(host.removeprefix("sim-"))
+        except ValueError:
+            raise BackendError(f"simulator: no host {host!r}") from None
+        if len(digest) < 2:
+            raise BackendError(f"simulator: no host {host!r}")
+        return f"198.18.{digest[0]}.{digest[1] or 1}"
+
+    # --- network ---------------------------------------------------------------------------------
+    # Nothing is kept: each simulated host has an address of its own (`_address`), so a port
+    # is "forwarded" to the same port there: SSH on 22, a mapping of 8888 on 8888. Consistent
+    # from one call to the next, and never a port a real server handed out.
+
+    def set_network(self, handle: str, network: HostNetwork) -> HostPorts:
+        ports = [ForwardedPort("tcp", SSH_PORT, SSH_PORT, PURPOSE_SSH)]
+        ports += [
+            ForwardedPort(m.protocol, m.host_port, m.host_port, PURPOSE_MAPPING)
+            for m in network.mappings
+        ]
+        return HostPorts(address=self._address(handle), ports=tuple(ports))
 
     # --- training tasks --------------------------------------------------------------------------
     # The handle carries what a later look needs (drivers are built per call and keep nothing):
