@@ -30,7 +30,9 @@ from tests.agent_server import (
 )
 from tests.outside_world import PUBLIC_ADDRESS, outside
 
-pytestmark = pytest.mark.containers
+# The agent heartbeats and reports while the browser works: real concurrent writes, which
+# SQLite's shared in-memory test database answers with "database table is locked".
+pytestmark = [pytest.mark.containers, pytest.mark.postgres]
 PASSWORD = "agent-journey-password-1"
 TIMEOUT_MS = 30_000
 
@@ -90,6 +92,40 @@ def outside_ssh(ssh_line: str, key: Path) -> subprocess.CompletedProcess:
     return outside(ssh, *options, *arguments, "true", timeout=15)
 
 
+def network_journey(page: Page, live_server, screenshot, instance, access, key: Path) -> None:
+    """A port mapping reached from the outside at the URL the page gives; then a security
+    group that lets in SSH only closes the mapped port, live."""
+    serve = "cd /tmp && echo served > index.html && (setsid python3 -m http.server 8888 &)"
+    assert ssh_answers(access, key, f"{serve} >/dev/null 2>&1").returncode == 0
+    page.select_option("#port-mapping-form select[name=protocol]", "tcp")
+    page.fill("#port-mapping-form input[name=host_port]", "8888")
+    page.locator("#port-mapping-form button[type=submit]").click()
+    link = page.locator("#port-mappings a").first
+    expect(link).to_contain_text(f"{PUBLIC_ADDRESS}:")
+    url = link.get_attribute("href")
+    wait_until(lambda: outside("curl", "-sf", "-m", "2", url).stdout == "served\n", seconds=10)
+    screenshot("agent-host-port-mapping")
+
+    page.goto(f"{live_server.url}/security-groups/")
+    page.fill("#security-group-create input[name=name]", "ssh-only")
+    page.locator("#security-group-create button[type=submit]").click()
+    page.wait_for_url(re.compile(r"/security-groups/\d+/$"))
+    page.select_option("#security-rule-form select[name=protocol]", "tcp")
+    page.fill("#security-rule-form input[name=from_port]", "22")
+    page.fill("#security-rule-form input[name=to_port]", "22")
+    page.fill("#security-rule-form input[name=source]", "0.0.0.0/0")
+    page.locator("#security-rule-form button[type=submit]").click()
+    expect(page.locator("#security-group-rule-table tbody tr[id^=security-rule-]")).to_have_count(1)
+    screenshot("security-group-ssh-only")
+
+    page.goto(f"{live_server.url}/instances/{instance.pk}/")
+    page.select_option("#security-group-form select[name=security_group]", label="ssh-only")
+    page.locator("#security-group-form button[type=submit]").click()
+    expect(page.locator("#instance-security-group-name")).to_have_text("ssh-only")
+    wait_until(lambda: outside("curl", "-sf", "-m", "2", url).returncode != 0, seconds=10)
+    assert ssh_answers(access, key).returncode == 0  # live: the host kept running
+
+
 def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
     """The tenant's part; returns the agent's id of the host and how it was reached."""
     expect.set_options(timeout=TIMEOUT_MS)
@@ -123,6 +159,8 @@ def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
     # The ordered card is bound in, and only it.
     devices = ssh_answers(access, key, "ls /dev/ | grep -E '^nvidia[0-9]+$'").stdout.split()
     assert devices == ["nvidia0"]
+
+    network_journey(page, live_server, screenshot, instance, access, key)
 
     # The card's live figures, measured by the agent (the fake NVML draws 231 W).
     expect(page.locator("#chart-gpu-power canvas")).to_have_count(1)
