@@ -217,7 +217,9 @@ class AgentHostStore:
         return [serials[index] for index in indices]
 
     @transaction.atomic
-    def provision(self, spec: HostSpec) -> str:
+    def provision(
+        self, spec: HostSpec, public_ips: Mapping[str, ipaddress.IPv4Network] | None = None
+    ) -> str:
         server = self._server_for(spec.node)
         uuids = self._card_uuids(server, spec.accelerator_indices)
         lock(AgentServer, server.pk)
@@ -246,6 +248,10 @@ class AgentHostStore:
         )
         # Its SSH port (and any mappings) now: none free fails the provisioning, undone.
         self._forward(host, server, network.mappings if network else ())
+        routed = (public_ips or {}).get(server.node.pool.name)
+        if routed is not None:
+            host.public_ip = self._free_public_ip(server, routed)
+            host.save(update_fields=["public_ip"])
         bump_hosts_version(server)
         return host.request()
 
@@ -307,6 +313,26 @@ class AgentHostStore:
             )
         AgentHostPort.objects.bulk_create(rows)
         return bool(gone or rows)
+
+    @staticmethod
+    def _free_public_ip(server: AgentServer, routed: ipaddress.IPv4Network) -> str:
+        """The lowest address of `routed` no host holds, under the pool's lock (its servers
+        share the addresses; the caller holds the server's lock, taken first)."""
+        lock(Pool, server.node.pool_id)
+        held = set(
+            AgentHost.objects.filter(public_ip__isnull=False).values_list("public_ip", flat=True)
+        )
+        candidates = routed.hosts() if routed.prefixlen < 31 else iter(routed)
+        for address in candidates:
+            if str(address) not in held:
+                return str(address)
+        raise BackendError(
+            _(
+                "agent: every public IP of pool %(pool)s (%(network)s) is held by a host; "
+                "release one, or route more addresses to the pool"
+            )
+            % {"pool": server.node.pool.name, "network": routed}
+        )
 
     def _ports_of(self, host: AgentHost, server: AgentServer) -> HostPorts:
         ports = sorted(host.ports.all(), key=lambda p: (p.purpose != PortPurpose.SSH, p.pk))
@@ -390,8 +416,18 @@ class AgentHostStore:
 
     def _remove(self, host: AgentHost) -> str:
         host.state, host.card_uuids, host.start_after = WantedState.REMOVED, [], None
+        host.public_ip = None
         host.generation += 1
-        host.save(update_fields=["state", "card_uuids", "start_after", "generation", "updated_at"])
+        host.save(
+            update_fields=[
+                "state",
+                "card_uuids",
+                "start_after",
+                "public_ip",
+                "generation",
+                "updated_at",
+            ]
+        )
         free_host_ports(host)
         bump_hosts_version(host.server)
         return host.request()
@@ -503,8 +539,11 @@ class AgentHostStore:
         return HostRequestStatus(done=False)
 
     def _access(self, host: AgentHost) -> HostAccess:
-        """Where tenants reach a running host: its SSH port on the server's public address,
-        where the server has one; else where its sshd listens (the server's own network)."""
+        """Where tenants reach a running host: its own public IP, where its pool has them; its
+        SSH port on the server's public address, where the server has one; else where its
+        sshd listens (the server's own network)."""
+        if host.public_ip:
+            return HostAccess(handle=host.handle, address=host.public_ip, ssh_port=22)
         public = host.server.public_address
         ssh = host.ports.filter(purpose=PortPurpose.SSH).values_list("server_port", flat=True)
         ssh_port = ssh.first() if public else None

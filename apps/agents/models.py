@@ -331,6 +331,12 @@ class AgentHost(models.Model):
     reported_message = models.TextField(_("reported message"), blank=True)
     address = models.CharField(_("address"), max_length=45, blank=True)
     ssh_port = models.PositiveIntegerField(_("SSH port"), null=True, blank=True)
+    # A public address of its own, where its pool has some ("public_ips" in the backend's
+    # config): routed by the park to the server, every port of it the host's. Freed (null) at
+    # removal.
+    public_ip = models.GenericIPAddressField(
+        _("public IP"), protocol="IPv4", null=True, blank=True, unique=True
+    )
     reported_at = models.DateTimeField(_("reported at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)

@@ -94,6 +94,7 @@ def host_network(host: AgentHost) -> dict:
     ports = sorted(host.ports.all(), key=lambda p: (p.purpose != PortPurpose.SSH, p.server_port))
     return {
         "group": host.network_group or host.handle,
+        "public_ip": host.public_ip or "",
         "ports": [
             {
                 "purpose": port.purpose,

@@ -8,6 +8,7 @@ kept by `apps.agents`, which sits above orchestration and plugs its store in her
 """
 
 from collections.abc import Mapping
+from ipaddress import IPv4Network
 from typing import Protocol
 
 from apps.core.extensions import ExtensionPoint
@@ -34,7 +35,9 @@ class AgentHostStore(Protocol):
 
     def telemetry(self, hosts: Mapping[str, int]) -> list[NodeTelemetry]: ...
 
-    def provision(self, spec: HostSpec) -> str: ...
+    def provision(
+        self, spec: HostSpec, public_ips: Mapping[str, IPv4Network] | None = None
+    ) -> str: ...
 
     def stop(self, handle: str) -> str: ...
 

@@ -102,6 +102,7 @@ def test_provision_writes_the_desired_host(server, driver):
         # the default range, everything forwarded open to all.
         "network": {
             "group": host.handle,
+            "public_ip": "",
             "ports": [{"purpose": "ssh", "protocol": "tcp", "server_port": 20000, "host_port": 22}],
             "ingress": [
                 {"protocol": "tcp", "from_port": 1, "to_port": 65535, "source": "0.0.0.0/0"},

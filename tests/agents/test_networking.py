@@ -83,6 +83,7 @@ def test_a_provisioned_host_gets_ssh_on_the_lowest_free_port_and_its_network(ser
 
     assert listed(server, host)["network"] == {
         "group": "o-7",
+        "public_ip": "",
         "ports": [{"purpose": "ssh", "protocol": "tcp", "server_port": 20000, "host_port": 22}],
         "ingress": [
             {"protocol": "tcp", "from_port": 22, "to_port": 22, "source": "203.0.113.0/24"},
@@ -104,6 +105,7 @@ def test_the_hosts_list_carries_every_port_ssh_first(enrolled, driver, client):
     assert body["generation"] == 2
     assert body["network"] == {
         "group": "o-7",
+        "public_ip": "",
         "ports": [
             {"purpose": "ssh", "protocol": "tcp", "server_port": 20000, "host_port": 22},
             # udp has its own numbers: its first mapping takes 20000 too
@@ -426,3 +428,54 @@ def test_concurrent_mappings_on_one_server_never_share_a_port(agent_world, drive
     assert errors == []
     mapped = AgentHostPort.objects.filter(purpose="mapping").values_list("server_port", flat=True)
     assert len(mapped) == 16 and sorted(mapped) == list(range(30008, 30024))
+
+
+# --- a public IP per host, where the park routes addresses to the pool -------------------------
+
+
+@pytest.fixture
+def routed_pool(agent_world):
+    """The pool's servers are routed 198.51.100.128/30: two usable addresses, .129 and .130."""
+    agent_world.backend.config = {
+        "pools": [
+            {
+                "name": "agent-pool",
+                "accelerator_model": "h200-sxm",
+                "public_ips": "198.51.100.128/30",
+            }
+        ]
+    }
+    agent_world.backend.save(update_fields=["config"])
+    return agent_world
+
+
+def test_a_pool_with_public_ips_gives_each_host_one_of_its_own(routed_pool, server):
+    driver = driver_of(routed_pool.backend)
+    first = driver.provision(spec(name="a", indices=(0,), network=GROUP))
+    second = provision(driver, name="b", indices=(1,))
+
+    host = host_of(first)
+    assert (host.public_ip, second.public_ip) == ("198.51.100.129", "198.51.100.130")
+    assert listed(server, host)["network"]["public_ip"] == "198.51.100.129"
+    report(server, host.handle, 1, "running", address="10.213.7.2", ssh_port=22)
+    access = driver.host_request_status(first).access
+    assert (access.address, access.ssh_port) == ("198.51.100.129", 22)
+    assert ports_of(host)[0][:3] == ("ssh", "tcp", 20000)  # the server's port works as well
+
+    with pytest.raises(BackendError, match="every public IP of pool agent-pool"):
+        provision(driver, name="c", indices=(2,))
+    assert not AgentHost.objects.filter(name="c").exists()
+
+    driver.release(second.handle)  # its address is free for the next host
+    assert AgentHost.objects.get(pk=second.pk).public_ip is None
+    assert provision(driver, name="d", indices=(3,)).public_ip == "198.51.100.130"
+
+
+@pytest.mark.parametrize("public_ips", ["2001:db8::/64", "198.51.100.0/33", "a block"])
+def test_a_pool_whose_public_ips_are_not_an_ipv4_network_is_refused(agent_world, public_ips):
+    pool = {"name": "agent-pool", "accelerator_model": "h200-sxm", "public_ips": public_ips}
+    agent_world.backend.config = {"pools": [pool]}
+    agent_world.backend.save(update_fields=["config"])
+
+    with pytest.raises(BackendError, match='"public_ips" must be an IPv4 network'):
+        driver_of(agent_world.backend).capacity()

@@ -68,6 +68,7 @@ def test_a_host_is_reached_on_its_ssh_port_of_its_servers_public_address(agent_w
     assert instance.access == {"address": PUBLIC, "ssh_port": 20000, "ssh_user": "root"}
     assert network_of(instance) == {
         "group": f"o-{agent_world.organization.pk}",
+        "public_ip": "",
         "ports": [{"purpose": "ssh", "protocol": "tcp", "server_port": 20000, "host_port": 22}],
         "ingress": OPEN,  # the organization's default group
     }

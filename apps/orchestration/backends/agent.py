@@ -8,9 +8,13 @@ join a pool of the backend with a join token an operator issues in the console.
 
 Config:
     pools: [{"name": "...", "accelerator_model": "<catalog slug>"}, ...]
-        the pools the backend is registered with; each enrolled server is a node of one
+        the pools the backend is registered with; each enrolled server is a node of one. A pool
+        may add "public_ips": "198.51.100.128/26", public IPv4 addresses the park routes to the
+        pool's servers: each host there then gets one of its own (every port of it, within its
+        security group), instead of only a port of its server's address.
 """
 
+import ipaddress
 from collections.abc import Mapping
 
 from django.core.exceptions import ImproperlyConfigured
@@ -52,10 +56,21 @@ class AgentDriver:
             raise BackendError(
                 'agent: "pools" must be a list of {"name": ..., "accelerator_model": ...}'
             )
+        for pool in pools:
+            if "public_ips" in pool:
+                _public_ips(pool)
         return [
             {"name": pool["name"].strip(), "accelerator_model": pool["accelerator_model"]}
             for pool in pools
         ]
+
+    def _public_ips(self) -> dict[str, ipaddress.IPv4Network]:
+        """Pool name -> the public addresses routed to its servers, for pools that have some."""
+        return {
+            pool["name"].strip(): _public_ips(pool)
+            for pool in self.config.get("pools", [])
+            if isinstance(pool, dict) and pool.get("public_ips")
+        }
 
     def _store(self) -> AgentHostStore:
         if self.backend_id is None:
@@ -96,7 +111,7 @@ class AgentDriver:
     # --- hosts: each a new generation of the host's desired state --------------------------------
 
     def provision(self, spec: HostSpec) -> str:
-        return self._store().provision(spec)
+        return self._store().provision(spec, public_ips=self._public_ips())
 
     def stop(self, handle: str) -> str:
         return self._store().stop(handle)
@@ -128,3 +143,16 @@ class AgentDriver:
         asked for; a `failed` report is a permanent error with the agent's message, a server
         silent for too long a transient one."""
         return self._store().request_status(request)
+
+
+def _public_ips(pool: dict) -> ipaddress.IPv4Network:
+    try:
+        network = ipaddress.ip_network(str(pool["public_ips"]), strict=False)
+    except ValueError:
+        network = None
+    if not isinstance(network, ipaddress.IPv4Network):
+        raise BackendError(
+            f'agent: pool {pool.get("name")!r}: "public_ips" must be an IPv4 network such as '
+            f'"198.51.100.128/26", not {pool["public_ips"]!r}'
+        )
+    return network
