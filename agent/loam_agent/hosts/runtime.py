@@ -9,12 +9,13 @@ default route); `network.py` does the rest (NAT, published ports, security group
 and device limits are cgroups the nspawn process enters before it execs, so everything in the
 host inherits them.
 
-Isolation: every host runs in a user namespace of its own (`--private-users=pick`): root inside is
-an unprivileged range of 65536 ids on the server, a different one per running host, so no
-capability a host holds counts outside it. nspawn shifts the root's ownership into that range
-once (`--private-users-ownership=chown`; the overlay is mounted with metacopy, so that is a
-metadata copy-up of about 30 MB, not a copy of the image), and the data disk is bound in through
-an id-mapped mount, so its files stay owned by ids from 0 on the disk itself.
+Isolation: every host runs in a user namespace of its own: root inside is an unprivileged range
+of 65536 ids on the server (`uid_base` in its state, from 0x70000000 up, above the ranges nspawn
+picks for other containers), a different one per host, so no capability a host holds counts
+outside it. The image is the overlay's lower layer through an id-mapped mount (`idmap.py`), so
+it reads as owned by the host's range without a file changed; the upper layer is written in the
+range; the data disk is bound in id-mapped too, so its files stay owned by ids from 0 on the
+disk itself.
 
 nspawn runs in its own session with --register=no --keep-unit, so neither machined nor the agent's
 service unit owns it: hosts survive an agent restart and are adopted again from their state files.
@@ -36,6 +37,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from loam_agent.hosts.idmap import IDS, bind_shifted, shift_tree
 from loam_agent.hosts.image import is_built, rootfs
 from loam_agent.hosts.model import ActualHost, DesiredHost, HostError, HostNetwork
 from loam_agent.hosts.network import AttachedHost, Firewall, ServerNetwork, resolv_conf
@@ -56,6 +58,9 @@ MAX_PROCESSES = 16384
 _NO_LINK_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 CPU_PERIOD_US = 100_000
 FIRST_INDEX, LAST_INDEX = 1, 254
+# Hosts' id ranges: 65536 ids each from here, below systemd's 0x7FFE0000 (nspawn's own `pick`
+# stays below 0x70000000).
+FIRST_UID_BASE, UID_BASES = 0x70000000, (0x7FFE0000 - 0x70000000) // 65536
 
 
 def host_key(host_id: str) -> str:
@@ -263,11 +268,13 @@ class HostRuntime:
         try:
             with self._index_lock:
                 index = index or self._free_index()
+                uid_base = self._free_uid_base()
                 key = host_key(host.id)
                 state = {
                     "generation": host.generation,
                     "image": host.image,
                     "index": index,
+                    "uid_base": uid_base,
                     "netns": f"loam-{key}",
                     "veth": f"vh-{key}",
                     "card_uuids": [],
@@ -299,6 +306,25 @@ class HostRuntime:
             if index not in used:
                 return index
         raise HostError(f"no free network: all {LAST_INDEX} host networks are in use")
+
+    def _free_uid_base(self) -> int:
+        """The lowest id range no host of this server has (called under the index lock)."""
+        used = {state.get("uid_base") for host_id in self.list() if (state := self._state(host_id))}
+        for number in range(UID_BASES):
+            base = FIRST_UID_BASE + number * IDS
+            if base not in used:
+                return base
+        raise HostError(f"no free id range: all {UID_BASES} host ranges are in use")
+
+    def _uid_base(self, host_id: str, state: dict) -> int:
+        """The host's id range; a host made by an older agent (its files owned from 0) gets one
+        now, and its upper layer is moved into it once."""
+        if "uid_base" not in state:
+            with self._index_lock:
+                state["uid_base"] = self._free_uid_base()
+                shift_tree(self.folder(host_id) / "upper", state["uid_base"])
+                self._save(host_id, state)
+        return state["uid_base"]
 
     def _network_up(self, state: dict) -> None:
         netns, veth, index = state["netns"], state["veth"], state["index"]
@@ -334,12 +360,13 @@ class HostRuntime:
         if not is_built(self.images, state["image"]):
             raise HostError(f"image {state['image']!r} isn't built on this server")
         self._network_up(state)
-        root = self._mount_root(folder, rootfs(self.images, state["image"]))
+        uid_base = self._uid_base(host.id, state)
+        root = self._mount_root(folder, rootfs(self.images, state["image"]), uid_base)
         self._write_into(root, "root/.ssh/authorized_keys", _authorized_keys(host), 0o600)
         self._write_into(root, "etc/resolv.conf", resolv_conf(self.firewall.server), 0o644)
         data, binds = folder / "data", []
         if (folder / "data.img").exists():  # none when the host was ordered without one
-            if not os.path.ismount(data):
+            if not _mounted(data):
                 # nosuid, nodev: the tenant's root owns this disk's files (an id-mapped bind),
                 # so a setuid binary it leaves there must mean nothing on the server.
                 _run("mount", "-o", "loop,nosuid,nodev", str(folder / "data.img"), str(data))
@@ -362,8 +389,8 @@ class HostRuntime:
             str(root),
             "--register=no",
             "--keep-unit",
-            "--private-users=pick",
-            "--private-users-ownership=chown",
+            f"--private-users={uid_base}:{IDS}",
+            "--private-users-ownership=off",
             f"--drop-capability={DROPPED_CAPABILITIES}",
             "--resolv-conf=off",
             "-M",
@@ -411,22 +438,24 @@ class HostRuntime:
             raise HostError(f"the container exited at once ({process.returncode}): {log}")
 
     @staticmethod
-    def _mount_root(folder: Path, image: Path) -> Path:
-        """The host's root: an overlay of its own upper layer on the (read-only) image."""
-        root = folder / "root"
-        for layer in ("upper", "work", "root"):
-            (folder / layer).mkdir(exist_ok=True)
-        if not os.path.ismount(root):
-            # metacopy: nspawn's one-time chown into the host's id range copies up metadata
-            # only, not the image's data.
-            options = f"lowerdir={image},upperdir={folder / 'upper'},workdir={folder / 'work'}"
-            _run("mount", "-t", "overlay", "overlay", "-o", f"{options},metacopy=on", str(root))
+    def _mount_root(folder: Path, image: Path, uid_base: int) -> Path:
+        """The host's root: an overlay of its own upper layer on the image, which it sees
+        through an id-mapped, read-only mount as owned by its range."""
+        root, lower, upper = folder / "root", folder / "lower", folder / "upper"
+        for layer in (lower, upper, folder / "work", root):
+            layer.mkdir(exist_ok=True)
+        os.chown(upper, uid_base, uid_base)  # the root folder itself is the host root's
+        if not _mounted(lower):
+            bind_shifted(image, lower, uid_base)
+        if not _mounted(root):
+            options = f"lowerdir={lower},upperdir={upper},workdir={folder / 'work'}"
+            _run("mount", "-t", "overlay", "overlay", "-o", options, str(root))
         return root
 
     @staticmethod
     def _write_into(root: Path, relative: str, text: str, mode: int) -> None:
-        """Write a file in the host's root, owned by the host's root (the id range nspawn shifted
-        the root into; before the first start that is 0, and nspawn shifts it).
+        """Write a file in the host's root, owned by the host's root (the first id of its range,
+        which owns the root folder).
 
         The tenant owns everything under `root`: each step is opened without following links,
         so a link planted in the host (/root/.ssh -> /etc) can't make the agent write on the
@@ -489,11 +518,12 @@ class HostRuntime:
 
     def _stop_leftovers(self, host_id: str) -> None:
         data = self.folder(host_id) / "data"
-        if os.path.ismount(data):
+        if _mounted(data):
             _run("umount", str(data))  # the loop device goes with it (autoclear)
-        root = self.folder(host_id) / "root"
-        if os.path.ismount(root):
-            _run("umount", str(root))
+        for layer in ("root", "lower"):  # the overlay, then the image under it
+            mount = self.folder(host_id) / layer
+            if _mounted(mount):
+                _run("umount", str(mount))
         (self.folder(host_id) / "pid").unlink(missing_ok=True)
         self.cgroups(host_id).remove()
 
@@ -581,6 +611,19 @@ class HostRuntime:
             _run("ip", "netns", "del", netns)  # the veth goes with it
         shutil.rmtree(folder, ignore_errors=True)
         self.apply_firewall()
+
+
+def _mounted(path: Path) -> bool:
+    """Whether something is mounted at `path`, as the kernel's mount table says (os.path.ismount
+    misses a bind mount of a folder of the same file system, such as the id-mapped image)."""
+    target = os.path.realpath(path)
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mount_point = line.split()[4]
+        # Spaces, tabs, newlines and backslashes are escaped in octal there.
+        unescaped = re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), mount_point)
+        if unescaped == target:
+            return True
+    return False
 
 
 def _network(state: dict) -> HostNetwork:
