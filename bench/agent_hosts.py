@@ -190,7 +190,7 @@ def order_ssh_release(world: AgentPark, n: int, public_key: str, key: Path, time
         flavor=world.flavor,
         image=world.image,
         region=world.region,
-        system_disk_gb=20,
+        system_disk_gb=world.flavor.system_disk_gb,
         data_disk_gb=1,
         ssh_public_key=public_key,
         name=f"agent-bench-{n}",
