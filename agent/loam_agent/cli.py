@@ -173,16 +173,21 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
     hosts, network = None, None
     if not args.no_hosts:
         try:
-            network = discover(config.uplink, config.public_address, config.dns_servers)
+            network = discover(
+                config.uplink, config.public_address, config.dns_servers, config.public_ports
+            )
+            runtime = HostRuntime(
+                config.state_dir, _images(config), lambda: _card_devices(readers), network
+            )
+            # What an older agent left open, and the rules a reboot or a crash lost (or a
+            # release while the agent was down left behind).
+            runtime.harden()
+            runtime.apply_firewall()
         except HostError as error:
+            network = None
             # Heartbeats go on, so the operator sees the server and why it takes no hosts.
             logger.error("%s; running without hosts", error)
     if network is not None:
-        runtime = HostRuntime(
-            config.state_dir, _images(config), lambda: _card_devices(readers), network
-        )
-        # A reboot or a crash lost the rules, or a release while the agent was down left some.
-        runtime.apply_firewall()
         hosts = HostsPoller(
             client,
             runtime,

@@ -100,7 +100,10 @@ def _parse(values: dict) -> AgentConfig:
             raise ConfigError(f"uplink must be an interface name, not {uplink!r}")
         settings["uplink"] = uplink
     if "public_address" in values:
-        settings["public_address"] = str(_address(values["public_address"], "public_address"))
+        address = _address(values["public_address"], "public_address")
+        if address.version != 4:  # hosts are reached through IPv4 forwards
+            raise ConfigError(f"public_address must be an IPv4 address, not {address}")
+        settings["public_address"] = str(address)
     if "public_ports" in values:
         ports = values["public_ports"]
         if (

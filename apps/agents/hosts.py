@@ -416,19 +416,10 @@ class AgentHostStore:
 
     def _remove(self, host: AgentHost) -> str:
         host.state, host.card_uuids, host.start_after = WantedState.REMOVED, [], None
-        host.public_ip = None
         host.generation += 1
-        host.save(
-            update_fields=[
-                "state",
-                "card_uuids",
-                "start_after",
-                "public_ip",
-                "generation",
-                "updated_at",
-            ]
-        )
-        free_host_ports(host)
+        host.save(update_fields=["state", "card_uuids", "start_after", "generation", "updated_at"])
+        free_host_ports(host)  # and its public IP
+        host.public_ip = None
         bump_hosts_version(host.server)
         return host.request()
 

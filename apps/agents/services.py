@@ -541,8 +541,10 @@ def bump_hosts_version(server: AgentServer) -> None:
 
 
 def free_host_ports(host: AgentHost) -> int:
-    """A host is removed: its server ports are free for the next host (the agent drops its
-    forwards with the host, which has left the list it polls). Returns how many."""
+    """A host is removed: its server ports and its public IP are free for the next host (the
+    agent drops its forwards with the host, which has left the list it polls, in the same
+    firewall change that gives them to another). Returns how many ports."""
+    AgentHost.objects.filter(pk=host.pk).update(public_ip=None)
     deleted, _rows = AgentHostPort.objects.filter(host_id=host.pk).delete()
     return deleted
 

@@ -300,6 +300,9 @@ def _apply_group(group: SecurityGroup) -> int:
     lock_all(Instance, candidates)
     hosts = hosts_of_group(group).filter(pk__in=candidates)  # read again under their locks
     applied = 0
+    # By node: a backend locks each host's server before writing it, so two group changes
+    # whose hosts share servers take those locks in one order and wait instead of deadlocking.
+    hosts = hosts.order_by("node_id", "pk")
     for instance in hosts.select_related("organization", "pool__backend", "security_group"):
         if _is_live(instance) and has_network(instance):
             apply_network(instance)

@@ -1,14 +1,14 @@
 #!/bin/bash
 # What loam-agent needs on a server to run GPU cloud hosts: systemd-nspawn (systemd-container),
 # debootstrap for the host image, ssh for the readiness probe and the tests, ip/tc, ext4 tools,
-# nftables (NAT, published ports, security groups), nsenter; iperf3, dnsmasq and curl serve the
-# tests' outside world (tests/outside_world.py).
+# nftables and conntrack (NAT, published ports, security groups), nsenter; iperf3, dnsmasq and
+# curl serve the tests' outside world (tests/outside_world.py).
 # Idempotent and quiet: installs only what is missing.
 set -euo pipefail
 declare -A command_of=(
   [systemd-container]=systemd-nspawn [debootstrap]=debootstrap [openssh-client]=ssh
   [iproute2]=ip [e2fsprogs]=resize2fs [nftables]=nft [util-linux]=nsenter
-  [iperf3]=iperf3 [dnsmasq-base]=dnsmasq [curl]=curl
+  [conntrack]=conntrack [iperf3]=iperf3 [dnsmasq-base]=dnsmasq [curl]=curl
 )
 missing=()
 for package in "${!command_of[@]}"; do

@@ -56,6 +56,7 @@ def test_an_empty_file_means_the_defaults(tmp_path):
         ("portal_url = \n", "agent.toml"),
         ('uplink = "eth0; drop"\n', "must be an interface name"),
         ('public_address = "198.51.100.300"\n', "public_address must be an IP address"),
+        ('public_address = "2001:db8::2"\n', "public_address must be an IPv4 address"),
         ("public_ports = [80, 8080]\n", "within 1024-65535"),
         ("public_ports = [30000, 20000]\n", "within 1024-65535"),
         ('dns_servers = "192.0.2.53"\n', "dns_servers must be a list"),

@@ -3,7 +3,7 @@ from it (tests/agent/test_host_network.py tries the rules on real hosts)."""
 
 import pytest
 from loam_agent.hosts.model import DesiredHost, HostError, HostNetwork
-from loam_agent.hosts.network import AttachedHost, ServerNetwork, render, resolv_conf
+from loam_agent.hosts.network import AttachedHost, ServerNetwork, check, render, resolv_conf
 
 SERVER = ServerNetwork(uplink="eth0", public_address="198.51.100.2", dns_servers=("192.0.2.53",))
 
@@ -100,3 +100,47 @@ def test_an_older_portal_without_networks_gives_a_host_of_its_own():
 
 def test_hosts_are_given_the_servers_name_servers():
     assert resolv_conf(SERVER).splitlines()[1:] == ["nameserver 192.0.2.53"]
+
+
+def ssh_on(server_port: int) -> dict:
+    return {"purpose": "ssh", "protocol": "tcp", "server_port": server_port, "host_port": 22}
+
+
+@pytest.mark.parametrize(
+    ("hosts", "message"),
+    [
+        ([attached("a0000001", 1, "o-1", ports=[ssh_on(22)])], "outside this server's public"),
+        (
+            [
+                attached("a0000001", 1, "o-1", ports=[ssh_on(20000)]),
+                attached("b0000001", 2, "o-2", ports=[ssh_on(20000)]),
+            ],
+            "tcp port 20000 is another host's",
+        ),
+        ([attached("a0000001", 1, "o-1", public_ip="198.51.100.2")], "can't be a host's public"),
+        ([attached("a0000001", 1, "o-1", public_ip="10.213.9.2")], "can't be a host's public"),
+        ([attached("a0000001", 1, "o-1", public_ip="127.0.0.9")], "can't be a host's public"),
+        (
+            [
+                attached("a0000001", 1, "o-1", public_ip="198.51.100.130"),
+                attached("b0000001", 2, "o-2", public_ip="198.51.100.130"),
+            ],
+            "public IP 198.51.100.130 is another host's",
+        ),
+    ],
+)
+def test_a_forward_that_would_take_others_traffic_is_refused(hosts, message):
+    """The agent doesn't trust the portal with the server's own ports and addresses."""
+    with pytest.raises(HostError, match=message):
+        check(SERVER, hosts)
+
+
+def test_only_forwarded_traffic_meets_a_security_group_and_replies_alone_skip_it():
+    table = render(SERVER, [attached("aaaa0001", 1, "o-1", ingress=[OPEN_TCP])])
+    assert "ct status dnat ip saddr 0.0.0.0/0 meta l4proto tcp th dport 1-65535 accept" in table
+    # Established original-direction packets meet the rules again (a closed port closes).
+    assert 'oifname "vh-*" ct direction reply ct state established accept' in table
+    assert "established,related accept" not in table.split("chain forward")[1].split("chain")[0]
+
+
+OPEN_TCP = {"protocol": "tcp", "from_port": 1, "to_port": 65535, "source": "0.0.0.0/0"}

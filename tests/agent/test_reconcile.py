@@ -3,7 +3,7 @@
 import threading
 import time
 
-from loam_agent.hosts.model import ActualHost, DesiredHost, HostError, HostStatus
+from loam_agent.hosts.model import ActualHost, DesiredHost, HostError, HostNetwork, HostStatus
 from loam_agent.hosts.reconcile import Reconciler, converge
 
 
@@ -15,6 +15,7 @@ class FakeRuntime:
         self.calls: list[tuple] = []
         self.cards, self.images = set(cards), set(images)
         self.slow: dict[str, threading.Event] = {}
+        self.expected: list[tuple[dict, list]] = []
 
     def list(self):
         return sorted(self.hosts)
@@ -63,6 +64,14 @@ class FakeRuntime:
     def set_bandwidth(self, host_id, mbps):
         self.calls.append(("set_bandwidth", host_id, mbps))
         self.hosts[host_id].bandwidth_mbps = mbps
+
+    def set_network(self, host_id, network):
+        self.calls.append(("set_network", host_id, network))
+        self.hosts[host_id].network = network
+
+    def expect_networks(self, networks):
+        # Apart from `calls`: the networks of every list, ahead of the workers' calls.
+        self.expected.append((networks, list(self.calls)))
 
     def remove(self, host_id):
         self.calls.append(("remove", host_id))
@@ -197,3 +206,29 @@ def test_a_host_left_by_a_previous_agent_is_removed_when_not_listed():
     reconciler.apply([])
     assert reconciler.wait_idle(5)
     assert runtime.hosts == {}
+
+
+def test_a_list_that_moves_a_port_from_one_host_to_another_changes_both_at_once():
+    """Host A leaves the list and host B gets the server port A had: both networks reach the
+    runtime in one call, before either host's worker runs (which may take seconds)."""
+    runtime = FakeRuntime()
+    first = host(id="h-a", network=HostNetwork.from_json(PORT_20000))
+    reconciler = Reconciler(runtime, lambda status: None, ssh_ready=lambda address: True)
+    reconciler.apply([first])
+    assert reconciler.wait_idle(5)
+    second = host(id="h-b", network=HostNetwork.from_json(PORT_20000))
+    runtime.calls.clear()
+
+    reconciler.apply([second])
+
+    networks, calls_before = runtime.expected[-1]
+    assert networks == {"h-a": HostNetwork(), "h-b": second.network}
+    assert calls_before == []  # before A's removal and B's creation
+    assert reconciler.wait_idle(5)
+    assert runtime.calls.count(("remove", "h-a")) == 1
+
+
+PORT_20000 = {
+    "group": "o-1",
+    "ports": [{"purpose": "ssh", "protocol": "tcp", "server_port": 20000, "host_port": 22}],
+}

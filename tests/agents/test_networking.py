@@ -220,11 +220,14 @@ def test_a_released_host_frees_its_ports_and_is_not_sent(server, driver):
 
 def test_an_orphaned_host_removed_by_the_sweep_frees_its_ports(server, driver):
     host = provision(driver)
-    AgentHost.objects.filter(pk=host.pk).update(created_at=host.created_at.replace(year=2020))
+    AgentHost.objects.filter(pk=host.pk).update(
+        created_at=host.created_at.replace(year=2020), public_ip="198.51.100.129"
+    )
 
     assert services.remove_orphaned_hosts() == [host.handle]
 
     assert ports_of(host) == []
+    assert AgentHost.objects.get(pk=host.pk).public_ip is None
 
 
 def test_no_free_port_refuses_and_changes_nothing(server, driver):

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 MAX_MESSAGE = 2000
 PROTOCOLS = ("tcp", "udp")
 GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# It names folders, a network namespace and an nspawn machine: nothing else may be in it.
+HOST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 class HostError(Exception):
@@ -141,6 +143,8 @@ class DesiredHost:
             )
         except (KeyError, TypeError, ValueError) as error:
             raise HostError(f"the portal sent an unusable host {value!r}: {error}") from None
+        if not HOST_ID.fullmatch(host.id):
+            raise HostError(f"the portal sent a host id the agent can't use: {host.id!r}")
         if host.state not in ("running", "stopped"):
             raise HostError(f"host {host.id}: unknown desired state {host.state!r}")
         return host

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import shutil
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from loam_agent.hosts.model import HostError, HostNetwork
 
 HOST_NETWORKS = "10.213.0.0/16"
 TABLE = "loam"
+RESOLVED_UPSTREAMS = Path("/run/systemd/resolve/resolv.conf")
 REJECT = "reject with icmpx type admin-prohibited"
 
 
@@ -40,6 +42,7 @@ class ServerNetwork:
     uplink: str
     public_address: str | None
     dns_servers: tuple[str, ...] = ()
+    public_ports: tuple[int, int] = (20000, 29999)
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,10 @@ class AttachedHost:
 
 
 def discover(
-    uplink: str | None, public_address: str | None, dns_servers: tuple[str, ...] | None
+    uplink: str | None,
+    public_address: str | None,
+    dns_servers: tuple[str, ...] | None,
+    public_ports: tuple[int, int] = (20000, 29999),
 ) -> ServerNetwork:
     """Fill what the configuration leaves out: the default route's interface, its first IPv4
     address, and the server's own non-loopback name servers."""
@@ -66,8 +72,14 @@ def discover(
         match = re.search(r"inet (\d+\.\d+\.\d+\.\d+)/", _ip("-4", "addr", "show", "dev", uplink))
         public_address = match.group(1) if match else None
     if dns_servers is None:
-        dns_servers = tuple(_system_name_servers())
-    return ServerNetwork(uplink=uplink, public_address=public_address, dns_servers=dns_servers)
+        # systemd-resolved's stub (127.0.0.53) is unreachable from a host: its upstream list.
+        dns_servers = tuple(_system_name_servers() or _system_name_servers(RESOLVED_UPSTREAMS))
+    return ServerNetwork(
+        uplink=uplink,
+        public_address=public_address,
+        dns_servers=dns_servers,
+        public_ports=public_ports,
+    )
 
 
 def _system_name_servers(resolv_conf: Path = Path("/etc/resolv.conf")) -> list[str]:
@@ -83,8 +95,9 @@ def _system_name_servers(resolv_conf: Path = Path("/etc/resolv.conf")) -> list[s
                 address = ipaddress.ip_address(fields[1])
             except ValueError:
                 continue
-            # A stub resolver on the server's loopback is not reachable from a host.
-            if not address.is_loopback:
+            # A stub resolver on the server's loopback is not reachable from a host, nor an
+            # IPv6 server from its IPv4-only network.
+            if not address.is_loopback and address.version == 4:
                 servers.append(str(address))
     return servers
 
@@ -103,48 +116,47 @@ def _nft_string(value: str) -> str:
     return f'"{value}"'
 
 
+def check(server: ServerNetwork, hosts: list[AttachedHost]) -> None:
+    """Refuse what the portal must never ask: a server port outside the range it was given or
+    forwarded to two hosts, a public IP that is the server's own, a host network's, or two
+    hosts'. A rule that would take another tenant's traffic fails the change instead."""
+    first, last = server.public_ports
+    seen: dict[tuple, str] = {}
+    for host in hosts:
+        for port in host.network.ports:
+            if not first <= port.server_port <= last:
+                raise HostError(
+                    f"server port {port.server_port} is outside this server's public ports "
+                    f"{first}-{last}"
+                )
+            key = (port.protocol, port.server_port)
+            if seen.setdefault(key, host.key) != host.key:
+                raise HostError(f"{port.protocol} port {port.server_port} is another host's")
+        if host.network.public_ip:
+            address = ipaddress.ip_address(host.network.public_ip)
+            if (
+                host.network.public_ip == server.public_address
+                or address in ipaddress.ip_network(HOST_NETWORKS)
+                or not address.version == 4
+                or address.is_loopback
+                or address.is_multicast
+                or address.is_unspecified
+                or address.is_link_local
+            ):
+                raise HostError(f"{address} can't be a host's public IP on this server")
+            if seen.setdefault(("ip", str(address)), host.key) != host.key:
+                raise HostError(f"public IP {address} is another host's")
+
+
 def render(server: ServerNetwork, hosts: list[AttachedHost]) -> str:
     """The whole `inet loam` table for these hosts (an `nft -f` script that replaces it)."""
     uplink = _nft_string(server.uplink)
-    publish, own_addresses = [], []
-    for host in hosts:
-        if host.network.public_ip:
-            publish.append(f"ip daddr {host.network.public_ip} dnat ip to {host.address}")
-            own_addresses.append(
-                f"ip saddr {host.address} oifname {uplink} snat ip to {host.network.public_ip}"
-            )
-        for port in host.network.ports:
-            if server.public_address is None:
-                break
-            publish.append(
-                f"ip daddr {server.public_address} {port.protocol} dport {port.server_port} "
-                f"dnat ip to {host.address}:{port.host_port}"
-            )
-    groups: dict[str, list[str]] = {}
-    for host in hosts:
-        if host.network.group:
-            groups.setdefault(host.network.group, []).append(host.veth)
+    publish, own_addresses = _published(server, hosts)
     dispatch, host_chains = [], []
     for host in hosts:
         chain = f"to_{host.key}"
         dispatch.append(f"oifname {_nft_string(host.veth)} jump {chain}")
-        rules = []
-        peers = groups.get(host.network.group, []) if host.network.group else [host.veth]
-        rules.append(f"iifname {{ {', '.join(_nft_string(peer) for peer in peers)} }} accept")
-        rules.append(f'iifname "vh-*" {REJECT}')
-        for rule in host.network.ingress:
-            ports = (
-                str(rule.from_port)
-                if rule.from_port == rule.to_port
-                else f"{rule.from_port}-{rule.to_port}"
-            )
-            # Hosts have IPv4 addresses only: an IPv6 source is kept, and matches nothing yet.
-            family = "ip6" if ":" in rule.source else "ip"
-            rules.append(
-                f"{family} saddr {rule.source} meta l4proto {rule.protocol} th dport {ports} accept"
-            )
-        rules.append(REJECT)
-        host_chains.append(_chain(chain, rules))
+        host_chains.append(_chain(chain, _to_host(host, hosts)))
     chains = [
         _chain(
             "prerouting",
@@ -164,8 +176,11 @@ def render(server: ServerNetwork, hosts: list[AttachedHost]) -> str:
             "forward",
             [
                 "type filter hook forward priority filter; policy accept;",
-                'oifname "vh-*" ct state established,related accept',
-                'iifname "vh-*" ct state established,related accept',
+                # Replies only: every packet a host is sent in an original direction meets its
+                # rules, so a rule removed cuts connections already open.
+                'oifname "vh-*" ct direction reply ct state established accept',
+                'iifname "vh-*" ct direction reply ct state established accept',
+                'oifname "vh-*" ct state related accept',
                 'oifname "vh-*" ct state invalid drop',
                 'oifname "vh-*" jump to_host',
                 f'iifname "vh-*" oifname {uplink} accept',
@@ -188,33 +203,126 @@ def render(server: ServerNetwork, hosts: list[AttachedHost]) -> str:
     return "\n".join([*head, *chains, "}"])
 
 
+def _published(server: ServerNetwork, hosts: list[AttachedHost]) -> tuple[list, list]:
+    """DNAT rules for every forwarded port and public IP, and SNAT rules for the latter."""
+    uplink = _nft_string(server.uplink)
+    publish, own_addresses = [], []
+    for host in hosts:
+        if host.network.public_ip:
+            publish.append(f"ip daddr {host.network.public_ip} dnat ip to {host.address}")
+            own_addresses.append(
+                f"ip saddr {host.address} oifname {uplink} snat ip to {host.network.public_ip}"
+            )
+        if server.public_address is None:
+            continue
+        for port in host.network.ports:
+            publish.append(
+                f"ip daddr {server.public_address} {port.protocol} dport {port.server_port} "
+                f"dnat ip to {host.address}:{port.host_port}"
+            )
+    return publish, own_addresses
+
+
+def _to_host(host: AttachedHost, hosts: list[AttachedHost]) -> list[str]:
+    """What reaches one host: hosts of its group, then what its security group lets in of the
+    traffic forwarded to it (DNAT: its ports on the public address, or its public IP)."""
+    group = host.network.group
+    peers = [other.veth for other in hosts if group and other.network.group == group]
+    rules = [
+        f"iifname {{ {', '.join(_nft_string(peer) for peer in peers or [host.veth])} }} accept",
+        f'iifname "vh-*" {REJECT}',
+    ]
+    for rule in host.network.ingress:
+        ports = (
+            str(rule.from_port)
+            if rule.from_port == rule.to_port
+            else f"{rule.from_port}-{rule.to_port}"
+        )
+        # Hosts have IPv4 addresses only: an IPv6 source is kept, and matches nothing yet.
+        family = "ip6" if ":" in rule.source else "ip"
+        rules.append(
+            f"ct status dnat {family} saddr {rule.source} "
+            f"meta l4proto {rule.protocol} th dport {ports} accept"
+        )
+    rules.append(REJECT)
+    return rules
+
+
 def _chain(name: str, rules: list[str]) -> str:
     body = "\n".join(f"    {rule}" for rule in rules)
     return f"  chain {name} {{\n{body}\n  }}"
 
 
 class Firewall:
-    """Applies the rendered table; one apply at a time (host workers run in parallel)."""
+    """Applies the rendered table, the hosts' public IPs on the uplink, and forgets the
+    connections of what is no longer forwarded; one apply at a time (host workers run in
+    parallel)."""
 
     def __init__(self, server: ServerNetwork) -> None:
         self.server = server
         self._lock = threading.Lock()
+        # address -> what was forwarded to it at the last apply: ("tcp", 22)..., ("ip", public)
+        self._forwarded: dict[str, set[tuple[str, object]]] | None = None
 
     def apply(self, hosts: list[AttachedHost]) -> None:
+        check(self.server, hosts)
         script = render(self.server, hosts)
         with self._lock:
-            Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
-            result = subprocess.run(
-                ["nft", "-f", "-"], input=script, capture_output=True, text=True
-            )
-        if result.returncode != 0:
-            raise HostError(f"nft refused the host rules: {result.stderr.strip()[-1500:]}")
+            try:
+                Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
+                result = subprocess.run(
+                    ["nft", "-f", "-"], input=script, capture_output=True, text=True
+                )
+            except OSError as error:
+                raise HostError(f"can't set up the host rules: {error}") from None
+            if result.returncode != 0:
+                raise HostError(f"nft refused the host rules: {result.stderr.strip()[-1500:]}")
+            self._publish_addresses({host.network.public_ip for host in hosts} - {""})
+            self._forget_connections(hosts)
+
+    def _publish_addresses(self, wanted: set[str]) -> None:
+        """The hosts' public IPs as /32s on the uplink (labelled `<uplink>:lm`), so the server
+        answers ARP for them where the park's block is on the uplink's segment."""
+        label = f"{self.server.uplink}:lm"[:15]
+        listed = _ip("-4", "-o", "addr", "show", "dev", self.server.uplink, "label", label)
+        present = set(re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/32", listed))
+        for address in wanted - present:
+            _ip("addr", "add", f"{address}/32", "dev", self.server.uplink, "label", label)
+        for address in present - wanted:
+            _ip("addr", "del", f"{address}/32", "dev", self.server.uplink)
+
+    def _forget_connections(self, hosts: list[AttachedHost]) -> None:
+        """Connections through a forward that is gone would live on in conntrack (a reused
+        address or port would carry an old client to a new tenant): delete them."""
+        now: dict[str, set[tuple[str, object]]] = {}
+        for host in hosts:
+            forwarded = {(port.protocol, port.host_port) for port in host.network.ports}
+            if host.network.public_ip:
+                forwarded.add(("ip", host.network.public_ip))
+            now[host.address] = forwarded
+        before, self._forwarded = self._forwarded, now
+        if before is None or shutil.which("conntrack") is None:
+            return  # the agent's start: nothing known to be gone
+        for address, forwarded in before.items():
+            gone = forwarded - now.get(address, set())
+            if address not in now or any(kind == "ip" for kind, _value in gone):
+                _conntrack("--reply-src", address)  # every connection into the host
+                if address not in now:
+                    _conntrack("--orig-src", address)
+                continue
+            for protocol, port in gone:
+                _conntrack("-p", protocol, "--reply-src", address, "--reply-port-src", str(port))
 
     @staticmethod
     def remove() -> None:
         subprocess.run(
             ["nft", "delete", "table", "inet", TABLE], capture_output=True, text=True, check=False
         )
+
+
+def _conntrack(*arguments: str) -> None:
+    # Exit status 1 when there was nothing to delete: not an error.
+    subprocess.run(["conntrack", "-D", *arguments], capture_output=True, text=True, check=False)
 
 
 def resolv_conf(server: ServerNetwork) -> str:

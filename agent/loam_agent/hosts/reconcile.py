@@ -30,6 +30,7 @@ class Runtime(Protocol):
     def grow_disk(self, host_id: str, data_disk_gb: int) -> None: ...
     def set_bandwidth(self, host_id: str, mbps: int) -> None: ...
     def set_network(self, host_id: str, network: HostNetwork) -> None: ...
+    def expect_networks(self, networks: dict[str, HostNetwork]) -> None: ...
     def remove(self, host_id: str) -> None: ...
 
 
@@ -132,6 +133,7 @@ class Reconciler:
     def apply(self, desired: list[DesiredHost]) -> None:
         wanted = {host.id: host for host in desired}
         known = set(self._runtime.list()) | set(self._applied)
+        self._expect_networks(desired, known - set(wanted))
         with self._lock:
             for host in desired:
                 if self._applied.get(host.id) != host:
@@ -142,6 +144,17 @@ class Reconciler:
             self._busy.update(idle)
         for host_id in idle:
             threading.Thread(target=self._work, args=(host_id,), name=f"host-{host_id}").start()
+
+    def _expect_networks(self, desired: list[DesiredHost], leaving: set[str]) -> None:
+        """Every network change of this list in one go, ahead of the hosts' workers (which
+        would apply them one host at a time, in any order)."""
+        networks = {host_id: HostNetwork() for host_id in leaving}
+        networks.update({host.id: host.network for host in desired})
+        try:
+            self._runtime.expect_networks(networks)
+        except HostError as error:
+            # Each host's worker meets the same refusal and reports it on that host.
+            logger.error("host networks not applied: %s", error)
 
     def wait_idle(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from loam_agent.hosts.idmap import IDS, bind_shifted, shift_tree
 from loam_agent.hosts.image import is_built, rootfs
-from loam_agent.hosts.model import ActualHost, DesiredHost, HostError, HostNetwork
+from loam_agent.hosts.model import HOST_ID, ActualHost, DesiredHost, HostError, HostNetwork
 from loam_agent.hosts.network import AttachedHost, Firewall, ServerNetwork, resolv_conf
 
 STOP_TIMEOUT_S = 10.0
@@ -184,6 +184,9 @@ class HostRuntime:
         self.hosts_dir = state_dir / "hosts"
         self.images = images
         self.firewall = Firewall(server_network)
+        # host id -> the network the portal wants now, ahead of the host's own worker.
+        self._expected: dict[str, HostNetwork] = {}
+        self._expected_lock = threading.Lock()
         # uuid -> device file (/dev/nvidiaN); read when a host starts, so new cards count.
         self._card_devices = card_devices
         self._index_lock = threading.Lock()
@@ -191,7 +194,7 @@ class HostRuntime:
     # -- paths and state -------------------------------------------------------------------
 
     def folder(self, host_id: str) -> Path:
-        if not host_id or "/" in host_id or host_id.startswith("."):
+        if not HOST_ID.fullmatch(host_id):
             raise HostError(f"host id {host_id!r} can't name a folder")
         return self.hosts_dir / host_id
 
@@ -328,16 +331,16 @@ class HostRuntime:
 
     def _network_up(self, state: dict) -> None:
         netns, veth, index = state["netns"], state["veth"], state["index"]
-        if Path(f"/run/netns/{netns}").exists():
-            return
-        _run("ip", "netns", "add", netns)
-        _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
-        _run("ip", "addr", "add", f"10.213.{index}.1/24", "dev", veth)
-        _run("ip", "link", "set", veth, "up")
-        _run("ip", "-n", netns, "addr", "add", f"10.213.{index}.2/24", "dev", "eth0")
-        _run("ip", "-n", netns, "link", "set", "eth0", "up")
-        _run("ip", "-n", netns, "link", "set", "lo", "up")
-        _run("ip", "-n", netns, "route", "add", "default", "via", f"10.213.{index}.1")
+        if not Path(f"/run/netns/{netns}").exists():
+            _run("ip", "netns", "add", netns)
+            _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
+            _run("ip", "addr", "add", f"10.213.{index}.1/24", "dev", veth)
+            _run("ip", "link", "set", veth, "up")
+            _run("ip", "-n", netns, "addr", "add", f"10.213.{index}.2/24", "dev", "eth0")
+            _run("ip", "-n", netns, "link", "set", "eth0", "up")
+            _run("ip", "-n", netns, "link", "set", "lo", "up")
+        # Each time, so that a namespace an older agent (or a crash) left half made is whole.
+        _run("ip", "-n", netns, "route", "replace", "default", "via", f"10.213.{index}.1")
         # The namespace belongs to the server's user namespace, not the host's: let the host's
         # root bind sshd's port 22 and ping, as on any machine (its own namespace only).
         for setting in (
@@ -578,16 +581,30 @@ class HostRuntime:
         self._save(host_id, state)
 
     def set_network(self, host_id: str, network: HostNetwork) -> None:
-        """Forwarded ports and ingress rules, live (a running host keeps running)."""
+        """Forwarded ports and ingress rules, live (a running host keeps running); kept in the
+        host's state once applied."""
         state = self._state(host_id)
         if state is None:
             raise HostError(f"host {host_id} doesn't exist here")
+        self.apply_firewall({host_id: network})
         state["network"] = network.to_json()
         self._save(host_id, state)
+
+    def expect_networks(self, networks: dict[str, HostNetwork]) -> None:
+        """The networks the portal's latest list gives its hosts (a host leaving the list:
+        none), applied at once in one firewall change, before each host's worker gets to it:
+        a port or an address freed by one host and given to another never points at both."""
+        with self._expected_lock:
+            if all(self._expected.get(host_id) == network for host_id, network in networks.items()):
+                return
+            self._expected.update(networks)
         self.apply_firewall()
 
-    def apply_firewall(self) -> None:
-        """Every host's rules, from the state files: at start, and after any change."""
+    def apply_firewall(self, changes: dict[str, HostNetwork] | None = None) -> None:
+        """Every host's rules, from the state files (the portal's latest network first, then
+        `changes`): at start, and after any change."""
+        with self._expected_lock:
+            wanted = {**self._expected, **(changes or {})}
         hosts = []
         for host_id in self.list():
             state = self._state(host_id)
@@ -597,10 +614,20 @@ class HostRuntime:
                         key=host_key(host_id),
                         veth=state["veth"],
                         address=f"10.213.{state['index']}.2",
-                        network=_network(state),
+                        network=wanted.get(host_id) or _network(state),
                     )
                 )
         self.firewall.apply(hosts)
+
+    def harden(self) -> None:
+        """What an older agent left open, closed at start: the hosts' folder for root alone, and
+        data disks mounted without nosuid and nodev."""
+        if self.hosts_dir.is_dir():
+            self.hosts_dir.chmod(0o700)
+        for host_id in self.list():
+            data = self.folder(host_id) / "data"
+            if _mounted(data):
+                _run("mount", "-o", "remount,nosuid,nodev", str(data))
 
     def remove(self, host_id: str) -> None:
         folder = self.folder(host_id)
@@ -610,6 +637,8 @@ class HostRuntime:
         if Path(f"/run/netns/{netns}").exists():
             _run("ip", "netns", "del", netns)  # the veth goes with it
         shutil.rmtree(folder, ignore_errors=True)
+        with self._expected_lock:
+            self._expected.pop(host_id, None)
         self.apply_firewall()
 
 
