@@ -278,6 +278,7 @@ class HostRuntime:
                     "image": host.image,
                     "index": index,
                     "uid_base": uid_base,
+                    "uid_shifted": True,  # nothing written yet
                     "netns": f"loam-{key}",
                     "veth": f"vh-{key}",
                     "card_uuids": [],
@@ -325,8 +326,11 @@ class HostRuntime:
         if "uid_base" not in state:
             with self._index_lock:
                 state["uid_base"] = self._free_uid_base()
-                shift_tree(self.folder(host_id) / "upper", state["uid_base"])
-                self._save(host_id, state)
+                self._save(host_id, state)  # first: a walk cut short resumes in the same range
+        if not state.get("uid_shifted"):
+            shift_tree(self.folder(host_id) / "upper", state["uid_base"])
+            state["uid_shifted"] = True
+            self._save(host_id, state)
         return state["uid_base"]
 
     def _network_up(self, state: dict) -> None:
