@@ -14,6 +14,13 @@ cd "$root"
 port=${LOAM_CONTRACT_PORT:-8765}
 examples=${LOAM_CONTRACT_EXAMPLES:-20}
 seeds=${LOAM_CONTRACT_SEEDS:-1 20260527}
+# On the embedded default, a database of its own, emptied first: the generated requests would
+# otherwise fill the demo that deploy/run-local.sh serves from var/loam.sqlite3 with junk.
+if [ -z "${DATABASE_URL:-}" ]; then
+  mkdir -p var
+  rm -f var/contract.sqlite3
+  export DATABASE_URL="sqlite:///$root/var/contract.sqlite3"
+fi
 # DEBUG off: the API answers its own problem+json 404s (DEBUG shows an HTML page).
 export DEBUG=false ALLOWED_HOSTS=127.0.0.1 CELERY_TASK_ALWAYS_EAGER=true
 export LOAM_API_RATE_PER_KEY=100000/min LOAM_API_RATE_PER_USER=100000/min
