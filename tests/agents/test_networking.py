@@ -482,3 +482,36 @@ def test_a_pool_whose_public_ips_are_not_an_ipv4_network_is_refused(agent_world,
 
     with pytest.raises(BackendError, match='"public_ips" must be an IPv4 network'):
         driver_of(agent_world.backend).capacity()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_hosts_on_servers_of_one_pool_never_share_a_public_ip(agent_world):
+    """The pool's servers share its addresses, so each allocation counts the held ones under
+    the pool's lock: eight hosts provisioned at once on four servers get eight addresses."""
+    pool = {"name": "agent-pool", "accelerator_model": "h200-sxm", "public_ips": "198.51.100.0/28"}
+    agent_world.backend.config = {"pools": [pool]}
+    agent_world.backend.save(update_fields=["config"])
+    for n in range(4):
+        agent_world.enrol(f"gpu-1{n}", cards=2, public_address=PUBLIC)
+    driver = driver_of(agent_world.backend)
+    start, errors = threading.Barrier(8), []
+
+    def provision_one(n):
+        try:
+            start.wait(10)
+            driver.provision(spec(node=f"gpu-1{n // 2}", name=f"h{n}", indices=(n % 2,)))
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=provision_one, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert errors == []
+    addresses = sorted(AgentHost.objects.values_list("public_ip", flat=True))
+    assert addresses == [f"198.51.100.{n}" for n in range(1, 9)]
