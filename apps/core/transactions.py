@@ -7,7 +7,7 @@ import logging
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from django.db import transaction
+from django.db import connection, transaction
 from kombu.exceptions import OperationalError
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,19 @@ def lock(model, pk) -> None:
     Every select_for_update in the project uses no_key=True for the same reason.
     """
     lock_all(model, [pk])
+
+
+def share_key(model, pk) -> bool:
+    """Whether the row exists, and on PostgreSQL keep it so until the transaction ends: SELECT
+    ... FOR KEY SHARE, what a foreign-key check takes, but now rather than at COMMIT (Django's
+    foreign keys are deferred). It blocks a delete, not another `lock` of the row."""
+    rows = model._default_manager.filter(pk=pk).order_by().values("pk")
+    if connection.vendor != "postgresql":
+        return rows.exists()
+    sql, params = rows.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} FOR KEY SHARE", params)
+        return cursor.fetchone() is not None
 
 
 def lock_all(model, pks) -> None:

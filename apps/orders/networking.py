@@ -229,6 +229,14 @@ def update_security_group(
 def delete_security_group(*, group: SecurityGroup, actor) -> None:
     """Delete a group no host uses (released hosts do not count); never the default."""
     authorize(actor, group.organization, Action.ORDER)
+    # FOR UPDATE, not the house's NO KEY UPDATE: it waits for an order that holds the group's
+    # key (`share_key` in submit_create) and then counts that order's host among the users.
+    list(
+        SecurityGroup.objects.select_for_update(of=("self",))
+        .filter(pk=group.pk)
+        .order_by()
+        .values_list("pk", flat=True)
+    )
     group = _locked_group(group)
     if group.is_default:
         raise InvalidTransition(

@@ -21,7 +21,7 @@ from apps.catalog.models import Flavor, Image, PriceKind, Region
 from apps.catalog.selectors import region_prices_in_force
 from apps.core.audit import audit_identity, record_event, recorded_together
 from apps.core.errors import DomainError, InvalidTransition
-from apps.core.transactions import in_transaction, lock, on_commit_task
+from apps.core.transactions import in_transaction, lock, on_commit_task, share_key
 from apps.core.transitions import transition
 from apps.orchestration.backends.base import Capability
 from apps.orchestration.models import TaskPreference
@@ -392,6 +392,10 @@ def submit_create(
         if earlier:
             return earlier
     validate_host_request(organization, request)
+    group = request.security_group
+    if group is not None and not share_key(SecurityGroup, group.pk):
+        # Deleted since the form was read; held from here on, so a delete waits for this order.
+        raise ValidationError({"security_group": _("This security group was deleted meanwhile.")})
     # Scored once: the quote's region and the first host's placement come from the same plan.
     plan = plan_placement(
         park=organization.park,

@@ -5,6 +5,7 @@ to one is a new generation of every host in it. Hosts run on the real agent driv
 with a fake agent (tests/agents/conftest.py) converging as the real one would."""
 
 import threading
+import time
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -450,3 +451,75 @@ def test_a_rule_change_and_a_mapping_crossing_each_other_both_reach_the_host(
         "ingress"
     ]
     assert [port["host_port"] for port in network["ports"]] == [22, 8888]
+
+
+def _race(steps: dict) -> tuple[dict, list]:
+    """Run the named steps at once, each in its own thread and connection: each step's
+    outcome ("done", or "refused" with a domain reason), and any other exception."""
+    start, results, errors = threading.Barrier(len(steps)), {}, []
+
+    def run(name, step):
+        try:
+            start.wait(10)
+            step()
+            results[name] = "done"
+        except (ValidationError, InvalidTransition):
+            results[name] = "refused"
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=item) for item in steps.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results, errors
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_order_and_the_delete_of_its_group_crossing_end_cleanly(agent_world, agent, owner):
+    """An order names a group while the group is deleted: the order holds the group's key
+    until it commits, and the delete locks it FOR UPDATE, so one of them wins and the other is
+    refused with its reason (the host in use, or the group gone), never an IntegrityError at
+    COMMIT (where the foreign key is checked). The delete starts a little later each round."""
+    from apps.orders.services import HostRequest, submit_create
+    from tests.agents.conftest import SSH_KEY
+
+    outcomes = []
+    for round_number in range(4):
+        group = networking.create_security_group(
+            organization=agent_world.organization, actor=owner, name=f"race-{round_number}"
+        )
+        request = HostRequest(
+            flavor=agent_world.flavors[1],
+            image=agent_world.image,
+            region=agent_world.region,
+            system_disk_gb=50,
+            ssh_public_key=SSH_KEY,
+            name=f"race-{round_number}",
+            security_group=group,
+        )
+
+        def delete(group=group, delay=round_number * 0.03):
+            time.sleep(delay)
+            networking.delete_security_group(group=group, actor=owner)
+
+        results, errors = _race(
+            {
+                "order": lambda request=request: submit_create(
+                    organization=agent_world.organization, actor=owner, request=request
+                ),
+                "delete": delete,
+            }
+        )
+
+        assert errors == []
+        assert sorted(results.values()) == ["done", "refused"], results
+        ordered = Instance.objects.filter(name=f"race-{round_number}").exists()
+        assert ordered == (results["order"] == "done")
+        assert SecurityGroup.objects.filter(pk=group.pk).exists() == ordered
+        outcomes.append(results["order"])
+    print("order won:", outcomes.count("done"), "of", len(outcomes))
