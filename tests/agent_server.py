@@ -103,7 +103,7 @@ class AgentServer:
     def stop(self) -> None:
         """Stop the agent, and remove the hosts it left running (hosts outlive their agent)
         and their rules."""
-        from loam_agent.hosts.network import Firewall, ServerNetwork
+        from loam_agent.hosts.network import TABLE, ServerNetwork
         from loam_agent.hosts.runtime import HostRuntime
 
         self.process.terminate()
@@ -114,7 +114,7 @@ class AgentServer:
         runtime = HostRuntime(self.state_dir, Path(IMAGE_DIR), dict, ServerNetwork("lo", None))
         for host_id in runtime.list():
             runtime.remove(host_id)
-        Firewall.remove()
+        subprocess.run(["nft", "delete", "table", "inet", TABLE], capture_output=True)
 
     def host_folders(self) -> list[str]:
         return sorted(path.name for path in (self.state_dir / "hosts").glob("*"))

@@ -37,10 +37,10 @@ from apps.agents.models import (
 from apps.agents.services import bump_hosts_version, free_host_ports, held_card_uuids
 from apps.core.transactions import lock
 from apps.orchestration.backends.base import (
+    OPEN_INGRESS,
     PORT_PROTOCOLS,
     SSH_PORT,
     TCP,
-    UDP,
     AcceleratorReading,
     BackendError,
     ForwardedPort,
@@ -49,7 +49,6 @@ from apps.orchestration.backends.base import (
     HostPorts,
     HostRequestStatus,
     HostSpec,
-    IngressRule,
     NodeCapacity,
     NodeTelemetry,
     PortForward,
@@ -62,13 +61,6 @@ SETTLED = frozenset({ReportedState.RUNNING, ReportedState.STOPPED, ReportedState
 
 def ssh_keys(text: str) -> list[str]:
     return [line.strip() for line in (text or "").splitlines() if line.strip()]
-
-
-# A host provisioned without a network of its own choosing: every forwarded port open to all.
-OPEN_INGRESS = (
-    IngressRule(protocol=TCP, from_port=1, to_port=65535, source="0.0.0.0/0"),
-    IngressRule(protocol=UDP, from_port=1, to_port=65535, source="0.0.0.0/0"),
-)
 
 
 def ingress_rows(rules) -> list[dict]:

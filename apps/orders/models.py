@@ -1,3 +1,5 @@
+import dataclasses
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -5,6 +7,7 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import Flavor, Image, Region
 from apps.core.money import Currency
+from apps.orchestration.backends.base import OPEN_INGRESS
 from apps.orchestration.models import Node, Pool
 from apps.tenants.models import Organization, Park
 
@@ -51,11 +54,8 @@ class PortProtocol(models.TextChoices):
 
 PORT_MIN, PORT_MAX = 1, 65535
 # The rules of every organization's default group when it is made: everything forwarded to a
-# host (its SSH port, its port mappings) open to all. Only forwarded ports reach a host at all.
-DEFAULT_SECURITY_RULES = (
-    {"protocol": "tcp", "from_port": PORT_MIN, "to_port": PORT_MAX, "source": "0.0.0.0/0"},
-    {"protocol": "udp", "from_port": PORT_MIN, "to_port": PORT_MAX, "source": "0.0.0.0/0"},
-)
+# host (its SSH port, its port mappings) open to all.
+DEFAULT_SECURITY_RULES = tuple(dataclasses.asdict(rule) for rule in OPEN_INGRESS)
 
 
 class SecurityGroup(models.Model):

@@ -313,12 +313,6 @@ class Firewall:
             for protocol, port in gone:
                 _conntrack("-p", protocol, "--reply-src", address, "--reply-port-src", str(port))
 
-    @staticmethod
-    def remove() -> None:
-        subprocess.run(
-            ["nft", "delete", "table", "inet", TABLE], capture_output=True, text=True, check=False
-        )
-
 
 def _conntrack(*arguments: str) -> None:
     # Exit status 1 when there was nothing to delete: not an error.

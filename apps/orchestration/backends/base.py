@@ -89,6 +89,14 @@ class IngressRule:
     source: str
 
 
+# Every forwarded port open to all: a default security group's rules, and a host's when it is
+# provisioned without a network of its own choosing. Only forwarded ports reach a host at all.
+OPEN_INGRESS = (
+    IngressRule(protocol=TCP, from_port=1, to_port=65535, source="0.0.0.0/0"),
+    IngressRule(protocol=UDP, from_port=1, to_port=65535, source="0.0.0.0/0"),
+)
+
+
 @dataclass(frozen=True)
 class PortForward:
     """A host port the tenant wants reachable from outside, besides SSH (a port mapping)."""
