@@ -125,6 +125,7 @@ def scratch_database(script: str, name: str, **settings) -> tuple:
         "DATABASE_URL": server._replace(path=f"/{name}").geturl(),
         "DJANGO_SETTINGS_MODULE": "portal.settings",
         "DEBUG": "false",
+        "LOAM_DEMO": "true",  # the demo park runs on the simulator
         "DATABASE_CONN_MAX_AGE": "60",
         "CELERY_BROKER_URL": "memory://",
         "CELERY_TASK_ALWAYS_EAGER": "false",

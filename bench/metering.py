@@ -46,6 +46,7 @@ def main():
     scratch = tempfile.mkdtemp(prefix="loam-bench-")
     os.environ.setdefault("DATABASE_URL", f"sqlite:///{scratch}/bench.sqlite3")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("LOAM_DEMO", "true")  # its park runs on the simulator
     warnings.filterwarnings("ignore", "No directory at")  # WhiteNoise: no collectstatic here
     import django
 

@@ -53,6 +53,7 @@ def main() -> None:
         CELERY_BROKER_URL=args.broker,
         CELERY_TASK_ALWAYS_EAGER="false",
         DJANGO_SETTINGS_MODULE="portal.settings",
+        LOAM_DEMO="true",  # its park runs on the simulator
     )
     warnings.filterwarnings("ignore", "No directory at")  # WhiteNoise: no collectstatic here
     import django

@@ -72,6 +72,7 @@ def main():
     scratch = tempfile.mkdtemp(prefix="loam-scale-")
     os.environ.setdefault("DATABASE_URL", f"sqlite:///{scratch}/scale.sqlite3")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("LOAM_DEMO", "true")  # its park runs on the simulator
     os.environ.setdefault("ALLOWED_HOSTS", "testserver")
     os.environ.setdefault("CELERY_BROKER_URL", "memory://")
     warnings.filterwarnings("ignore", "No directory at")  # WhiteNoise: no collectstatic here

@@ -47,6 +47,7 @@ def main():
     scratch = tempfile.mkdtemp(prefix="loam-bench-")
     os.environ.setdefault("DATABASE_URL", f"sqlite:///{scratch}/bench.sqlite3")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("LOAM_DEMO", "true")  # its park runs on the simulator
     # The placed tasks' jobs go to an in-memory broker: the pass is measured, not the backend.
     os.environ["CELERY_BROKER_URL"] = "memory://"
     os.environ["CELERY_TASK_ALWAYS_EAGER"] = "false"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # README command 1: set up and run the portal on the embedded default at http://127.0.0.1:8000
+#   (LOAM_PORT=8080 for another port; links in emails and agents' enrol commands follow it)
 #   - SQLite in var/loam.sqlite3
 #   - a real local Celery worker on kombu's filesystem broker (var/celery-broker), no service needed,
 #     with Celery beat inside it (-B), so usage is metered, queues scheduled and work reconciled
@@ -11,6 +12,8 @@ cd "$root"
 bash deploy/setup.sh
 . .venv/bin/activate
 export DEBUG="${DEBUG:-true}"
+port="${LOAM_PORT:-8000}"
+export LOAM_BASE_URL="${LOAM_BASE_URL:-http://127.0.0.1:$port}"
 python manage.py migrate --noinput
 python manage.py collectstatic --noinput -v0
 python manage.py compilemessages -l zh_Hans --ignore=.venv --ignore=staticfiles --ignore=var -v0
@@ -22,4 +25,4 @@ celery -A portal worker -B --schedule var/celerybeat-schedule --loglevel=INFO --
 worker=$!
 trap 'kill $worker 2>/dev/null; wait $worker 2>/dev/null' EXIT
 echo "Celery worker and beat running (log: var/log/celery.log)."
-python manage.py runserver 127.0.0.1:8000
+python manage.py runserver "127.0.0.1:$port"

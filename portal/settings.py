@@ -6,6 +6,7 @@ See `.env.example` for the full list.
 """
 
 import ipaddress
+import sys
 from pathlib import Path
 
 import environ
@@ -52,6 +53,7 @@ INSTALLED_APPS = [
     "apps.api",
     "apps.webhooks",
     "apps.agents",
+    "apps.partners",
 ]
 
 MIDDLEWARE = [
@@ -74,6 +76,7 @@ MIDDLEWARE = [
     "allauth.account.middleware.AccountMiddleware",
     "apps.tenants.middleware.CurrentOrganizationMiddleware",
     "apps.tenants.middleware.MfaRequiredMiddleware",
+    "apps.core.nul_input.RefuseNulInputMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -169,6 +172,8 @@ ACCOUNT_EMAIL_SUBJECT_PREFIX = ""
 # cache above). A locked email is locked for the rest of those 5 minutes only, never for good;
 # a password reset clears it at once, and a successful login does not count.
 ACCOUNT_RATE_LIMITS = {"login_failed": "10/m/ip,5/5m/key"}
+# Counts failed logins per account by the email alone, whatever Host the request names.
+ACCOUNT_ADAPTER = "apps.tenants.account_adapter.AccountAdapter"
 MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
 
 # --- Internationalisation ---------------------------------------------------------------------
@@ -276,6 +281,12 @@ REST_FRAMEWORK = {
         "api_key": env.str("LOAM_API_RATE_PER_KEY", default="1200/min"),
         "user": env.str("LOAM_API_RATE_PER_USER", default="600/min"),
     },
+    # JSON behind a nesting limit (deep JSON overflowed the recursion stack: a 500).
+    "DEFAULT_PARSER_CLASSES": [
+        "apps.api.parsers.DepthLimitedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "apps.api.pagination.Pagination",
     "EXCEPTION_HANDLER": "apps.api.exceptions.handle_exception",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -399,7 +410,12 @@ LOGGING = {
 }
 
 # --- Backends ---------------------------------------------------------------------------------
-# The backend drivers this deployment offers (dotted paths, loaded by the orchestration app).
+# A demo park: the simulator is offered (its hosts do not exist). Off in production, where a
+# tenant must never order and pay for a simulated host; on for development (DEBUG) and the test
+# suite, which run the demo park. `check --deploy` warns while it is on.
+LOAM_DEMO = env.bool("LOAM_DEMO", default=DEBUG or "pytest" in sys.modules)
+# The backend drivers this deployment loads (dotted paths, loaded by the orchestration app); a
+# simulator among them is offered only in a demo park (LOAM_DEMO).
 LOAM_BACKEND_DRIVERS = env.list(
     "LOAM_BACKEND_DRIVERS",
     default=[

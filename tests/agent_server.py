@@ -125,14 +125,9 @@ def card_uuid(index: int) -> str:
     return f"GPU-fa4e0000-0000-0000-0000-{index:012d}"
 
 
-def start_agent_server(*, pool, operator, portal_url: str, work: Path, cards: int) -> AgentServer:
-    """Issue a join token for `pool`, enrol a real agent with it, start `loam-agent run`. The
-    server's uplink and public address face the outside world (tests/outside_world.py), which
-    must be up."""
-    from apps.agents.services import issue_join_token
-    from tests.outside_world import OUTSIDE_ADDRESS, PUBLIC_ADDRESS, UPLINK
-
-    _token, secret = issue_join_token(pool=pool, operator=operator)
+def fake_cards(work: Path, cards: int) -> dict[str, str]:
+    """The environment in which an agent finds `cards` cards: the fake NVML (built into
+    `work`), a character device 195:N per card, and the host image's cache."""
     library = work / "nvml"
     library.mkdir(parents=True)
     subprocess.run(
@@ -143,22 +138,41 @@ def start_agent_server(*, pool, operator, portal_url: str, work: Path, cards: in
         device = work / f"nvidia{index}"
         os.mknod(device, 0o666 | 0o020000, os.makedev(195, index))
         devices[card_uuid(index)] = str(device)
-    state_dir = work / "state"
-    config = work / "agent.toml"
-    config.write_text(
-        f'portal_url = "{portal_url}"\ncredential_path = "{work / "credential.json"}"\n'
-        f'state_dir = "{state_dir}"\nsample_interval_s = 2\nhosts_poll_interval_s = 0.5\n'
-        f'uplink = "{UPLINK}"\npublic_address = "{PUBLIC_ADDRESS}"\n'
-        f'dns_servers = ["{OUTSIDE_ADDRESS}"]\n'
-    )
-    env = {
-        **os.environ,
+    return {
         "LD_LIBRARY_PATH": str(library),
         "FAKE_NVML_GPUS": str(cards),
         "FAKE_NVML_POWER_W": "231",
         "LOAM_AGENT_CARD_DEVICES": json.dumps(devices),
         "LOAM_AGENT_IMAGE_DIR": IMAGE_DIR,
     }
+
+
+def network_config() -> str:
+    """agent.toml's lines that face the server's uplink to the outside world
+    (tests/outside_world.py, which must be up), with quick polls for tests."""
+    from tests.outside_world import OUTSIDE_ADDRESS, PUBLIC_ADDRESS, UPLINK
+
+    return (
+        f'sample_interval_s = 2\nhosts_poll_interval_s = 0.5\nuplink = "{UPLINK}"\n'
+        f'public_address = "{PUBLIC_ADDRESS}"\ndns_servers = ["{OUTSIDE_ADDRESS}"]\n'
+    )
+
+
+def start_agent_server(*, pool, operator, portal_url: str, work: Path, cards: int) -> AgentServer:
+    """Issue a join token for `pool`, enrol a real agent with it, start `loam-agent run`. The
+    server's uplink and public address face the outside world (tests/outside_world.py), which
+    must be up."""
+    from apps.agents.services import issue_join_token
+
+    _token, secret = issue_join_token(pool=pool, operator=operator)
+    work.mkdir(parents=True, exist_ok=True)
+    state_dir = work / "state"
+    config = work / "agent.toml"
+    config.write_text(
+        f'portal_url = "{portal_url}"\ncredential_path = "{work / "credential.json"}"\n'
+        f'state_dir = "{state_dir}"\n' + network_config()
+    )
+    env = {**os.environ, **fake_cards(work, cards)}
     agent = [sys.executable, "-m", "loam_agent", "--config", str(config)]
     subprocess.run([*agent, "enrol", "--token", secret], env=env, check=True)
     log = work / "agent.log"

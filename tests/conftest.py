@@ -1,5 +1,13 @@
+import os
+
 import pytest
 from django.db import connection
+
+from tests.agent_wheels import wheelhouse  # noqa: F401 (a fixture: the agent's wheels, offline)
+
+# The suite runs the demo park (its simulator: settings.LOAM_DEMO is on under pytest); the
+# processes it starts (a real worker, a live portal for the agent) read it from the environment.
+os.environ.setdefault("LOAM_DEMO", "true")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -167,3 +175,22 @@ def outside_world(tmp_path_factory):
     world = OutsideWorld(tmp_path_factory.mktemp("outside")).start()
     yield world
     world.stop()
+
+
+@pytest.fixture(autouse=True)
+def _lock_order(request):
+    """On PostgreSQL, every row lock a test's use cases take follows the declared lock order
+    (apps.core.transactions.LOCK_ORDER; tests/lock_order.py). LOAM_LOCK_PAIRS=<file> appends
+    each pair of models locked one after the other, and where, to that file: the data to place
+    a new model in the order."""
+    if connection.vendor != "postgresql" or request.node.get_closest_marker("breaks_lock_order"):
+        yield
+        return
+    from tests.lock_order import describe, recording
+
+    with recording() as recorder:
+        yield
+    if os.environ.get("LOAM_LOCK_PAIRS"):
+        with open(os.environ["LOAM_LOCK_PAIRS"], "a") as out:
+            out.writelines("\t".join(pair) + "\n" for pair in sorted(recorder.pairs))
+    assert not recorder.out_of_order, describe(recorder.out_of_order)

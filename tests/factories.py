@@ -1058,3 +1058,6 @@ class AgentHostPortFactory(Factory):
     server_port = factory.Sequence(lambda n: 20000 + n % 10000)
     host_port = factory.Sequence(lambda n: 8000 + n % 1000)
     purpose = "mapping"
+
+
+from tests.partners.factories import PartnerFactory, PoolTermsFactory, SettlementFactory  # noqa: E402, F401

@@ -15,7 +15,8 @@ import pytest
 import yaml
 from django.urls import reverse
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
 PROCESSES = ("web", "worker", "beat")
 
 
@@ -111,6 +112,18 @@ def test_the_nginx_template_s_variables_are_set_by_every_caller():
     assert set(re.findall(r"\$\{(\w+)\}", envsubst_list)) == used
 
 
+def test_nginx_passes_a_canonical_host_not_the_clients_port():
+    """The client's Host header, port and all, never reaches Django: each new port would be a
+    new value (issue 31: login rate-limit keys), so nginx names its own port instead."""
+    nginx = (DEPLOY / "nginx" / "loam.conf").read_text()
+    headers = dict(re.findall(r"^\s*proxy_set_header (Host|X-Forwarded-Host) (\S+);", nginx, re.M))
+    assert headers == {
+        "Host": "$host${LOAM_HTTPS_PORT_SUFFIX}",
+        "X-Forwarded-Host": "$host${LOAM_HTTPS_PORT_SUFFIX}",
+    }
+    assert "$http_host" not in nginx
+
+
 @pytest.mark.parametrize(
     ("environment", "workers", "control_socket_disabled"),
     [
@@ -163,3 +176,271 @@ def test_a_gunicorn_worker_freezes_what_it_loaded_and_collects_less_often():
     finally:
         gc.unfreeze()
         gc.set_threshold(*threshold)
+
+
+# --- The image: what the build context holds and what gets installed ---------------------------
+
+
+def dockerignore_excludes(path: str) -> bool:
+    """Whether deploy/Dockerfile.dockerignore keeps `path` out of the build context, as
+    BuildKit reads it: the last matching pattern wins, `!` re-includes, `**` spans folders, and
+    an excluded folder takes everything under it."""
+    excluded = False
+    for line in (ROOT / "deploy/Dockerfile.dockerignore").read_text().splitlines():
+        pattern = line.strip()
+        if not pattern or pattern.startswith("#"):
+            continue
+        negated = pattern.startswith("!")
+        pattern = pattern.lstrip("!").strip("/")
+        regex = "".join(
+            ".*" if part == "**" else re.escape(part).replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
+            for part in re.split(r"(\*\*)", pattern)
+        )
+        if re.fullmatch(rf"{regex}(/.*)?", path):
+            excluded = not negated
+    return excluded
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "deploy/loam.env",  # where compose.yaml tells operators to put the secrets
+        "deploy/staging.env",
+        "deploy/tls/privkey.pem",
+        "deploy/tls/fullchain.pem",
+        "somewhere/else/server.key",
+        ".env",
+        ".env.production",
+        ".git/config",
+        "tests/conftest.py",
+    ],
+)
+def test_secrets_and_tests_stay_out_of_the_image(path):
+    assert dockerignore_excludes(path)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "manage.py",
+        "apps/orders/services.py",
+        "portal/settings.py",
+        "templates/base.html",
+        "deploy/gunicorn.conf.py",
+        "deploy/production.env.example",
+        "requirements.lock",
+        "locale/zh_Hans/LC_MESSAGES/django.po",
+    ],
+)
+def test_what_the_portal_runs_on_goes_into_the_image(path):
+    assert not dockerignore_excludes(path)
+
+
+def locked(name: str) -> dict[str, str]:
+    lines = (ROOT / name).read_text().splitlines()
+    return dict(line.split("==") for line in lines if line and not line.startswith("#"))
+
+
+def test_the_image_installs_the_runtime_lock_without_test_tools():
+    runtime, with_tests = locked("requirements.lock"), locked("requirements-test.lock")
+    assert {"Django", "celery", "gunicorn", "psycopg"} <= set(runtime)
+    for tool in ("pytest", "pytest-django", "playwright", "schemathesis", "ruff", "factory_boy"):
+        assert tool not in runtime and tool in with_tests
+    assert all(with_tests[name] == version for name, version in runtime.items())
+    dockerfile = (ROOT / "deploy/Dockerfile").read_text()
+    assert "pip install -r requirements.lock" in dockerfile
+    assert "requirements-test.lock" not in dockerfile
+    assert "-r requirements-test.lock" in (ROOT / "deploy/setup.sh").read_text()
+
+
+# --- Kubernetes: migrations before the portal, and a migration Job that applies again -----------
+
+
+def k8s_pod_specs() -> dict[str, dict]:
+    """Each workload's pod spec, by compose's service name (component label)."""
+    return {
+        obj["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]: obj["spec"][
+            "template"
+        ]["spec"]
+        for obj in k8s_objects()
+        if obj["kind"] in ("Deployment", "Job")
+    }
+
+
+def calls_until_it_returns(command: list[str], tmp_path: Path, failures: int) -> list[str]:
+    """Runs `command` with `python` stubbed to fail its first `failures` calls (and `sleep` to
+    return at once); the arguments of each call to python, in order."""
+    stubs, calls = tmp_path / "bin", tmp_path / "calls"
+    stubs.mkdir(parents=True)
+    (stubs / "python").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\ntest "$(wc -l < {calls})" -gt {failures}\n'
+    )
+    (stubs / "sleep").write_text("#!/bin/sh\n")
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    subprocess.run(
+        command, env={"PATH": f"{stubs}:/usr/bin:/bin"}, check=True, capture_output=True, timeout=10
+    )
+    return calls.read_text().splitlines()
+
+
+def test_every_pod_of_the_portal_but_the_migration_waits_for_migrations(tmp_path):
+    portal = {
+        component: spec
+        for component, spec in k8s_pod_specs().items()
+        if any(container["image"] == "loam" for container in spec["containers"])
+    }
+    assert set(portal) == {*PROCESSES, "migrate"}
+    assert "initContainers" not in portal.pop("migrate")
+    for component, spec in portal.items():
+        [wait] = spec["initContainers"]
+        # This image's migrations, checked in the database the pod's own container uses.
+        assert wait["image"] == "loam", component
+        assert wait["envFrom"] == spec["containers"][0]["envFrom"], component
+        # Kubernetes starts the containers once the init container returns: it must keep
+        # checking while migrations are missing, and return once they are applied.
+        calls = calls_until_it_returns(wait["command"], tmp_path / component, failures=2)
+        assert calls == ["manage.py migrate --check"] * 3, component
+
+
+def kustomize_with_image_tag(tag: str, build: Path) -> list[dict]:
+    """deploy/k8s/ as `kubectl apply -k` sends it, built in `build` with the image tagged `tag`."""
+    build.mkdir()
+    for source in (DEPLOY / "k8s").iterdir():
+        (build / source.name).write_text(source.read_text())
+    kustomization = yaml.safe_load((build / "kustomization.yaml").read_text())
+    [image] = kustomization["images"]
+    image["newTag"] = tag
+    (build / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    try:
+        built = subprocess.run(
+            ["kubectl", "kustomize", str(build)], check=True, capture_output=True, text=True
+        )
+    except FileNotFoundError:
+        pytest.skip("kubectl is not installed: it builds the kustomization")
+    return list(yaml.safe_load_all(built.stdout))
+
+
+def test_the_migration_job_is_named_after_its_spec_so_applying_again_changes_no_job(tmp_path):
+    """A Job's pod template cannot change, and `kubectl apply` needs a name (no generateName).
+    What makes the manifests re-applicable is that the Job's name is not fixed: kustomize
+    suffixes it with the hash of the Job's rendered spec (migrate-job.yaml says how)."""
+
+    def job_name(objects: list[dict]) -> str:
+        [name] = [o["metadata"]["name"] for o in objects if o["kind"] == "Job"]
+        return name
+
+    release = kustomize_with_image_tag("1.0", tmp_path / "release")
+    name = job_name(release)
+    assert name.startswith("loam-migrate-")
+    # Applying the same manifests again names the Job that exists, which apply leaves as it is,
+    assert job_name(kustomize_with_image_tag("1.0", tmp_path / "again")) == name
+    # and a new image names a new Job beside it instead of changing that one.
+    assert job_name(kustomize_with_image_tag("1.1", tmp_path / "next")) != name
+    # Only the Job: the Deployments keep their names, so a release rolls them out.
+    deployments = {o["metadata"]["name"] for o in release if o["kind"] == "Deployment"}
+    assert deployments == {f"loam-{process}" for process in PROCESSES}
+    # The Jobs of past releases delete themselves.
+    [job] = [o for o in release if o["kind"] == "Job"]
+    assert job["spec"]["ttlSecondsAfterFinished"] > 0
+
+
+# --- deploy/run-local.sh: the port it serves on ------------------------------------------------
+
+
+def run_local(tmp_path: Path, **env: str) -> tuple[str, list[str]]:
+    """Run deploy/run-local.sh in a copy of the tree whose setup, python and celery are stubs:
+    the LOAM_BASE_URL the development server got, and its arguments."""
+    tree = tmp_path / "tree"
+    (tree / "deploy").mkdir(parents=True)
+    (tree / "deploy" / "run-local.sh").write_text((DEPLOY / "run-local.sh").read_text())
+    (tree / "deploy" / "setup.sh").write_text("")
+    stubs = tree / ".venv" / "bin"
+    stubs.mkdir(parents=True)
+    (stubs / "activate").write_text(f'PATH="{stubs}:$PATH"\n')
+    calls = tmp_path / "python-calls"
+    (stubs / "python").write_text(f'#!/bin/sh\necho "$LOAM_BASE_URL $*" >>"{calls}"\n')
+    (stubs / "celery").write_text("#!/bin/sh\n")
+    for stub in ("python", "celery"):
+        (stubs / stub).chmod(0o755)
+    # Its status is left unread: the EXIT trap's kill finds the stub worker already gone.
+    subprocess.run(
+        ["bash", str(tree / "deploy" / "run-local.sh")],
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        timeout=30,
+    )
+    [runserver] = [line for line in calls.read_text().splitlines() if " runserver " in line]
+    base_url, *args = runserver.split()
+    return base_url, args
+
+
+@pytest.mark.parametrize(
+    ("env", "base_url", "address"),
+    [
+        ({}, "http://127.0.0.1:8000", "127.0.0.1:8000"),
+        ({"LOAM_PORT": "8123"}, "http://127.0.0.1:8123", "127.0.0.1:8123"),
+        (
+            {"LOAM_PORT": "8123", "LOAM_BASE_URL": "https://loam.example"},
+            "https://loam.example",
+            "127.0.0.1:8123",
+        ),
+    ],
+    ids=["default", "loam-port", "base-url-given"],
+)
+def test_run_local_serves_on_loam_port_and_links_follow_it(tmp_path, env, base_url, address):
+    assert run_local(tmp_path, **env) == (base_url, ["manage.py", "runserver", address])
+
+
+def fresh_database(url: str, suffix: str) -> str:
+    return runpy.run_path(str(DEPLOY / "fresh_database.py"))["fresh_database"](url, suffix)
+
+
+def test_the_contract_check_gets_a_new_sqlite_file_beside_the_one_named(tmp_path):
+    leftover = tmp_path / "loam_contract.sqlite3"
+    leftover.write_text("what the last run left")
+
+    url = fresh_database(f"sqlite:///{tmp_path / 'loam.sqlite3'}", "contract")
+
+    assert url == f"sqlite:///{leftover}"
+    assert not leftover.exists()
+
+
+@pytest.mark.postgres
+def test_the_contract_check_gets_an_empty_postgresql_database_beside_the_one_named(db):
+    import psycopg
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
+    fresh = fresh_database(url, "contract")
+    assert fresh == f"{url}_contract"
+    with psycopg.connect(fresh, autocommit=True) as connection:
+        connection.execute("CREATE TABLE left_by_the_last_run (id int)")
+
+    assert fresh_database(url, "contract") == fresh
+    with psycopg.connect(fresh, autocommit=True) as connection:
+        tables = connection.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        assert tables.fetchall() == []
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE "{database["NAME"]}_contract" WITH (FORCE)')
+
+
+def test_the_kubernetes_manifests_are_valid_for_the_kubernetes_api_strictly(tmp_path):
+    """What `kubectl apply -k` sends, against the API's own schemas: a misspelt or misplaced
+    field (which kubectl may drop without a word) fails here."""
+    import kubernetes_validate
+
+    for obj in kustomize_with_image_tag("1.0", tmp_path / "release"):
+        kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_the_strict_validation_catches_an_unknown_field(tmp_path):
+    import kubernetes_validate
+
+    [job] = [o for o in kustomize_with_image_tag("1.0", tmp_path / "release") if o["kind"] == "Job"]
+    job["spec"]["template"]["spec"]["restartsPolicy"] = "Never"  # a typo kubectl would drop
+    version = kubernetes_validate.latest_version()
+    kubernetes_validate.validate(job, version, strict=False)
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, version, strict=True)

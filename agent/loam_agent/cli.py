@@ -27,6 +27,7 @@ from loam_agent.hosts.model import HostError
 from loam_agent.hosts.network import ServerNetwork, discover
 from loam_agent.hosts.poller import HostsPoller
 from loam_agent.hosts.runtime import HostRuntime
+from loam_agent.hosts.sequence import REPORT_SEQUENCE_FILE, ReportSequence
 from loam_agent.readers import all_readers
 from loam_agent.readers.base import AcceleratorReader, CardSample
 from loam_agent.reading import Reading, take_reading
@@ -38,11 +39,7 @@ EXIT_OK, EXIT_PORTAL, EXIT_USAGE, EXIT_REJECTED = 0, 1, 2, 3
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(verbose=args.verbose)
     try:
         config = load_config(args.config)
         return args.command(args, config)
@@ -58,6 +55,18 @@ def main(argv: list[str] | None = None) -> int:
     except ImageError as error:
         logger.error("%s", error)
         return EXIT_PORTAL
+
+
+def configure_logging(*, verbose: bool) -> None:
+    """INFO is for changes (a host created, stopped, removed; a failure, a recovery); routine
+    traffic is DEBUG, shown with --verbose."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # httpx logs every request at INFO: the hosts poll each second and every heartbeat.
+    logging.getLogger("httpx").setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -193,6 +202,7 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
             runtime,
             poll_interval_s=config.hosts_poll_interval_s,
             full_report_s=config.sample_interval_s,
+            sequence=ReportSequence(config.state_dir / REPORT_SEQUENCE_FILE),
             stop=stop,
         )
         threading.Thread(target=hosts.run, name="hosts", daemon=True).start()

@@ -130,10 +130,10 @@ class PortalClient:
             raise ProtocolError(f"{HOSTS_PATH} answered hosts that are not a list")
         return response.headers.get("ETag"), hosts
 
-    def report_hosts(self, hosts: list[dict]) -> None:
-        self._send(
-            "POST", HOSTS_REPORT_PATH, {"hosts": hosts}, headers=self._bearer(), refused=_REFUSED
-        )
+    def report_hosts(self, sequence: int, hosts: list[dict]) -> None:
+        """What `hosts` are, in the report numbered `sequence` (a retry keeps its number)."""
+        body = {"sequence": sequence, "hosts": hosts}
+        self._send("POST", HOSTS_REPORT_PATH, body, headers=self._bearer(), refused=_REFUSED)
 
     def _bearer(self) -> dict:
         if self._credential is None:

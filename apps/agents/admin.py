@@ -51,4 +51,5 @@ class AgentHostAdmin(admin.ModelAdmin):
     list_display = ["handle", "name", "server", "generation", "state", "reported_state"]
     list_filter = ["state", "reported_state"]
     search_fields = ["handle", "name"]
+    readonly_fields = ["state"]  # it changes through its transition table (AGENT_HOST_TRANSITIONS)
     inlines = [AgentHostPortInline]

@@ -14,7 +14,6 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
-from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -26,6 +25,7 @@ from apps.agents.serializers import (
     HostReportsSerializer,
 )
 from apps.api.exceptions import flatten_errors, problem
+from apps.api.parsers import DepthLimitedJSONParser
 from apps.core.web import client_ip
 
 
@@ -76,7 +76,7 @@ class AgentView(APIView):
     authentication_classes = [AgentCredentialAuthentication]
     permission_classes = []  # the authentication refuses every request without a credential
     throttle_classes = []  # each server calls every few seconds by design
-    parser_classes = [JSONParser]
+    parser_classes = [DepthLimitedJSONParser]
     renderer_classes = [JSONRenderer]
 
 
@@ -143,7 +143,8 @@ class HostsView(AgentView):
 
 
 class HostReportView(AgentView):
-    """POST: what each host on this server actually is."""
+    """POST: what each host on this server actually is. A report older than one applied
+    already is a 204 too: the agent has nothing to fix, and a newer report said it all."""
 
     def post(self, request):
         serializer = HostReportsSerializer(data=request.data)
@@ -151,6 +152,7 @@ class HostReportView(AgentView):
             return invalid(serializer.errors)
         services.record_host_reports(
             server=request.auth,
+            sequence=serializer.validated_data["sequence"],
             reports=[dict(report) for report in serializer.validated_data["hosts"]],
         )
         return Response(status=status.HTTP_204_NO_CONTENT)

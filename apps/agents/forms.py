@@ -3,6 +3,7 @@ from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
 from apps.agents.services import MAX_TOKEN_HOURS, MIN_TOKEN_HOURS
+from apps.catalog.models import AcceleratorModel
 
 
 class JoinTokenForm(forms.Form):
@@ -31,3 +32,27 @@ class JoinTokenForm(forms.Form):
             f"{pool.name} · {pool.region} · {pool.accelerator_model}"
         )
         self.fields["valid_hours"].initial = settings.LOAM_AGENT_TOKEN_HOURS
+        only = list(pools[:2])
+        if len(only) == 1:  # nothing to choose: the park's one pool for agent servers
+            self.fields["pool"].initial = only[0]
+
+
+class AgentPoolForm(forms.Form):
+    name = forms.CharField(
+        label=_("Pool name"),
+        max_length=80,
+        help_text=_("E.g. the partner's site and card: “wuxi-l40s”."),
+    )
+    region = forms.ModelChoiceField(label=_("Region"), queryset=None)
+    accelerator_model = forms.ModelChoiceField(
+        label=_("Accelerator model"),
+        queryset=None,
+        help_text=_("The cards of the servers that join it."),
+    )
+
+    def __init__(self, *args, park, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["region"].queryset = park.regions.order_by("name")
+        self.fields["accelerator_model"].queryset = AcceleratorModel.objects.order_by(
+            "vendor", "name"
+        )

@@ -26,6 +26,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.agents.models import (
+    AGENT_HOST_TRANSITIONS,
     AgentCard,
     AgentHost,
     AgentHostPort,
@@ -35,7 +36,9 @@ from apps.agents.models import (
     WantedState,
 )
 from apps.agents.services import bump_hosts_version, free_host_ports, held_card_uuids
+from apps.core.numbers import parse_id
 from apps.core.transactions import lock
+from apps.core.transitions import transition
 from apps.orchestration.backends.base import (
     OPEN_INGRESS,
     PORT_PROTOCOLS,
@@ -91,9 +94,10 @@ def ingress_rows(rules) -> list[dict]:
 
 def parse_request(request: str) -> tuple[str, int]:
     handle, _sep, generation = (request or "").rpartition("@")
-    if not handle or not generation.isdigit():
+    number = parse_id(generation)
+    if not handle or number is None:
         raise BackendError(f"agent: {request!r} is not a host request")
-    return handle, int(generation)
+    return handle, number
 
 
 class AgentHostStore:
@@ -399,17 +403,26 @@ class AgentHostStore:
             }
             if not values:
                 return host.request(host.start_after + 1 if host.start_after else None)
-            for field, value in values.items():
-                setattr(host, field, value)
-            host.generation += 1
-            host.save(update_fields=[*values, "generation", "updated_at"])
+            values["generation"] = host.generation + 1
+            state = values.pop("state", None)
+            if state is not None:
+                transition(host, state, table=AGENT_HOST_TRANSITIONS, held=True, changes=values)
+            else:
+                for field, value in values.items():
+                    setattr(host, field, value)
+                host.save(update_fields=[*values, "updated_at"])
             bump_hosts_version(host.server)
             return host.request(final)
 
     def _remove(self, host: AgentHost) -> str:
-        host.state, host.card_uuids, host.start_after = WantedState.REMOVED, [], None
-        host.generation += 1
-        host.save(update_fields=["state", "card_uuids", "start_after", "generation", "updated_at"])
+        """Remove `host`, read under its lock and not removed yet."""
+        transition(
+            host,
+            WantedState.REMOVED,
+            table=AGENT_HOST_TRANSITIONS,
+            held=True,
+            changes={"card_uuids": [], "start_after": None, "generation": host.generation + 1},
+        )
         free_host_ports(host)  # and its public IP
         host.public_ip = None
         bump_hosts_version(host.server)
@@ -494,9 +507,11 @@ class AgentHostStore:
         ):
             if generation == 1 and host.state != WantedState.REMOVED:
                 # A host that never came up: the portal gives its cards back, so the server
-                # must too.
+                # must too (unless a release removed it meanwhile).
                 with transaction.atomic():
-                    self._remove(self._host(handle, for_update=True))
+                    locked = self._host(handle, for_update=True)
+                    if locked.state != WantedState.REMOVED:
+                        self._remove(locked)
             raise BackendError(
                 host.reported_message
                 or _("agent: %(node)s could not bring host %(handle)s to generation %(g)d")

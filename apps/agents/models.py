@@ -283,6 +283,15 @@ class WantedState(models.TextChoices):
     REMOVED = "removed", _("Removed")
 
 
+_W = WantedState
+# A removed host has left its server for good: a later host is a new one.
+AGENT_HOST_TRANSITIONS = {
+    _W.RUNNING: frozenset({_W.STOPPED, _W.REMOVED}),
+    _W.STOPPED: frozenset({_W.RUNNING, _W.REMOVED}),
+    _W.REMOVED: frozenset(),
+}
+
+
 class ReportedState(models.TextChoices):
     CREATING = "creating", _("Creating")
     RUNNING = "running", _("Running")
@@ -325,6 +334,9 @@ class AgentHost(models.Model):
     network_group = models.CharField(_("network group"), max_length=64, blank=True)
     ingress = models.JSONField(_("ingress rules"), default=list, blank=True)
     reported_generation = models.PositiveIntegerField(_("reported generation"), null=True)
+    # The `sequence` of the agent's report applied last: an older or repeated report (a retry,
+    # a full report that crossed a newer change) is not applied over it.
+    reported_sequence = models.PositiveBigIntegerField(_("reported sequence"), null=True)
     reported_state = models.CharField(
         _("reported state"), max_length=16, choices=ReportedState.choices, blank=True
     )

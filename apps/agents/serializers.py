@@ -170,4 +170,7 @@ class HostReportSerializer(serializers.Serializer):
 
 
 class HostReportsSerializer(serializers.Serializer):
+    # Grows with every report the server sends (docs/agent-protocol.md); an agent too old to
+    # send one gets a 400 naming it, since its reports could undo newer ones.
+    sequence = serializers.IntegerField(min_value=1, max_value=INT63)
     hosts = serializers.ListField(child=HostReportSerializer(), max_length=MAX_HOSTS)

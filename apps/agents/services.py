@@ -20,6 +20,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.agents.models import (
+    AGENT_HOST_TRANSITIONS,
     AgentCard,
     AgentHost,
     AgentHostPort,
@@ -34,11 +35,21 @@ from apps.agents.models import (
 from apps.core.audit import record_event
 from apps.core.errors import DomainError, InvalidTransition
 from apps.core.transactions import lock
-from apps.orchestration.models import Accelerator, Backend, Node, NodeHealth, Pool
+from apps.core.transitions import check_transition, transition
+from apps.orchestration.models import (
+    NODE_HEALTH_TRANSITIONS,
+    Accelerator,
+    Backend,
+    Node,
+    NodeHealth,
+    Pool,
+)
 from apps.orders.models import Instance, InstanceState
 from apps.tenants.access import require_operator
+from apps.tenants.models import Park
 
 AGENT_DRIVER = "agent"
+AGENT_BACKEND_NAME = "agents"  # the backend add_agent_pool makes for a park's first pool
 TOKEN_PREFIX = "loamjt"
 CREDENTIAL_PREFIX = "loamsc"
 MIN_TOKEN_HOURS, MAX_TOKEN_HOURS = 1, 24 * 30
@@ -63,7 +74,66 @@ def _audit_label(server: AgentServer) -> str:
 # --- join tokens -----------------------------------------------------------------------------
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
+def add_agent_pool(*, park: Park, operator, name: str, region, accelerator_model) -> Pool:
+    """A pool that servers join with a join token, with no JSON to write: a pool of the park's
+    agent backend, which is made here (named "agents") for the park's first such pool, and
+    listed in that backend's config as the driver reads it."""
+    require_operator(operator, park, _("Only this park's operators may add pools."))
+    name = (name or "").strip()
+    if not name:
+        raise ValidationError({"name": _("Give the pool a name.")})
+    if region.park_id != park.pk:
+        raise ValidationError({"region": _("This region is not in the park.")})
+    lock(Park, park.pk)  # two first pools at once would make two backends
+    backend = Backend.objects.filter(park=park, driver=AGENT_DRIVER).order_by("pk").first()
+    if backend is None:
+        if Backend.objects.filter(park=park, name=AGENT_BACKEND_NAME).exists():
+            raise ValidationError(
+                _("This park has a backend called “%(name)s” whose driver is not agent.")
+                % {"name": AGENT_BACKEND_NAME}
+            )
+        backend = Backend.objects.create(
+            park=park,
+            name=AGENT_BACKEND_NAME,
+            driver=AGENT_DRIVER,
+            config={"pools": []},
+            last_checked_at=timezone.now(),
+        )
+        record_event(
+            action="backend.registered",
+            actor=operator,
+            target=backend,
+            park=park,
+            data={"driver": AGENT_DRIVER, "pools": [], "nodes": 0},
+        )
+    else:
+        lock(Backend, backend.pk)
+        backend.refresh_from_db(fields=["config"])
+    if Pool.objects.filter(backend=backend, name=name).exists():
+        raise ValidationError(
+            {
+                "name": _("%(backend)s already has a pool called “%(name)s”.")
+                % {"backend": backend.name, "name": name}
+            }
+        )
+    listed = {"name": name, "accelerator_model": accelerator_model.slug}
+    backend.config = {**backend.config, "pools": [*backend.config.get("pools", []), listed]}
+    backend.save(update_fields=["config"])
+    pool = Pool.objects.create(
+        backend=backend, region=region, name=name, accelerator_model=accelerator_model
+    )
+    record_event(
+        action="agent.pool_added",
+        actor=operator,
+        target=pool,
+        park=park,
+        data={"backend": backend.name, "region": region.code, "model": accelerator_model.slug},
+    )
+    return pool
+
+
+@transaction.atomic(durable=True)
 def issue_join_token(
     *, pool: Pool, operator, valid_hours: int | None = None, note: str = ""
 ) -> tuple[JoinToken, str]:
@@ -110,7 +180,7 @@ def issue_join_token(
     return token, secret
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def revoke_join_token(*, token: JoinToken, operator) -> JoinToken:
     park = JoinToken.objects.select_related("pool__backend__park").get(pk=token.pk)
     park = park.pool.backend.park
@@ -248,7 +318,7 @@ def authenticate_server(credential: str) -> AgentServer | None:
     )
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def revoke_server(*, server: AgentServer, operator) -> AgentServer:
     """The server's credential stops working (its agent stops at its next call and must enrol
     again, as a new server); its node is down: no new placements."""
@@ -277,7 +347,7 @@ def revoke_server(*, server: AgentServer, operator) -> AgentServer:
 # --- heartbeats ------------------------------------------------------------------------------
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def record_heartbeat(
     *,
     server: AgentServer,
@@ -421,12 +491,17 @@ def _sync_cards(server: AgentServer, cards: list[dict], samples: dict, now) -> l
 
 
 def _set_node_health(server: AgentServer, health: str, *, reason: str = "", park=None) -> bool:
-    """Move the server's node to `health` (audited); False when it was there already."""
+    """Move the server's node to `health` (audited); False when it was there already. The move
+    is checked against its table here rather than made by transition(), whose audit event would
+    name neither the park (a node has none of its own) nor the agent."""
     node = server.node
     current = Node.objects.filter(pk=node.pk).values_list("health", flat=True).first()
     if current == health:
         return False
-    Node.objects.filter(pk=node.pk).update(health=health)
+    names = dict(Node._meta.get_field("health").flatchoices)
+    check_transition(NODE_HEALTH_TRANSITIONS, current, health, label=str(node), names=names)
+    node.health = health
+    node.save(update_fields=["health"])
     park = park or Pool.objects.select_related("backend__park").get(pk=node.pool_id).backend.park
     record_event(
         action="node.health_changed",
@@ -435,7 +510,6 @@ def _set_node_health(server: AgentServer, health: str, *, reason: str = "", park
         park=park,
         data={"from": current, "to": health, **({"reason": reason} if reason else {})},
     )
-    node.health = health
     return True
 
 
@@ -473,12 +547,16 @@ def mark_silent_servers(*, now=None) -> list[int]:
 # --- host reports ------------------------------------------------------------------------------
 
 
-@transaction.atomic
-def record_host_reports(*, server: AgentServer, reports: list[dict], now=None) -> int:
-    """What the agent says its hosts are. A report for a host the portal does not know here is
-    ignored (the agent may report what it has); one older than what the host reported before
-    is ignored too. A stopped host growing its disk is started once the stop is reported.
-    Returns how many hosts changed."""
+@transaction.atomic  # may join a caller that already holds the server (it locks the server first)
+def record_host_reports(
+    *, server: AgentServer, sequence: int, reports: list[dict], now=None
+) -> int:
+    """What the agent says its hosts are, in its report number `sequence`. A report for a host
+    the portal does not know here is ignored (the agent may report what it has); so is one
+    not newer than the report applied last to that host (a retry whose first attempt got
+    through, a full report that crossed a newer change on the way) or older than the
+    generation the host reported before. A stopped host growing its disk is started once the
+    stop is reported. Returns how many hosts changed."""
     now = now or timezone.now()
     lock(AgentServer, server.pk)
     hosts = {
@@ -493,8 +571,15 @@ def record_host_reports(*, server: AgentServer, reports: list[dict], now=None) -
         generation = report["generation"]
         if host is None or generation > host.generation:
             continue
-        if host.reported_generation is not None and generation < host.reported_generation:
+        if host.reported_sequence is not None and sequence <= host.reported_sequence:
             continue
+        # An agent restarted since it last saw the host reports its removal with generation 0
+        # (it kept no status for it): a removal asked for is taken from any generation.
+        removal = host.state == WantedState.REMOVED and report["state"] == ReportedState.REMOVED
+        older = host.reported_generation is not None and generation < host.reported_generation
+        if older and not removal:
+            continue
+        host.reported_sequence = sequence
         host.reported_generation = generation
         host.reported_state = report["state"]
         host.reported_message = report.get("message") or ""
@@ -508,26 +593,29 @@ def record_host_reports(*, server: AgentServer, reports: list[dict], now=None) -
             and report["state"] == ReportedState.STOPPED
             and host.state == WantedState.STOPPED
         ):
-            host.generation += 1
-            host.state = WantedState.RUNNING
-            host.card_uuids = held_card_uuids(host)
-            host.start_after = None
+            transition(
+                host,
+                WantedState.RUNNING,
+                table=AGENT_HOST_TRANSITIONS,
+                changes={
+                    "generation": host.generation + 1,
+                    "card_uuids": held_card_uuids(host),
+                    "start_after": None,
+                },
+            )
             restarted = True
         changed.append(host)
+    # What was reported; a restart above wrote its own fields.
     AgentHost.objects.bulk_update(
         changed,
         [
+            "reported_sequence",
             "reported_generation",
             "reported_state",
             "reported_message",
             "address",
             "ssh_port",
             "reported_at",
-            "generation",
-            "state",
-            "card_uuids",
-            "start_after",
-            "updated_at",
         ],
     )
     if restarted:
@@ -617,12 +705,12 @@ def remove_orphaned_hosts(*, now=None) -> list[str]:
             fresh = AgentHost.objects.get(pk=host.pk)
             if fresh.state == WantedState.REMOVED:
                 continue
-            AgentHost.objects.filter(pk=host.pk).update(
-                state=WantedState.REMOVED,
-                generation=fresh.generation + 1,
-                card_uuids=[],
-                start_after=None,
-                updated_at=now,
+            transition(
+                fresh,
+                WantedState.REMOVED,
+                table=AGENT_HOST_TRANSITIONS,
+                held=True,
+                changes={"generation": fresh.generation + 1, "card_uuids": [], "start_after": None},
             )
             free_host_ports(host)
             bump_hosts_version(host.server)

@@ -1,14 +1,20 @@
 """Mounted at the site root: the console's agent pages under /ops/agents/ (namespace
 "agents_ops", a park's operators only) and a host's card figures under /instances/ (namespace
-"agents", the host's organization only). The agent API itself is `api_urls`."""
+"agents", the host's organization only); what a partner's server downloads to install the agent
+under /agent/ (namespace "agent_install", public). The agent API itself is `api_urls`."""
 
 from django.urls import include, path
 
-from apps.agents import views
+from apps.agents import catalog_views, distribution, views
 
 operator_patterns = [
     path("parks/<int:park_id>/servers/", views.server_list, name="server_list"),
     path("parks/<int:park_id>/tokens/", views.token_list, name="token_list"),
+    path(
+        "parks/<int:park_id>/servers/<int:server_id>/catalog/",
+        catalog_views.server_catalog,
+        name="server_catalog",
+    ),
 ]
 
 tenant_patterns = [
@@ -19,7 +25,13 @@ tenant_patterns = [
     ),
 ]
 
+install_patterns = [
+    path("install.sh", distribution.install_script, name="script"),
+    path("loam-agent.tar.gz", distribution.agent_source, name="archive"),
+]
+
 urlpatterns = [
+    path("agent/", include((install_patterns, "agent_install"))),
     path("ops/agents/", include((operator_patterns, "agents_ops"))),
     path("instances/", include((tenant_patterns, "agents"))),
 ]

@@ -2,6 +2,8 @@
 park operators only, another park's object is a 404), and the tenant's card figures of one of
 its hosts (JSON for the instance page's charts; another organization's host is a 404)."""
 
+import shlex
+
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied as HttpPermissionDenied
@@ -9,14 +11,16 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
 from apps.agents import selectors, services
-from apps.agents.forms import JoinTokenForm
+from apps.agents.forms import AgentPoolForm, JoinTokenForm
 from apps.agents.models import AgentServer, JoinToken
 from apps.core.errors import DomainError, PermissionDenied
+from apps.core.numbers import parse_id
 from apps.core.web import refusals
 from apps.orders.models import Instance
 from apps.tenants.decorators import operator_view, organization_view
@@ -29,11 +33,11 @@ REFRESH_SECONDS = 5
 
 def _posted(request, queryset, *, field: str, park_field: str, park):
     """The object named by POST[field], if it is in `park` (which the operator operates)."""
-    pk = request.POST.get(field, "")
-    if not pk.isdigit():
+    pk = parse_id(request.POST.get(field, ""))
+    if pk is None:
         raise Http404
     scoped = queryset.filter(**{park_field: park})
-    return get_for_operator(scoped, request.user, park_field=park_field, pk=int(pk))
+    return get_for_operator(scoped, request.user, park_field=park_field, pk=pk)
 
 
 def _act(request, action) -> bool:
@@ -103,6 +107,27 @@ def _seconds_since(moment, now) -> int | None:
 
 # --- join tokens ---------------------------------------------------------------------------------
 
+CA_FILE_EXAMPLE = "portal-ca.pem"
+
+
+def install_commands(secret: str) -> dict[str, str]:
+    """What the partner runs on a fresh server (agent/install.sh, served by this portal): the
+    one command, the same for a portal whose certificate a private CA signed (its certificate
+    copied to the server first), and the enrolment alone for a server with the agent already."""
+    portal = settings.LOAM_BASE_URL
+    script = portal + reverse("agent_install:script")
+    options = f"--portal {shlex.quote(portal)} --token {shlex.quote(secret)}"
+    ca = shlex.quote(CA_FILE_EXAMPLE)
+    return {
+        "install_command": f"curl -fsSL {shlex.quote(script)} | sudo bash -s -- {options}",
+        "install_command_ca": (
+            f"curl -fsSL --cacert {ca} {shlex.quote(script)} "
+            f"| sudo bash -s -- {options} --ca-file {ca}"
+        ),
+        "enrol_command": f"sudo loam-agent enrol {options}",
+        "ca_file": CA_FILE_EXAMPLE,
+    }
+
 
 @operator_view
 def token_list(request, park_id):
@@ -110,7 +135,20 @@ def token_list(request, park_id):
     pools = selectors.agent_pools(park)
     action = request.POST.get("action") if request.method == "POST" else None
     form = JoinTokenForm(request.POST if action == "issue" else None, pools=pools)
+    pool_form = AgentPoolForm(request.POST if action == "add_pool" else None, park=park)
     issued = None
+    if action == "add_pool" and pool_form.is_valid():
+        with refusals(request, pool_form) as outcome:
+            pool = services.add_agent_pool(
+                park=park, operator=request.user, **pool_form.cleaned_data
+            )
+        if not outcome.refused:
+            messages.success(
+                request,
+                _("Pool %(pool)s added: issue a join token for it to enrol a server.")
+                % {"pool": pool.name},
+            )
+            return redirect("agents_ops:token_list", park_id=park.pk)
     if action == "revoke":
         token = _posted(
             request,
@@ -124,7 +162,7 @@ def token_list(request, park_id):
                 request, _("Join token %(prefix)s… revoked.") % {"prefix": token.prefix}
             )
         return redirect("agents_ops:token_list", park_id=park.pk)
-    if action not in (None, "issue"):
+    if action not in (None, "issue", "add_pool"):
         raise Http404
     if action == "issue" and form.is_valid():
         with refusals(request, form) as outcome:
@@ -135,22 +173,22 @@ def token_list(request, park_id):
                 note=form.cleaned_data["note"],
             )
         if not outcome.refused:
-            issued = {
-                "token": token,
-                "secret": secret,
-                "command": f"loam-agent enrol --portal {settings.LOAM_BASE_URL} --token {secret}",
-            }
+            issued = {"token": token, "secret": secret, **install_commands(secret)}
             form = JoinTokenForm(pools=pools)
     page = Paginator(selectors.join_tokens(park), TOKENS_PER_PAGE).get_page(request.GET.get("page"))
     context = {
         "park": park,
         "form": form,
+        "pool_form": pool_form,
         "page": page,
         "issued": issued,
         "has_pools": pools.exists(),
     }
     response = render(
-        request, "agents/token_list.html", context, status=422 if form.errors else 200
+        request,
+        "agents/token_list.html",
+        context,
+        status=422 if form.errors or pool_form.errors else 200,
     )
     if issued:
         response["Cache-Control"] = "no-store"  # the token is in this page, and only here
@@ -165,9 +203,9 @@ def token_list(request, park_id):
 def instance_telemetry(request, instance_id):
     """The figures of the cards the host holds, for its charts (polled every few seconds)."""
     instance = get_for_organization(Instance, request.organization, pk=instance_id)
-    minutes = request.GET.get("minutes", "")
+    minutes = parse_id(request.GET.get("minutes", ""))
     data = selectors.instance_telemetry(
-        instance, minutes=int(minutes) if minutes.isdigit() else selectors.CHART_MINUTES
+        instance, minutes=selectors.CHART_MINUTES if minutes is None else minutes
     )
     if data is None:
         raise Http404

@@ -7,7 +7,7 @@ class BillingConfig(AppConfig):
     verbose_name = _("Billing")
 
     def ready(self):
-        from apps.billing.selectors import month_spend
-        from apps.quotas.services import MONTH_SPEND
+        from apps.billing.selectors import committed_spend
+        from apps.quotas.services import COMMITTED_SPEND
 
-        MONTH_SPEND.plug(month_spend)
+        COMMITTED_SPEND.plug(committed_spend)

@@ -59,7 +59,7 @@ def next_period_start(organization: Organization) -> datetime | None:
     return metering.month_start(first.started_at) if first else None
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def issue_invoice(*, organization: Organization, period_end: datetime, actor=None) -> Invoice:
     """Meter up to `period_end`, then invoice every record not yet invoiced that ended by it."""
     lock(Organization, organization.pk)

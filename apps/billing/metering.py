@@ -250,11 +250,13 @@ def meter_organizations(organization_ids: list[int], *, until: datetime) -> Mete
     from apps.billing.services import (
         balance_needs_enforcing,
         charge_wallets,
+        locked_holds,
         locked_wallets,
         spend_limited,
     )
 
     wallets = locked_wallets(organization_ids)
+    holds = locked_holds(wallets)
     # Ordered as reconcile locks a subject's meters, so that the two never deadlock.
     meters = [
         DueMeter(*row)
@@ -280,7 +282,7 @@ def meter_organizations(organization_ids: list[int], *, until: datetime) -> Mete
             burn_rates[meter.organization_id] += meter.hourly_minor
     update_rows(Meter, advanced, ["metered_until", "metered_seconds", "metered_minor"])
     insert_rows(UsageRecord, records, fields=UsageRow._fields)
-    charge_wallets(wallets, amounts=amounts, by_instance=by_instance)
+    charge_wallets(wallets, holds=holds, amounts=amounts, by_instance=by_instance)
     return Metered(
         charged_minor=sum(amounts.values()),
         records=len(records),

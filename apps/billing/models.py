@@ -547,6 +547,16 @@ class BankTransferState(models.TextChoices):
     CANCELLED = "cancelled", _("Cancelled")
 
 
+_BT = BankTransferState
+# A transfer is decided once: credited, rejected, or withdrawn by the tenant.
+BANK_TRANSFER_TRANSITIONS = {
+    _BT.AWAITING: frozenset({_BT.CREDITED, _BT.REJECTED, _BT.CANCELLED}),
+    _BT.CREDITED: frozenset(),
+    _BT.REJECTED: frozenset(),
+    _BT.CANCELLED: frozenset(),
+}
+
+
 class BankTransfer(models.Model):
     """A top-up paid by bank transfer: the tenant announces it with the reference code that the
     transfer's remark (附言) carries; an operator who sees it arrive credits what was received."""
@@ -620,6 +630,15 @@ class VatInvoiceState(models.TextChoices):
     REJECTED = "rejected", _("Rejected")
     CANCELLED = "cancelled", _("Cancelled")
 
+
+_V = VatInvoiceState
+# A request is decided once: issued, rejected, or withdrawn by the tenant.
+VAT_INVOICE_TRANSITIONS = {
+    _V.REQUESTED: frozenset({_V.ISSUED, _V.REJECTED, _V.CANCELLED}),
+    _V.ISSUED: frozenset(),
+    _V.REJECTED: frozenset(),
+    _V.CANCELLED: frozenset(),
+}
 
 # What counts against the amount an organization may still have invoiced.
 VAT_INVOICE_HOLDING_STATES = (VatInvoiceState.REQUESTED, VatInvoiceState.ISSUED)

@@ -19,6 +19,7 @@ from apps.billing.models import PAYMENT_TRANSITIONS, EntryKind, Payment, Payment
 from apps.billing.services import credit, locked_wallet, wallet_of
 from apps.core.errors import DomainError
 from apps.core.money import MINOR_PER_MAJOR, format_money
+from apps.core.numbers import parse_id
 from apps.core.transitions import transition
 from apps.tenants.access import authorize
 from apps.tenants.roles import Action
@@ -169,8 +170,8 @@ def _payment_for(session) -> Payment | None:
     )
     if payment is None:
         # The webhook can arrive before the session id was saved on the row.
-        reference = session.get("client_reference_id") or ""
-        if reference.isdigit():
+        reference = parse_id(session.get("client_reference_id") or "")
+        if reference is not None:
             payment = Payment.objects.select_for_update(no_key=True).filter(pk=reference).first()
     if payment is None:
         log.warning("Stripe session %s matches no payment", session["id"])

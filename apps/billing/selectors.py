@@ -30,12 +30,23 @@ def _group_expression(group: str):
 
 def month_spend(organizations, *, now=None) -> int:
     """What `organizations` (a queryset) were charged since the start of this month (the
-    park's time zone), from their usage records: the quotas' MONTH_SPEND provider."""
+    park's time zone), from their usage records."""
     since = month_start(now or timezone.now())
     total = UsageRecord.objects.filter(
         organization__in=organizations, started_at__gte=since
     ).aggregate(total=Sum("amount_minor"))["total"]
     return total or 0
+
+
+def committed_spend(organizations) -> int:
+    """What `organizations` (a queryset) have committed to this month, the quotas'
+    COMMITTED_SPEND provider: what they were charged, plus what their wallets still hold for
+    their hosts' first hours. Holds are drawn down as usage is charged, so nothing is counted
+    twice; without them, every order placed before the next metering pass would count as free."""
+    held = Wallet.objects.filter(organization__in=organizations).aggregate(total=Sum("held_minor"))[
+        "total"
+    ]
+    return month_spend(organizations) + (held or 0)
 
 
 def usage_series(organization: Organization, *, days: int = 30, group: str = "flavor", now=None):

@@ -25,7 +25,7 @@ from apps.core.errors import DomainError
 from apps.core.extensions import ExtensionPoint
 from apps.core.models import AuditEvent
 from apps.core.money import format_money
-from apps.core.transactions import in_transaction, on_commit_task
+from apps.core.transactions import in_transaction, lock_all, on_commit_task
 from apps.tenants.access import SystemActor, require_operator
 from apps.tenants.models import Organization, Role
 
@@ -112,6 +112,23 @@ def hold(wallet: Wallet, *, instance, amount_minor: int) -> Hold:
 
 
 @in_transaction
+def lock_money_of(instance) -> None:
+    """After the host, and before any node: the rows of money its use case may change, in
+    LOCK_ORDER. The wallet, the host's hold, then its open meters. Metering takes them in that
+    order too, and a host's use case that took a meter first and then the wallet (to give its
+    hold back, or to check funds) waited on a metering pass that waited on it."""
+    locked_wallet(instance.organization_id)
+    lock_all(
+        Hold,
+        Hold.objects.filter(instance=instance, amount_minor__gt=0).values_list("pk", flat=True),
+    )
+    lock_all(
+        Meter,
+        Meter.objects.filter(instance=instance, ended_at__isnull=True).values_list("pk", flat=True),
+    )
+
+
+@in_transaction
 def release_hold(instance) -> None:
     """Give back what is still held for `instance` (it is gone, or was never provisioned)."""
     held = Hold.objects.filter(instance=instance, amount_minor__gt=0).first()
@@ -146,18 +163,29 @@ def charge(
     )
 
 
+def locked_holds(wallets: list[Wallet]) -> list[Hold]:
+    """The (locked) wallets' holds with money left, locked in id order: after the wallets and
+    before any meter (apps.core.transactions.LOCK_ORDER)."""
+    return list(
+        Hold.objects.select_for_update(no_key=True)
+        .filter(wallet__in=wallets, amount_minor__gt=0)
+        .order_by("pk")
+    )
+
+
 def charge_wallets(
-    wallets: list[Wallet], *, amounts: dict[int, int], by_instance: dict[int, int]
+    wallets: list[Wallet],
+    *,
+    holds: list[Hold],
+    amounts: dict[int, int],
+    by_instance: dict[int, int],
 ) -> None:
     """Take metered usage from the (locked) wallets, `amounts` by organization, one ledger entry
     each, in a fixed number of queries however many wallets: an instance's charges
-    (`by_instance`) use its hold first."""
+    (`by_instance`) use its hold first (`holds`: the wallets' `locked_holds`)."""
     holds_of = defaultdict(list)
     held_before = {}
-    holds = Hold.objects.select_for_update(no_key=True).filter(
-        wallet__in=wallets, amount_minor__gt=0
-    )
-    for held in holds.order_by("pk"):
+    for held in holds:
         holds_of[held.wallet_id].append(held)
         held_before[held.pk] = held.amount_minor
     entries = []
@@ -213,7 +241,7 @@ def _resume_after_commit(organization_id: int) -> None:
 # --- Operators: credit terms and adjustments ------------------------------------------------
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def set_billing_terms(
     *, organization: Organization, operator, mode: str, credit_limit_minor: int
 ) -> Wallet:
@@ -247,7 +275,7 @@ def set_billing_terms(
     return wallet
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def adjust_balance(
     *, organization: Organization, operator, amount_minor: int, reason: str
 ) -> LedgerEntry:

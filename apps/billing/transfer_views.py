@@ -25,6 +25,7 @@ from apps.billing.models import (
 )
 from apps.billing.services import wallet_of
 from apps.core.money import to_major
+from apps.core.numbers import parse_id
 from apps.core.web import refusals
 from apps.tenants.decorators import operator_view, organization_view
 from apps.tenants.roles import Action, can
@@ -35,10 +36,10 @@ RECENT_SHOWN = 20
 
 def _posted_id(request, model=None, **owned_by) -> int:
     """The id the form posted, of a `model` row matching `owned_by` where given; else 404."""
-    value = request.POST.get("id", "")
-    if not value.isdigit() or (model and not model.objects.filter(pk=value, **owned_by).exists()):
+    value = parse_id(request.POST.get("id", ""))
+    if value is None or (model and not model.objects.filter(pk=value, **owned_by).exists()):
         raise Http404
-    return int(value)
+    return value
 
 
 # --- The tenant ------------------------------------------------------------------------------

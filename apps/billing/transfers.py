@@ -5,7 +5,9 @@ A bank transfer is announced by the tenant with a reference code for the transfe
 (附言); the wallet is credited only when one of the park's operators sees the money arrive and
 confirms it, under the transfer's and the wallet's row locks, so a transfer credits once. VAT
 invoices are issued outside the portal by the park's finance team; the portal takes the
-request, checks it against what the organization paid in, and records the number.
+request, checks it against what the organization paid in, and records the number. Each is
+decided once, through `transition()` and its table (BANK_TRANSFER_TRANSITIONS,
+VAT_INVOICE_TRANSITIONS).
 """
 
 import secrets
@@ -17,7 +19,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.billing.models import (
+    BANK_TRANSFER_TRANSITIONS,
     VAT_INVOICE_HOLDING_STATES,
+    VAT_INVOICE_TRANSITIONS,
     BankTransfer,
     BankTransferState,
     EntryKind,
@@ -31,6 +35,7 @@ from apps.billing.services import credit, locked_wallet, wallet_of
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.money import MINOR_PER_MAJOR, format_money
+from apps.core.transitions import transition
 from apps.tenants import credit_code
 from apps.tenants.access import authorize, require_operator
 from apps.tenants.roles import Action
@@ -52,19 +57,33 @@ def new_reference() -> str:
     )
 
 
-def _decide(subject, state: str, *, by=None, **fields) -> None:
-    """Move a (locked) transfer or invoice request to its final `state`, with who decided
-    (None: the tenant withdrew it), when, and what the decision records."""
-    changes = {"state": state, "decided_by": by, "decided_at": timezone.now(), **fields}
-    for name, value in changes.items():
-        setattr(subject, name, value)
-    subject.save(update_fields=list(changes))
+# Each kind's audit actions ("bank_transfer.credited") and its table of moves.
+_DECISIONS = {
+    BankTransfer: ("bank_transfer", BANK_TRANSFER_TRANSITIONS),
+    VatInvoiceRequest: ("vat_invoice", VAT_INVOICE_TRANSITIONS),
+}
+
+
+def _decide(subject, state: str, *, actor, by=None, audit_data=None, **fields):
+    """Move a transfer or invoice request, read under its row lock, to its final `state`, with
+    who decided (None: the tenant withdrew it), when, and what the decision records."""
+    prefix, table = _DECISIONS[type(subject)]
+    return transition(
+        subject,
+        state,
+        table=table,
+        actor=actor,
+        held=True,
+        action=f"{prefix}.{state}",
+        changes={"decided_by": by, "decided_at": timezone.now(), **fields},
+        audit_data=audit_data,
+    )
 
 
 # --- Bank transfers --------------------------------------------------------------------------
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def announce_bank_transfer(*, organization, actor, amount_minor: int) -> BankTransfer:
     """The tenant says it will transfer `amount_minor`: a transfer awaiting the money, with the
     reference code its remark must carry."""
@@ -118,18 +137,16 @@ def _still_awaiting(transfer: BankTransfer) -> None:
         )
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def cancel_bank_transfer(*, transfer_id: int, organization, actor) -> BankTransfer:
     """The tenant will not transfer after all (while nothing was credited)."""
     authorize(actor, organization, Action.MANAGE_BILLING)
     transfer = _locked_transfer(transfer_id, organization=organization)
     _still_awaiting(transfer)
-    _decide(transfer, BankTransferState.CANCELLED)
-    record_event(action="bank_transfer.cancelled", actor=actor, target=transfer)
-    return transfer
+    return _decide(transfer, BankTransferState.CANCELLED, actor=actor)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def credit_bank_transfer(*, transfer_id: int, operator, received_minor: int) -> BankTransfer:
     """The money arrived: credit the wallet with what was received, once."""
     transfer = _locked_transfer(transfer_id)
@@ -144,17 +161,17 @@ def credit_bank_transfer(*, transfer_id: int, operator, received_minor: int) -> 
         kind=EntryKind.TOP_UP,
         description=_("Bank transfer %(reference)s") % {"reference": transfer.reference},
     )
-    _decide(transfer, BankTransferState.CREDITED, by=operator, received_minor=received_minor)
-    record_event(
-        action="bank_transfer.credited",
+    return _decide(
+        transfer,
+        BankTransferState.CREDITED,
         actor=operator,
-        target=transfer,
-        data={"reference": transfer.reference, "received_minor": received_minor},
+        by=operator,
+        received_minor=received_minor,
+        audit_data={"reference": transfer.reference, "received_minor": received_minor},
     )
-    return transfer
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def reject_bank_transfer(*, transfer_id: int, operator, reason: str) -> BankTransfer:
     """No such money arrived (or it cannot be matched): nothing is credited."""
     transfer = _locked_transfer(transfer_id)
@@ -162,14 +179,15 @@ def reject_bank_transfer(*, transfer_id: int, operator, reason: str) -> BankTran
     _still_awaiting(transfer)
     if not reason.strip():
         raise ValidationError({"reason": _("Say why the transfer is rejected.")})
-    _decide(transfer, BankTransferState.REJECTED, by=operator, note=reason.strip()[:200])
-    record_event(
-        action="bank_transfer.rejected",
+    note = reason.strip()[:200]
+    return _decide(
+        transfer,
+        BankTransferState.REJECTED,
         actor=operator,
-        target=transfer,
-        data={"reference": transfer.reference, "reason": transfer.note},
+        by=operator,
+        note=note,
+        audit_data={"reference": transfer.reference, "reason": note},
     )
-    return transfer
 
 
 # --- VAT invoices ----------------------------------------------------------------------------
@@ -194,7 +212,7 @@ def invoiceable_minor(organization) -> int:
     return max(0, paid_in_minor(organization) - (invoiced or 0))
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def request_vat_invoice(
     *,
     organization,
@@ -269,37 +287,43 @@ def _locked_invoice(request_id: int, **filters) -> VatInvoiceRequest:
     return invoice
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def cancel_vat_invoice(*, request_id: int, organization, actor) -> VatInvoiceRequest:
     authorize(actor, organization, Action.MANAGE_BILLING)
     invoice = _locked_invoice(request_id, organization=organization)
-    _decide(invoice, VatInvoiceState.CANCELLED)
-    record_event(action="vat_invoice.cancelled", actor=actor, target=invoice)
-    return invoice
+    return _decide(invoice, VatInvoiceState.CANCELLED, actor=actor)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def issue_vat_invoice(*, request_id: int, operator, number: str) -> VatInvoiceRequest:
     """The finance team issued it: its number is recorded for the tenant."""
     invoice = _locked_invoice(request_id)
     require_operator(operator, invoice.organization.park)
     if not number.strip():
         raise ValidationError({"number": _("Enter the invoice number.")})
-    _decide(invoice, VatInvoiceState.ISSUED, by=operator, number=number.strip()[:40])
-    record_event(
-        action="vat_invoice.issued", actor=operator, target=invoice, data={"number": invoice.number}
+    number = number.strip()[:40]
+    return _decide(
+        invoice,
+        VatInvoiceState.ISSUED,
+        actor=operator,
+        by=operator,
+        number=number,
+        audit_data={"number": number},
     )
-    return invoice
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def reject_vat_invoice(*, request_id: int, operator, reason: str) -> VatInvoiceRequest:
     invoice = _locked_invoice(request_id)
     require_operator(operator, invoice.organization.park)
     if not reason.strip():
         raise ValidationError({"reason": _("Say why the request is rejected.")})
-    _decide(invoice, VatInvoiceState.REJECTED, by=operator, note=reason.strip()[:200])
-    record_event(
-        action="vat_invoice.rejected", actor=operator, target=invoice, data={"reason": invoice.note}
+    note = reason.strip()[:200]
+    return _decide(
+        invoice,
+        VatInvoiceState.REJECTED,
+        actor=operator,
+        by=operator,
+        note=note,
+        audit_data={"reason": note},
     )
-    return invoice

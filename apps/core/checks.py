@@ -29,3 +29,18 @@ def shared_cache(app_configs, **kwargs):
             )
         ]
     return []
+
+
+@register(Tags.security, deploy=True)
+def demo_park(app_configs, **kwargs):
+    """A demo park offers the simulator: tenants could order and pay for hosts that do not
+    exist."""
+    if settings.LOAM_DEMO:
+        return [
+            Warning(
+                "LOAM_DEMO is on: the simulator is offered, and its hosts do not exist.",
+                hint="Leave LOAM_DEMO unset (off) unless this park is a demo.",
+                id="loam.W002",
+            )
+        ]
+    return []

@@ -1,8 +1,7 @@
 """Reachability of what the portal depends on, for /healthz and for `.ci/run`."""
 
+from celery import current_app
 from django.db import connection
-
-from portal.celery import app as celery_app
 
 
 def database_status() -> dict:
@@ -16,7 +15,9 @@ def database_status() -> dict:
 
 
 def broker_status(timeout: float = 2.0) -> dict:
-    conn = celery_app.connection_for_write()  # the connection tasks are sent on
+    # The project's app (portal.celery, made current when Django loads portal's settings),
+    # reached without importing portal: the apps sit below it.
+    conn = current_app.connection_for_write()  # the connection tasks are sent on
     transport = conn.transport_cls
     try:
         with conn:

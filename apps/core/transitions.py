@@ -35,6 +35,7 @@ def transition(
     changes: Mapping | Callable[[models.Model], Mapping] | None = None,
     audit_data: Mapping | None = None,
     held: bool = False,
+    action: str | None = None,
 ) -> models.Model:
     """Move `obj` to `target` under a row lock and record an audit event.
 
@@ -44,6 +45,9 @@ def transition(
     function of the locked row returning them, for changes that depend on its current values.
     `held`: this transaction created `obj`, or `obj` is what a transition of it in this
     transaction returned, so it is current and no one else can change it: it is not read again.
+    The same holds for a row this transaction read after taking its row lock.
+    `action`: the audit event's action, where the app names it (`bank_transfer.credited`);
+    by default "<model>.<target>".
     """
     if held:
         locked = obj
@@ -62,7 +66,7 @@ def transition(
     locked.save(update_fields=[field, *changes, *_auto_now_fields(locked)])
     record_event(
         actor=actor,
-        action=f"{locked._meta.model_name}.{target}",
+        action=action or f"{locked._meta.model_name}.{target}",
         target=locked,
         data={"from": current, "to": target, **(audit_data or {})},
     )

@@ -18,6 +18,7 @@ ACTIONS = {
     "agent.credential_revoked": gettext_lazy("Agent credential revoked"),
     "agent.join_token_issued": gettext_lazy("Agent join token issued"),
     "agent.join_token_revoked": gettext_lazy("Agent join token revoked"),
+    "agent.pool_added": gettext_lazy("Pool for agent servers added"),
     "agent.server_enrolled": gettext_lazy("Agent server enrolled"),
     "api_key.created": gettext_lazy("API key created"),
     "api_key.revoked": gettext_lazy("API key revoked"),
@@ -40,6 +41,7 @@ ACTIONS = {
     "catalog.flavor_withdrawn": gettext_lazy("Flavor withdrawn from sale"),
     "catalog.image_available": gettext_lazy("Image made available"),
     "catalog.image_created": gettext_lazy("Image created"),
+    "catalog.image_extended": gettext_lazy("Image made to run on another accelerator"),
     "catalog.image_withdrawn": gettext_lazy("Image withdrawn"),
     "catalog.price_scheduled": gettext_lazy("Price set"),
     "catalog.price_withdrawn": gettext_lazy("Scheduled price withdrawn"),
@@ -64,6 +66,15 @@ ACTIONS = {
     "park.approval_policy": gettext_lazy("Approval policy changed"),
     "park.idle_policy": gettext_lazy("Idle policy changed"),
     "park.mfa_policy": gettext_lazy("Security policy changed"),
+    "park.operator_added": gettext_lazy("Park operator added"),
+    "partner.created": gettext_lazy("Partner created"),
+    "partner.floor_price_set": gettext_lazy("Partner floor price set"),
+    "partner.pool_assigned": gettext_lazy("Pool given to a partner"),
+    "partner.pool_unassigned": gettext_lazy("Pool given back to the park"),
+    "partner.settlement_computed": gettext_lazy("Partner statement computed"),
+    "partner.settlement_confirmed": gettext_lazy("Partner statement confirmed"),
+    "partner.settlement_paid": gettext_lazy("Partner statement paid"),
+    "partner.share_changed": gettext_lazy("Partner revenue share changed"),
     "pool.updated": gettext_lazy("Pool updated"),
     "quota.changed": gettext_lazy("Quota changed"),
     "scheduling_policy.changed": gettext_lazy("Scheduling policy changed"),
@@ -93,6 +104,8 @@ TRANSITIONS = {
     "payment": (gettext_lazy("Payment"), PaymentState),
     "invoice": (gettext_lazy("Invoice"), InvoiceState),
     "webhookdelivery": (gettext_lazy("Webhook delivery"), DeliveryState),
+    # The agents app stands above this one: its states are read from the model's field.
+    "agenthost": (gettext_lazy("Host on an agent server"), "agents.AgentHost"),
 }
 
 SYSTEM_ACTORS = {
@@ -110,8 +123,12 @@ def action_label(code: str) -> str:
     subject, _dot, state = code.partition(".")
     if subject in TRANSITIONS:
         name, states = TRANSITIONS[subject]
-        if state in states.values:
-            return _("%(object)s: %(state)s") % {"object": name, "state": states(state).label}
+        if isinstance(states, str):
+            states = dict(apps.get_model(states)._meta.get_field("state").flatchoices)
+        else:
+            states = dict(states.choices)
+        if state in states:
+            return _("%(object)s: %(state)s") % {"object": name, "state": states[state]}
     return code
 
 

@@ -24,7 +24,7 @@ RAW_SAMPLES_KEPT_FOR = timedelta(hours=24)  # the 24 h chart draws every sample
 ROLL_UP_LOOKS_BACK = timedelta(days=7)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def sample_capacity(*, now=None) -> list[CapacitySample]:
     """One sample per pool, at the minute (a second run in the same minute adds nothing):
     accelerators total and allocated, how many of the allocated read idle, their mean measured

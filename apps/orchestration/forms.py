@@ -4,6 +4,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import AcceleratorModel, Image, Region
+from apps.core.numbers import IdsField
 from apps.orchestration.models import SchedulingPolicy, TaskPreference
 from apps.orchestration.scheduling import MAX_PRIORITY, MAX_RAM_GB, MAX_VCPU, MIN_PRIORITY
 
@@ -50,7 +51,7 @@ class TaskForm(forms.Form):
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
         help_text=_("Empty: no deadline. Still queued at the deadline, it fails without running."),
     )
-    allowed_regions = forms.ModelMultipleChoiceField(
+    allowed_regions = IdsField(
         label=_("Allowed regions"),
         queryset=Region.objects.none(),
         to_field_name="code",

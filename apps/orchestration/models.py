@@ -70,6 +70,16 @@ class Pool(models.Model):
         _("grid carbon intensity (gCO₂/kWh)"), default=550
     )
     is_schedulable = models.BooleanField(_("schedulable"), default=True)
+    # The partner who brought the pool's servers into the park (apps.partners); none: the
+    # park's own.
+    partner = models.ForeignKey(
+        "partners.Partner",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="pools",
+        verbose_name=_("partner"),
+    )
 
     class Meta:
         verbose_name = _("pool")
@@ -88,6 +98,17 @@ class NodeHealth(models.TextChoices):
     HEALTHY = "healthy", _("Healthy")
     DEGRADED = "degraded", _("Degraded")
     DOWN = "down", _("Down")
+
+
+_H = NodeHealth
+# Every move between two states is one the code makes: a probe takes a node down and back up
+# (apps.orchestration.services), its agent's heartbeats move it between healthy and degraded and
+# out of down, and silence or a revoked credential take it down (apps.agents.services).
+NODE_HEALTH_TRANSITIONS = {
+    _H.HEALTHY: frozenset({_H.DEGRADED, _H.DOWN}),
+    _H.DEGRADED: frozenset({_H.HEALTHY, _H.DOWN}),
+    _H.DOWN: frozenset({_H.HEALTHY, _H.DEGRADED}),
+}
 
 
 class Node(models.Model):

@@ -744,7 +744,7 @@ def release_task_capacity(task) -> bool:
 # --- what the backend reports ----------------------------------------------------------------
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def task_submitted(*, task_id: int, handle: str) -> Task | None:
     """The backend took the task and named it; it stays placed until the backend runs it.
     None if it is no longer placed (cancelled meanwhile)."""
@@ -755,7 +755,7 @@ def task_submitted(*, task_id: int, handle: str) -> Task | None:
     return task
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def task_started(*, task_id: int, at=None) -> Task | None:
     """The backend runs it (since `at`, where it says): placed → running."""
     task = Task.objects.select_for_update(no_key=True).get(pk=task_id)
@@ -764,7 +764,7 @@ def task_started(*, task_id: int, at=None) -> Task | None:
     return move_task(task=task, to=TaskState.RUNNING, actor=SCHEDULER, at=at)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def task_progress(*, task_id: int, logs: str, backend_status: dict, now=None) -> None:
     """What the backend says of a task it has: its output so far and its own view of the run
     (state, node, devices, exit code, why it waits). A task the backend keeps waiting longer
@@ -798,7 +798,7 @@ def task_progress(*, task_id: int, logs: str, backend_status: dict, now=None) ->
     Task.objects.filter(pk=task_id).update(logs=_clip(logs), backend_status=status)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def finish_task(
     *, task_id: int, succeeded: bool, logs: str = "", message: str = "", at=None
 ) -> Task | None:

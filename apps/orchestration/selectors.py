@@ -14,7 +14,7 @@ from django.utils.translation import gettext as _
 from apps.catalog.selectors import NodeRoom
 from apps.orchestration import adapter
 from apps.orchestration.backends.base import Capability
-from apps.orchestration.backends.registry import drivers_with
+from apps.orchestration.backends.registry import driver_names, drivers_with
 from apps.orchestration.models import (
     Accelerator,
     Allocation,
@@ -44,10 +44,11 @@ def tasks_for(organization):
 
 def schedulable_nodes(*, park=None, accelerator_model_id=None, region=None, capability=None):
     """The nodes new work may land on: healthy, not drained, in an enabled backend's
-    schedulable pool; of one park, accelerator model or region where given, and run by a
-    driver with `capability` (hosts, batch) where given."""
+    schedulable pool run by a driver this deployment offers (no simulator outside a demo park);
+    of one park, accelerator model or region where given, and run by a driver with `capability`
+    (hosts, batch) where given."""
     filters = {
-        "pool__backend__driver__in": drivers_with(capability) if capability else None,
+        "pool__backend__driver__in": drivers_with(capability) if capability else driver_names(),
         "pool__backend__park": park,
         "pool__accelerator_model_id": accelerator_model_id,
         "pool__region": region,

@@ -6,6 +6,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
+from django.utils.text import get_text_list
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -14,11 +15,13 @@ from apps.catalog.selectors import prices_by_region
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.extensions import ExtensionPoint
-from apps.core.transactions import lock
+from apps.core.transactions import lock, lock_all, locked, locked_update_or_create
+from apps.core.transitions import check_transition
 from apps.orchestration import adapter
 from apps.orchestration.backends.base import BackendError, Capability, NodeTelemetry, ReportedPool
 from apps.orchestration.backends.registry import driver_names, driver_of, get_driver, supports
 from apps.orchestration.models import (
+    NODE_HEALTH_TRANSITIONS,
     Accelerator,
     Allocation,
     Backend,
@@ -40,10 +43,9 @@ def register_node(*, pool: Pool, hostname: str, accelerators: int, vcpu: int, ra
     Devices beyond the new count are removed only while free; one still allocated makes this
     refuse, so shrinking a node can never take an accelerator from a running instance.
     """
-    node, _ = Node.objects.update_or_create(
-        pool=pool, hostname=hostname, defaults={"vcpu_total": vcpu, "ram_gb_total": ram_gb}
+    node, _ = locked_update_or_create(
+        Node, pool=pool, hostname=hostname, defaults={"vcpu_total": vcpu, "ram_gb_total": ram_gb}
     )
-    node = Node.objects.select_for_update(no_key=True).get(pk=node.pk)
     existing = set(node.accelerators.values_list("index", flat=True))
     Accelerator.objects.bulk_create(
         Accelerator(node=node, index=i, serial=f"{hostname}-{i}")
@@ -84,12 +86,32 @@ def shape_of(flavor) -> Shape:
     )
 
 
-def _fits(node, shape: Shape) -> bool:
-    return (
-        node.free_accelerators >= shape.accelerators
-        and node.vcpu_total - node.vcpu_used >= shape.vcpu
-        and node.ram_gb_total - node.ram_used >= shape.ram_gb
-    )
+# What a refusal names as short, in the order a flavor is sized by: cards, vCPU, RAM.
+ACCELERATORS, VCPU, RAM = "accelerators", "vcpu", "ram"
+SHORT_RESOURCES = (ACCELERATORS, VCPU, RAM)
+# The scheduler's rejection codes (Placement.candidates[...]["rejected"]) that mean a node
+# had too little of a resource.
+SHORT_OF = {"gpu_count": ACCELERATORS, "gpu_share": ACCELERATORS, "cpu": VCPU, "memory": RAM}
+
+
+def _node_shortfall(node, shape: Shape) -> str | None:
+    """The first resource `node` (with its free capacity annotated) has too little of for
+    `shape`, as a refusal says it ("16 free vCPU and 2 are free"); None when it fits."""
+    free = {
+        ACCELERATORS: node.free_accelerators,
+        VCPU: node.vcpu_total - node.vcpu_used,
+        RAM: node.ram_gb_total - node.ram_used,
+    }
+    needed = {ACCELERATORS: shape.accelerators, VCPU: shape.vcpu, RAM: shape.ram_gb}
+    phrases = {
+        ACCELERATORS: _("%(count)d free accelerators and %(free)d are free"),
+        VCPU: _("%(count)d free vCPU and %(free)d are free"),
+        RAM: _("%(count)d GB of free RAM and %(free)d GB are free"),
+    }
+    for resource in SHORT_RESOURCES:
+        if free[resource] < needed[resource]:
+            return phrases[resource] % {"count": needed[resource], "free": free[resource]}
+    return None
 
 
 @dataclass(frozen=True)
@@ -206,7 +228,7 @@ def place(
             return allocation
         _mark_rejected(record, view.node.pk, "taken")
         fitted, rejected["taken"] = fitted - 1, rejected.get("taken", 0) + 1
-    raise _no_room(shape, region)
+    raise _no_room(shape, region, rejected)
 
 
 def best_region(*, park, flavor, preference: str = "balanced"):
@@ -219,6 +241,15 @@ def best_region(*, park, flavor, preference: str = "balanced"):
 def region_of(plan: PlacementPlan, flavor):
     """The region of a plan's best node (a plan over every region). Raises NoCapacity."""
     if plan.best_region is None:
+        short = _short_resources(plan.weights["considered"]["rejected"])
+        if short:
+            raise NoCapacity(
+                _(
+                    "No region has a host with %(resources)s for %(flavor)s right now. Try a "
+                    "smaller flavor or later."
+                )
+                % {"resources": _wanted(plan.shape, short), "flavor": flavor.code}
+            )
         raise NoCapacity(
             _("No region has a free host of %(flavor)s right now. Try a smaller flavor or later.")
             % {"flavor": flavor.code}
@@ -230,18 +261,45 @@ def _ranked(decision) -> list:
     return sorted((c for c in decision.candidates if c.total is not None), key=lambda c: -c.total)
 
 
-def _no_room(shape: Shape, region) -> NoCapacity:
+def _no_room(shape: Shape, region, rejected: dict[str, int]) -> NoCapacity:
+    """The refusal of a host no node had room for, naming what the nodes were short of (from
+    `rejected`, the count of each rejection code); the cards where no node said (none in
+    service, or the last one taken meanwhile)."""
     return NoCapacity(
         _(
-            "No host has %(count)d free %(model)s accelerators%(where)s right now. Choose a "
-            "smaller flavor, another region, or try again later."
+            "No host has %(resources)s%(where)s right now. Choose a smaller flavor, another "
+            "region, or try again later."
         )
         % {
-            "count": shape.accelerators,
-            "model": AcceleratorModel.objects.get(pk=shape.accelerator_model_id),
+            "resources": _wanted(shape, _short_resources(rejected) or [ACCELERATORS]),
             "where": _(" in %(region)s") % {"region": region.name} if region else "",
         }
     )
+
+
+def _short_resources(rejected: dict[str, int]) -> list[str]:
+    """The resources nodes were rejected for lacking (each node for the first the scheduler
+    found short), in SHORT_RESOURCES order."""
+    short = {SHORT_OF[code] for code in rejected if code in SHORT_OF}
+    return [resource for resource in SHORT_RESOURCES if resource in short]
+
+
+def _wanted(shape: Shape, resources: list[str]) -> str:
+    """What one host of `shape` needs of each of `resources` on a node: "16 free vCPU and
+    128 GB of free RAM"."""
+    phrases = []
+    for resource in resources:
+        if resource == ACCELERATORS:
+            model = AcceleratorModel.objects.get(pk=shape.accelerator_model_id)
+            phrases.append(
+                _("%(count)d free %(model)s accelerators")
+                % {"count": shape.accelerators, "model": model}
+            )
+        elif resource == VCPU:
+            phrases.append(_("%(count)d free vCPU") % {"count": shape.vcpu})
+        else:
+            phrases.append(_("%(count)d GB of free RAM") % {"count": shape.ram_gb})
+    return get_text_list(phrases, _("and"))
 
 
 def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
@@ -359,19 +417,15 @@ def allocate_again(instance, shape: Shape) -> Allocation:
             )
             % {"node": node.hostname, "name": instance.name}
         )
-    if not _fits(node, shape):
+    shortfall = _node_shortfall(node, shape)
+    if shortfall:
         raise NoCapacity(
             _(
-                "%(node)s has no room to start %(name)s now: it needs %(count)d free "
-                "accelerators and %(free)d are free (the ones it gave back when it stopped went "
-                "to other work). Try again later, or release it and create a new host."
+                "%(node)s has no room to start %(name)s now: it needs %(shortfall)s (what it "
+                "gave back when it stopped went to other work). Try again later, or release it "
+                "and create a new host."
             )
-            % {
-                "node": node.hostname,
-                "name": instance.name,
-                "count": shape.accelerators,
-                "free": node.free_accelerators,
-            }
+            % {"node": node.hostname, "name": instance.name, "shortfall": shortfall}
         )
     allocation = Allocation.objects.create(
         node=node, instance=instance, vcpu=shape.vcpu, ram_gb=shape.ram_gb
@@ -406,13 +460,21 @@ def resize_capacity(instance, shape: Shape) -> None:
         vcpu=max(0, shape.vcpu - allocation.vcpu),
         ram_gb=max(0, shape.ram_gb - allocation.ram_gb),
     )
-    if not _fits(node, extra):
+    shortfall = _node_shortfall(node, extra)
+    if shortfall:
         raise NoCapacity(
             _(
                 "The host %(node)s does not have room to grow this instance to %(count)d "
-                "accelerators. Release capacity, or create a new instance of the larger size."
+                "accelerators, %(vcpu)d vCPU and %(ram_gb)d GB of RAM: it needs %(shortfall)s. "
+                "Release capacity, or create a new instance of the larger size."
             )
-            % {"node": node.hostname, "count": shape.accelerators}
+            % {
+                "node": node.hostname,
+                "count": shape.accelerators,
+                "vcpu": shape.vcpu,
+                "ram_gb": shape.ram_gb,
+                "shortfall": shortfall,
+            }
         )
     if shape.accelerators > len(held):
         _take_cards(node, allocation, shape.accelerators - len(held))
@@ -575,7 +637,7 @@ def register_backend(
     return backend
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def probe_backend(*, backend: Backend, operator=None, now=None) -> Backend:
     """Ask a backend for its capacity and telemetry and record what it said.
 
@@ -602,6 +664,9 @@ def probe_backend(*, backend: Backend, operator=None, now=None) -> Backend:
         readings = measure({n.hostname: n.devices for n in nodes}) if callable(measure) else None
     except BackendError as exc:
         return _backend_checked(backend, error=str(exc), now=now)
+    # The backend asked with no row locked; now its nodes, in id order as placement takes
+    # them (registering them one by one in the report's order deadlocked with an order).
+    lock_all(Node, [node.pk for node in nodes])
     problems = _sync_reported_nodes(backend, reported)
     if readings is not None:
         _record_telemetry(backend, nodes, readings, now)
@@ -630,8 +695,15 @@ def _sync_reported_nodes(backend: Backend, reported: list[ReportedPool]) -> list
     return problems
 
 
+@transaction.atomic
 def _record_telemetry(backend, nodes, readings: list[NodeTelemetry], now) -> None:
+    # In id order, as placement locks them: one UPDATE of many rows locks them in whatever
+    # order it meets them. Health moves are checked against their table here and written with
+    # the telemetry in that one UPDATE, not by transition(), which writes a row at a time and
+    # records its event without the park (a node has none of its own).
+    lock_all(Node, [node.pk for node in nodes])
     by_host = {reading.hostname: reading for reading in readings}
+    names = dict(Node._meta.get_field("health").flatchoices)
     changed = []
     for node in nodes:
         reading = by_host.get(node.hostname)
@@ -646,6 +718,9 @@ def _record_telemetry(backend, nodes, readings: list[NodeTelemetry], now) -> Non
             elif node.health == NodeHealth.DOWN:
                 health = NodeHealth.HEALTHY
         if health != node.health:
+            check_transition(
+                NODE_HEALTH_TRANSITIONS, node.health, health, label=str(node), names=names
+            )
             record_event(
                 action="node.health_changed",
                 target=node,
@@ -695,26 +770,26 @@ def _backend_checked(backend: Backend, *, error: str, now) -> Backend:
 NODE_DRAINED = ExtensionPoint("tell the tenants of a drained node")
 
 
-@transaction.atomic
 def drain_node(*, node: Node, operator, reason: str = "") -> Node:
     """No new placements on the node; what runs there stays (and is counted in the audit)."""
     return _set_drained(node=node, operator=operator, drained=True, reason=reason)
 
 
-@transaction.atomic
 def undrain_node(*, node: Node, operator) -> Node:
     return _set_drained(node=node, operator=operator, drained=False, reason="")
 
 
 def _set_drained(*, node: Node, operator, drained: bool, reason: str) -> Node:
-    park = Node.objects.select_related("pool__backend__park").get(pk=node.pk).pool.backend.park
+    """The backend's own scheduler (Slurm's) is told first, so both agree or nothing changes
+    here; it is asked with no row locked (orders and probes placing on the node would wait for
+    a remote call), then the node is locked and changed. Draining twice is harmless to both."""
+    node = Node.objects.select_related("pool__backend__park").get(pk=node.pk)
+    park = node.pool.backend.park
     _require_operator(operator, park)
-    lock(Node, node.pk)
-    node = Node.objects.select_related("pool__backend__park", "pool__region").get(pk=node.pk)
     if node.is_drained == drained:
         return node
     backend = node.pool.backend
-    try:  # the backend's own scheduler first (Slurm's), so both agree or nothing changes
+    try:
         driver = driver_of(backend)
         if drained:
             driver.drain_node(node.hostname, reason.strip())
@@ -726,6 +801,14 @@ def _set_drained(*, node: Node, operator, drained: bool, reason: str) -> Node:
             code="backend_error",
             status=502,
         ) from exc
+    return _record_drained(node=node, operator=operator, drained=drained, reason=reason.strip())
+
+
+@transaction.atomic(durable=True)
+def _record_drained(*, node: Node, operator, drained: bool, reason: str) -> Node:
+    node = locked(Node, node.pk, related=("pool__backend__park", "pool__region"))
+    if node.is_drained == drained:  # another operator's same decision got here first
+        return node
     node.is_drained = drained
     node.save(update_fields=["is_drained"])
     running = node.allocations.filter(released_at__isnull=True).count()
@@ -733,12 +816,12 @@ def _set_drained(*, node: Node, operator, drained: bool, reason: str) -> Node:
         action="node.drained" if drained else "node.undrained",
         actor=operator,
         target=node,
-        park=park,
-        data={"reason": reason.strip(), "running": running} if drained else {},
+        park=node.pool.backend.park,
+        data={"reason": reason, "running": running} if drained else {},
     )
     if drained:
         for tell in NODE_DRAINED.providers():
-            tell(node, reason.strip())
+            tell(node, reason)
     return node
 
 
@@ -747,7 +830,7 @@ def _set_drained(*, node: Node, operator, drained: bool, reason: str) -> Node:
 POOL_FIELDS = ("region", "pue", "power_price_minor_per_kwh", "carbon_g_per_kwh", "is_schedulable")
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def update_pool(*, pool: Pool, operator, **changes) -> Pool:
     """Change a pool's site (and so its level) and energy facts: PUE, power price, carbon."""
     park = Pool.objects.select_related("backend__park").get(pk=pool.pk).backend.park

@@ -214,6 +214,13 @@ class SecurityGroupRuleForm(forms.Form):
     description = forms.CharField(label=_("Description"), max_length=200, required=False)
 
 
+class OperationKeyForm(forms.Form):
+    """The idempotency key a host operation may carry: as long as the order form's, so that it
+    fits the order's column with the ":op" it is stored with."""
+
+    idempotency_key = forms.CharField(max_length=64, required=False)
+
+
 class DiskForm(forms.Form):
     data_disk_gb = forms.IntegerField(label=_("New cloud disk size (GB)"), min_value=1)
 
@@ -226,12 +233,17 @@ class ApprovalPolicyForm(forms.Form):
     unverified_needs_approval = forms.BooleanField(
         label=_("Orders of unverified organizations need approval"), required=False
     )
+    # Bounded by their columns (a positive integer; minor units in a bigint).
     max_accelerators = forms.IntegerField(
-        label=_("Approval above this many accelerators per order"), required=False, min_value=0
+        label=_("Approval above this many accelerators per order"),
+        required=False,
+        min_value=0,
+        max_value=2**31 - 1,
     )
     max_hourly_price = forms.DecimalField(
         label=_("Approval above this hourly price per order"),
         required=False,
         min_value=0,
+        max_digits=14,
         decimal_places=2,
     )

@@ -23,7 +23,7 @@ from django.utils.translation import gettext as _
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.models import AuditEvent
-from apps.core.transactions import on_commit_task
+from apps.core.transactions import locked, on_commit_task
 from apps.orchestration.models import Accelerator, Allocation
 from apps.orchestration.services import TELEMETRY_FRESH_FOR
 from apps.orders.models import (
@@ -144,7 +144,7 @@ def idle_instances(parks, *, min_minutes: int | None = None, now=None) -> list[I
 # --- what the park does -----------------------------------------------------------------------
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def set_idle_policy(*, park, operator, threshold_minutes: int, auto_stop: bool) -> IdlePolicy:
     require_operator(operator, park, _("Only this park's operators may change its policy."))
     policy = IdlePolicy.objects.filter(park=park).first() or IdlePolicy(park=park)
@@ -169,6 +169,7 @@ def park_operator(operator) -> SystemActor:
     return SystemActor(f"park-operator:{operator.get_username()}")
 
 
+@transaction.atomic(durable=True)
 def force_release(*, instance: Instance, operator, reason: str) -> Order:
     """An operator releases a tenant's host (running, stopped or in error); the owners are
     mailed the reason. Refused, like a tenant's release, while another operation runs, unless
@@ -190,6 +191,9 @@ def force_release(*, instance: Instance, operator, reason: str) -> Order:
             _("Keep the reason under %(max)d characters.") % {"max": REASON_MAX_LENGTH},
             code="reason_too_long",
         )
+    # One transaction, the host locked first (as each step locks it): a stuck operation given
+    # up is never left without the release that follows it.
+    instance = locked(Instance, instance.pk)
     if _stuck(instance):
         # Its job never reported (see the reconciliation sweep): give up on that operation,
         # keeping the cards (the backend may run the host) until the release is confirmed.
@@ -201,14 +205,13 @@ def force_release(*, instance: Instance, operator, reason: str) -> Order:
     order = request_operation(
         instance=instance, actor=park_operator(operator), kind=OrderKind.RELEASE, reason=reason
     )
-    with transaction.atomic():
-        record_event(
-            action="instance.force_released",
-            actor=operator,
-            target=instance,
-            data={"reason": reason, "order": order.pk},
-        )
-        _mail_owners(instance, "force_released", reason)
+    record_event(
+        action="instance.force_released",
+        actor=operator,
+        target=instance,
+        data={"reason": reason, "order": order.pk},
+    )
+    _mail_owners(instance, "force_released", reason)
     return order
 
 
@@ -241,6 +244,7 @@ def send_idle_notice(*, instance: Instance, operator):
     return event
 
 
+@transaction.atomic(durable=True)
 def stop_idle_instance(*, instance: Instance, policy: IdlePolicy) -> Order:
     """The park's idle policy stops a host that stayed idle past its threshold."""
     order = request_operation(
@@ -250,14 +254,13 @@ def stop_idle_instance(*, instance: Instance, policy: IdlePolicy) -> Order:
         reason=_("Idle for more than %(minutes)d minutes; stopped by the park's idle policy.")
         % {"minutes": policy.threshold_minutes},
     )
-    with transaction.atomic():
-        record_event(
-            action="instance.idle_stopped",
-            actor=IDLE_POLICY,
-            target=instance,
-            data={"threshold_minutes": policy.threshold_minutes, "order": order.pk},
-        )
-        _mail_owners(instance, "idle_stopped", str(policy.threshold_minutes))
+    record_event(
+        action="instance.idle_stopped",
+        actor=IDLE_POLICY,
+        target=instance,
+        data={"threshold_minutes": policy.threshold_minutes, "order": order.pk},
+    )
+    _mail_owners(instance, "idle_stopped", str(policy.threshold_minutes))
     return order
 
 
@@ -275,10 +278,9 @@ def enforce_idle_policies(*, now=None) -> list[Order]:
 
 
 def _stuck(instance: Instance) -> bool:
-    current = Instance.objects.get(pk=instance.pk)
     busy = INSTANCE_BUSY_STATES - {InstanceState.PENDING}  # pending waits for approval
-    waited = timezone.now() - current.updated_at
-    return current.state in busy and waited.total_seconds() > settings.LOAM_RECONCILE_AFTER_S
+    waited = timezone.now() - instance.updated_at
+    return instance.state in busy and waited.total_seconds() > settings.LOAM_RECONCILE_AFTER_S
 
 
 def tell_owners_of_drained_node(node, reason: str) -> int:

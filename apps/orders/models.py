@@ -238,6 +238,11 @@ class Instance(models.Model):
     def __str__(self):
         return self.name
 
+    @property
+    def is_simulated(self) -> bool:
+        """Placed on a simulator's pool (a demo park): the host does not exist."""
+        return self.pool_id is not None and self.pool.backend.is_simulator
+
 
 class PortMapping(models.Model):
     """A port of the host reachable from outside (端口映射): its backend forwards `server_port`

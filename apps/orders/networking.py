@@ -22,7 +22,7 @@ from django.utils.translation import gettext as _
 
 from apps.core.audit import audit_identity, record_event
 from apps.core.errors import DomainError, InvalidTransition
-from apps.core.transactions import lock, lock_all
+from apps.core.transactions import lock, lock_all, locked
 from apps.orchestration.backends.base import SSH_PORT, BackendError, Capability, HostPorts
 from apps.orchestration.backends.registry import supports
 from apps.orders.hosts import host_driver, host_network
@@ -112,10 +112,8 @@ def sync_provisioned(instance: Instance) -> None:
 
 
 def _locked_instance(instance: Instance) -> Instance:
-    return (
-        Instance.objects.select_for_update(no_key=True, of=("self",))
-        .select_related("organization", "pool__backend", "security_group")
-        .get(pk=instance.pk)
+    return locked(
+        Instance, instance.pk, related=("organization", "pool__backend", "security_group")
     )
 
 

@@ -35,6 +35,7 @@ from apps.orders.services import (
     MAX_BANDWIDTH_MBPS,
     MAX_DATA_DISK_GB,
     fail_instance,
+    lock_host,
     move_instance,
     move_order,
     not_priced,
@@ -180,8 +181,10 @@ def _set_and_meter(field: str) -> Callable[[Instance, Order], None]:
 
 
 def _complete_release(instance: Instance, order: Order) -> None:
-    release_capacity(instance)
+    # The move (its hold: the wallet) before the cards (the node), in the order an order
+    # locks them (`fail_instance`).
     move_instance(instance=instance, to=InstanceState.RELEASED)
+    release_capacity(instance)
 
 
 def _complete_stop(instance: Instance, order: Order) -> None:
@@ -264,7 +267,7 @@ def operation_key(key: str) -> str:
     return f"{key}:op"
 
 
-@transaction.atomic(durable=True)
+@transaction.atomic  # force_release gives up a stuck operation and asks this in one transaction
 def request_operation(
     *,
     instance: Instance,
@@ -284,11 +287,7 @@ def request_operation(
     params = params or {}
     operation = OPERATIONS[kind]
     authorize(actor, instance.organization, operation.action)
-    instance = (
-        Instance.objects.select_for_update(no_key=True, of=("self",))
-        .select_related("flavor__family", "pool__backend")
-        .get(pk=instance.pk)
-    )
+    instance = lock_host(instance.pk, related=("flavor__family", "pool__backend"))
     if idempotency_key:  # checked under the instance's lock: a concurrent retry replays
         earlier = Order.objects.filter(
             organization=instance.organization, idempotency_key=operation_key(idempotency_key)
@@ -339,18 +338,14 @@ def request_operation(
     return Order.objects.get(pk=order.pk)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def complete_operation(*, order_id: int, access: dict | None = None) -> Order | None:
     """The backend did it: apply the change to the instance and close the order. `access`:
     where the host answers now, when the backend says (a host started again may have moved)."""
-    order = (
-        Order.objects.select_for_update(no_key=True, of=("self",))
-        .select_related("instance__flavor")
-        .get(pk=order_id)
-    )
+    instance = _lock_instance_of(order_id)
+    order = Order.objects.select_related("instance__flavor").get(pk=order_id)
     if order.state != OrderState.FULFILLING:
         return None
-    instance = Instance.objects.select_for_update(no_key=True).get(pk=order.instance_id)
     if access and access != instance.access and order.kind != OrderKind.RELEASE:
         instance.access = access
         instance.save(update_fields=["access", "updated_at"])
@@ -358,15 +353,24 @@ def complete_operation(*, order_id: int, access: dict | None = None) -> Order | 
     return move_order(order=order, to=OrderState.DONE)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def fail_operation(*, order_id: int, message: str) -> Order | None:
     """The backend refused an operation for good. Disk and bandwidth changes fail alone (the
     host is as it was); a failed stop, start, resize or release leaves the host in error,
     holding its cards until a release of it succeeds (the backend may still run it)."""
-    order = Order.objects.select_for_update(no_key=True).get(pk=order_id)
+    _lock_instance_of(order_id)
+    order = Order.objects.get(pk=order_id)
     if order.state != OrderState.FULFILLING:
         return None
     if OPERATIONS[order.kind].fails_alone:
         return move_order(order=order, to=OrderState.FAILED, reason=message)
     fail_instance(instance_id=order.instance_id, message=message, keep_capacity=True)
     return Order.objects.get(pk=order.pk)
+
+
+def _lock_instance_of(order_id: int) -> Instance:
+    """The order's host and its rows (`lock_host`), before the order is read: a host failing
+    while its operation completes waits instead of deadlocking. The order is then locked if it
+    is still open (an open order of the host), and an ended one never changes again."""
+    instance_id = Order.objects.filter(pk=order_id).values_list("instance_id", flat=True).get()
+    return lock_host(instance_id)

@@ -29,7 +29,7 @@ def instances_for(organization):
     return list(
         for_organization(Instance, organization)
         .filter(~Q(state=InstanceState.RELEASED) | Q(released_at__gte=recent))
-        .select_related("flavor__family__accelerator_model", "region", "image")
+        .select_related("flavor__family__accelerator_model", "region", "image", "pool__backend")
         .order_by("-created_at")
     )
 

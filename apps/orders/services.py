@@ -21,7 +21,15 @@ from apps.catalog.models import Flavor, Image, PriceKind, Region
 from apps.catalog.selectors import region_prices_in_force
 from apps.core.audit import audit_identity, record_event, recorded_together
 from apps.core.errors import DomainError, InvalidTransition
-from apps.core.transactions import in_transaction, lock, on_commit_task, share_key
+from apps.core.transactions import (
+    in_transaction,
+    lock,
+    lock_all,
+    locked,
+    locked_update_or_create,
+    on_commit_task,
+    share_key,
+)
 from apps.core.transitions import transition
 from apps.orchestration.backends.base import Capability
 from apps.orchestration.models import TaskPreference
@@ -51,7 +59,7 @@ from apps.orders.models import (
 )
 from apps.orders.networking import sync_provisioned
 from apps.orders.validation import validate_hostname, validate_ssh_public_key
-from apps.quotas.services import demand_for, reserve
+from apps.quotas.services import demand_for, lock_quota_scope, reserve
 from apps.tenants.access import authorize, require_operator
 from apps.tenants.models import Organization
 from apps.tenants.roles import Action
@@ -544,6 +552,7 @@ def approve_order(*, order: Order, operator) -> Order:
     require_operator(
         operator, order.organization.park, _("Only this park's operators may decide on its orders.")
     )
+    lock(Instance, order.instance_id)  # the host before its order (LOCK_ORDER)
     order = move_order(order=order, to=OrderState.APPROVED, actor=operator)
     try:
         with transaction.atomic():
@@ -573,6 +582,7 @@ def _end_unprovisioned(order: Order, *, to: str, reason: str = "", actor=None) -
     """End a create order whose host never ran: its instance is released, its quota back."""
     if order.kind != OrderKind.CREATE:
         raise InvalidTransition(_("Only a waiting create order can be ended this way."))
+    lock(Instance, order.instance_id)  # the host before its order (LOCK_ORDER)
     order = move_order(order=order, to=to, actor=actor, reason=reason)
     move_instance(instance=order.instance, to=InstanceState.RELEASED, actor=actor)
     return order
@@ -581,9 +591,25 @@ def _end_unprovisioned(order: Order, *, to: str, reason: str = "", actor=None) -
 # --- What the provisioning tasks report ------------------------------------------------------
 
 
-@transaction.atomic
+def lock_host(instance_id: int, *, related=()) -> Instance:
+    """A host's use case starts here: the host (read with its `related` rows), then what it may
+    change, in LOCK_ORDER (apps.core.transactions): its open orders, its organization and park
+    (reserve's locks: `lock_quota_scope`), its money (wallet, hold, open meters:
+    `billing.lock_money_of`). The node, shared with other hosts, comes after them all, when
+    cards are taken or given back."""
+    instance = locked(Instance, instance_id, related=related)
+    lock_all(
+        Order,
+        instance.orders.exclude(state__in=ORDER_TERMINAL_STATES).values_list("pk", flat=True),
+    )
+    lock_quota_scope(instance.organization)
+    billing.lock_money_of(instance)
+    return instance
+
+
+@transaction.atomic(durable=True)
 def complete_provisioning(*, instance_id: int, handle: str, access: dict) -> Instance | None:
-    instance = Instance.objects.select_for_update(no_key=True).get(pk=instance_id)
+    instance = lock_host(instance_id)
     if instance.state != InstanceState.PROVISIONING:  # a duplicate delivery of the task
         return None
     Instance.objects.filter(pk=instance.pk).update(backend_handle=handle, access=access)
@@ -602,12 +628,12 @@ def fail_instance(
     quota (by leaving the holding states) and its open order fails. Its accelerators go back
     too, unless `keep_capacity`: a host whose stop, start, resize or release failed may still
     run on the backend, so its cards stay taken until a release is confirmed."""
-    instance = Instance.objects.select_for_update(no_key=True).get(pk=instance_id)
+    instance = lock_host(instance_id)
     if instance.state in (InstanceState.ERROR, InstanceState.RELEASED):
         return None
+    instance = move_instance(instance=instance, to=InstanceState.ERROR, error_message=message)
     if not keep_capacity:
         release_capacity(instance)
-    instance = move_instance(instance=instance, to=InstanceState.ERROR, error_message=message)
     for order in _open_orders(instance):
         move_order(order=order, to=OrderState.FAILED, reason=message)
     return instance
@@ -621,12 +647,13 @@ def _open_orders(instance):
     )
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def set_approval_policy(
     *, park, operator, unverified_needs_approval: bool, max_accelerators, max_hourly_minor
 ) -> ApprovalPolicy:
     require_operator(operator, park, _("Only this park's operators may change its policy."))
-    policy, _created = ApprovalPolicy.objects.select_for_update(no_key=True).update_or_create(
+    policy, _created = locked_update_or_create(
+        ApprovalPolicy,
         park=park,
         defaults={
             "unverified_needs_approval": unverified_needs_approval,

@@ -9,9 +9,16 @@ from apps.billing.selectors import instance_cost, wallet_for
 from apps.billing.services import funds_needed
 from apps.catalog.models import Flavor
 from apps.core.errors import DomainError
+from apps.core.numbers import parse_id
 from apps.core.web import refusals
 from apps.orders import operations, services
-from apps.orders.forms import BandwidthForm, DiskForm, InstanceOrderForm, ResizeForm
+from apps.orders.forms import (
+    BandwidthForm,
+    DiskForm,
+    InstanceOrderForm,
+    OperationKeyForm,
+    ResizeForm,
+)
 from apps.orders.models import (
     INSTANCE_BUSY_STATES,
     Instance,
@@ -36,11 +43,11 @@ def _order_form(request, data=None):
         code=request.GET.get("flavor", ""), is_active=True, family__park=park
     ).first()
     initial = {}
-    again = request.GET.get("again", "")
+    again = parse_id(request.GET.get("again", ""))
     previous = (
-        for_organization(Instance, request.organization).filter(pk=again).first()
-        if again.isdigit()
-        else None
+        None
+        if again is None
+        else for_organization(Instance, request.organization).filter(pk=again).first()
     )
     if previous is not None:
         flavor = flavor or previous.flavor
@@ -182,17 +189,21 @@ def instance_operation(request, instance_id, kind):
         raise Http404
     instance = get_for_organization(Instance, request.organization, pk=instance_id)
     params = {}
+    key_form = OperationKeyForm(request.POST)
     form_class = OPERATION_FORMS.get(kind)
+    form = None
     if form_class is not None:
         form = (
             form_class(request.POST, instance=instance)
             if form_class is ResizeForm
             else form_class(request.POST)
         )
-        if not form.is_valid():
-            for errors in form.errors.values():
-                messages.error(request, errors[0])
-            return redirect("orders:instance_detail", instance_id=instance.pk)
+    invalid = [f for f in (key_form, form) if f is not None and not f.is_valid()]
+    if invalid:
+        for errors in (e for f in invalid for e in f.errors.values()):
+            messages.error(request, errors[0])
+        return redirect("orders:instance_detail", instance_id=instance.pk)
+    if form is not None:
         params = form.cleaned_data
     with refusals(request) as outcome:
         operations.request_operation(
@@ -200,7 +211,7 @@ def instance_operation(request, instance_id, kind):
             actor=request.user,
             kind=kind,
             params=params,
-            idempotency_key=request.POST.get("idempotency_key", ""),
+            idempotency_key=key_form.cleaned_data["idempotency_key"],
         )
     if not outcome.refused:
         messages.success(

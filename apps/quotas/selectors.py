@@ -11,7 +11,8 @@ from apps.quotas.services import (
     QuotaExceeded,
     Usage,
     _quota_message,
-    month_spend,
+    check_spend,
+    committed_spend,
     organization_usage,
     park_usage,
     spend_scope,
@@ -77,9 +78,9 @@ def quota_rows(organization) -> list[QuotaRow]:
 
 def used_against(limit: QuotaLimit, usage=None):
     """What the limit's organization (or, for a park limit, its park) uses of its resource now:
-    what its rows hold, or for the monthly spend what it was charged this month."""
+    what its rows hold, or for the monthly spend what it committed this month (charged and held)."""
     if limit.resource == QuotaResource.MONTHLY_SPEND:
-        return month_spend(spend_scope(limit))
+        return committed_spend(spend_scope(limit))
     if usage is None:
         usage = organization_usage(limit.organization) if limit.organization_id else None
         usage = usage if usage is not None else park_usage(limit.park)
@@ -182,19 +183,12 @@ class QuotaBook:
                 raise QuotaExceeded(_quota_message(limit, used, wanted))
 
     def _check_spend(self, organization, limit: QuotaLimit, demand: Usage) -> None:
-        wanted = demand.spend_minor()
-        if wanted <= 0 and not demand.asks_anything():
-            return
         if limit.pk not in self._spent:
-            self._spent[limit.pk] = month_spend(spend_scope(limit))
-        used = self._spent[limit.pk]
-        if used >= limit.limit or used + wanted > limit.limit:
-            currency = organization.park.currency
-            raise QuotaExceeded(
-                _quota_message(
-                    limit,
-                    format_money(used, currency),
-                    format_money(wanted, currency),
-                    shown_limit=format_money(limit.limit, currency),
-                )
-            )
+            self._spent[limit.pk] = committed_spend(spend_scope(limit))
+        check_spend(
+            organization,
+            limit,
+            demand.spend_minor(),
+            asks=demand.asks_anything(),
+            used=self._spent[limit.pk],
+        )

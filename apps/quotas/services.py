@@ -6,11 +6,14 @@ such a row: created on submit, given back when it is released, fails or ends. `r
 a demand against every limit while holding the organization's (and, where it has limits, the
 park's) row lock, so two concurrent orders are counted one after the other and never both pass.
 
-The monthly spend limit is the exception: spend is not held by rows but accrues, so the month's
-spend so far is read from the usage records (`MONTH_SPEND`, provided by billing). An order adds
-its first hour (what its hosts cost an hour, the amount the wallet holds when it is placed);
-it is refused when the spend so far plus that first hour passes the limit, and once the spend
-has reached the limit every new order is refused. Running hosts are never stopped for it.
+The monthly spend limit is the exception: spend is not held by rows but accrues. What counts
+against it is what is committed this month (`COMMITTED_SPEND`, provided by billing): what was
+charged, plus the first hours the wallet still holds for hosts ordered but not yet metered. An
+order adds its first hour (what its hosts cost an hour, the amount the wallet holds when it is
+placed); it is refused when the committed spend plus that first hour passes the limit, and once
+the committed spend has reached the limit every new order is refused. It is read under the
+same locks as the other limits, so concurrent orders are counted one after the other. Running
+hosts are never stopped for it.
 """
 
 from dataclasses import dataclass, field
@@ -192,14 +195,14 @@ def usage_held(organizations) -> Usage:
     return total
 
 
-# This month's spend so far is billing's (its usage records), a floor above: billing plugs in a
-# callable (organizations: a queryset of Organization) -> int, the minor units their usage
-# records since the start of the current month (the park's time zone) add up to.
-MONTH_SPEND = ExtensionPoint("this month's spend")
+# This month's committed spend is billing's (its usage records and wallet holds), a floor above:
+# billing plugs in a callable (organizations: a queryset of Organization) -> int, the minor
+# units charged since the start of the current month (the park's time zone) plus those held.
+COMMITTED_SPEND = ExtensionPoint("this month's committed spend")
 
 
-def month_spend(organizations) -> int:
-    return sum(spend(organizations) for spend in MONTH_SPEND.providers())
+def committed_spend(organizations) -> int:
+    return sum(spend(organizations) for spend in COMMITTED_SPEND.providers())
 
 
 def organization_usage(organization: Organization) -> Usage:
@@ -224,6 +227,17 @@ def _limits(organization: Organization) -> tuple[list, list]:
     return own, park
 
 
+def lock_quota_scope(organization: Organization) -> tuple[list, list]:
+    """The locks `reserve` takes, in its order: the organization, then its park where the park
+    has limits. A use case that locks the wallet too takes these first (as an order does).
+    Returns (the organization's own limits, the park's)."""
+    lock(Organization, organization.pk)
+    org_limits, park_limits = _limits(organization)
+    if park_limits:
+        lock(Park, organization.park_id)
+    return org_limits, park_limits
+
+
 def reserve(*, organization: Organization, demand: Usage) -> None:
     """Refuse `demand` (on top of what the organization and its park hold) if it passes a limit.
 
@@ -234,10 +248,7 @@ def reserve(*, organization: Organization, demand: Usage) -> None:
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("reserve() must run inside the transaction that holds the demand")
-    lock(Organization, organization.pk)
-    org_limits, park_limits = _limits(organization)
-    if park_limits:
-        lock(Park, organization.park_id)
+    org_limits, park_limits = lock_quota_scope(organization)
     checks = []
     if org_limits:
         held = organization_usage(organization)
@@ -250,7 +261,13 @@ def reserve(*, organization: Organization, demand: Usage) -> None:
         if limit.resource == QuotaResource.MONTHLY_SPEND:
             if spend_wanted is None:
                 spend_wanted = demand.spend_minor()
-            _check_spend(organization, limit, spend_wanted, asks=demand.asks_anything())
+            check_spend(
+                organization,
+                limit,
+                spend_wanted,
+                asks=demand.asks_anything(),
+                used=committed_spend(spend_scope(limit)),
+            )
             continue
         wanted = demand.amount(limit)
         if not wanted or wanted <= 0:
@@ -267,12 +284,14 @@ def spend_scope(limit: QuotaLimit):
     return Organization.objects.filter(park_id=limit.park_id)
 
 
-def _check_spend(organization: Organization, limit: QuotaLimit, wanted: int, *, asks) -> None:
-    """The month's spend so far plus the demand's first hour must stay within the limit; once
-    the spend has reached it, nothing new is accepted (even what costs nothing an hour)."""
+def check_spend(
+    organization: Organization, limit: QuotaLimit, wanted: int, *, asks: bool, used: int
+) -> None:
+    """The month's committed spend (`used`) plus the demand's first hour (`wanted`) must stay
+    within the limit; once the committed spend has reached it, nothing new is accepted (even
+    what costs nothing an hour)."""
     if wanted <= 0 and not asks:
         return
-    used = month_spend(spend_scope(limit))
     if used >= limit.limit or used + wanted > limit.limit:
         currency = organization.park.currency
         raise QuotaExceeded(
@@ -325,7 +344,7 @@ def apply_default_limits(*, organization: Organization, tier: str) -> None:
             limit.save(update_fields=["limit", "updated_at"])
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def set_limit(*, limit: QuotaLimit, operator, value: int) -> QuotaLimit:
     """An operator changes one limit of their park (audited with the old and new value)."""
     require_operator(operator, limit.park, _("Only this park's operators may change its quotas."))
@@ -345,7 +364,7 @@ def set_limit(*, limit: QuotaLimit, operator, value: int) -> QuotaLimit:
     return limit
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def add_quota_limit(
     *, organization: Organization, operator, resource: str, value: int, accelerator_model=None
 ) -> QuotaLimit:

@@ -2,9 +2,9 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from apps.tenants.credit_code import validate_credit_code
+from apps.tenants.licence import validate_licence
 from apps.tenants.models import ApiKeyScope, Park, Role
 from apps.tenants.roles import roles_assignable_by
-from apps.tenants.services import validate_licence
 
 
 class OrganizationForm(forms.Form):

@@ -5,13 +5,12 @@ Each takes the acting user (or API key) and checks the role matrix before it wri
 
 import hashlib
 import hmac
-import re
 import secrets
 from datetime import timedelta
 
+from allauth.account.models import EmailAddress
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
@@ -24,6 +23,7 @@ from apps.core.transactions import on_commit_task
 from apps.core.transitions import transition
 from apps.tenants.access import authorize, is_usable_key, require_operator, role_of
 from apps.tenants.credit_code import normalize, validate_credit_code
+from apps.tenants.licence import validate_licence
 from apps.tenants.models import (
     VERIFICATION_TRANSITIONS,
     ApiKey,
@@ -32,6 +32,7 @@ from apps.tenants.models import (
     Membership,
     Organization,
     Park,
+    ParkOperator,
     Role,
     VerificationState,
 )
@@ -56,7 +57,7 @@ def _hash(secret: str) -> str:
 # --- Organizations ---------------------------------------------------------------------------
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def create_organization(*, user, park: Park, name: str) -> Organization:
     """A signed-up user creates an enterprise in a park and becomes its owner."""
     name = name.strip()
@@ -101,90 +102,7 @@ def move_verification(*, organization: Organization, to: str, actor=None, note: 
     )
 
 
-def validate_licence(upload) -> None:
-    allowed = {
-        ".pdf": b"%PDF",
-        ".png": b"\x89PNG",
-        ".jpg": b"\xff\xd8\xff",
-        ".jpeg": b"\xff\xd8\xff",
-    }
-    suffix = "." + upload.name.rsplit(".", 1)[-1].lower() if "." in upload.name else ""
-    if suffix not in allowed:
-        raise ValidationError(
-            _("Upload the licence as a PDF, PNG or JPEG file."), code="licence_type"
-        )
-    if upload.size > settings.LOAM_LICENCE_MAX_BYTES:
-        raise ValidationError(
-            _("The licence file is %(size)s MB; the limit is %(limit)s MB.")
-            % {
-                "size": round(upload.size / 1024 / 1024, 1),
-                "limit": settings.LOAM_LICENCE_MAX_BYTES // 1024 // 1024,
-            },
-            code="licence_size",
-        )
-    content = upload.read()
-    upload.seek(0)
-    kind = suffix[1:].upper()
-    if not content.startswith(allowed[suffix]):
-        raise ValidationError(
-            _("The file's content is not a %(kind)s file.") % {"kind": kind},
-            code="licence_content",
-        )
-    # The whole file, not only its first bytes: a PDF or image that is also an HTML page (a
-    # polyglot) or carries script is refused, so nothing a browser could run is ever stored.
-    if not _WHOLE_FILE_CHECKS[suffix](content) or _ACTIVE_CONTENT.search(content):
-        raise ValidationError(
-            _(
-                "The file is not a plain %(kind)s file (it is damaged or holds other content, "
-                "such as a web page or script). Export or scan the licence again."
-            )
-            % {"kind": kind},
-            code="licence_content",
-        )
-
-
-# Markup or script a browser or PDF reader could run, anywhere in an uploaded licence.
-_ACTIVE_CONTENT = re.compile(
-    rb"<(?:!doctype|html|head|body|script|iframe|object|embed|meta|form)"
-    rb"|javascript:|/JavaScript\b|/Launch\b|/EmbeddedFile\b",
-    re.IGNORECASE,
-)
-
-
-def _whole_pdf(content: bytes) -> bool:
-    """Starts with a PDF header and ends with its end-of-file marker (within the last KiB)."""
-    return content.startswith(b"%PDF-") and b"%%EOF" in content[-1024:]
-
-
-def _whole_png(content: bytes) -> bool:
-    """The PNG signature, then well-formed chunks from IHDR to IEND, and nothing after it."""
-    position, first = 8, True
-    while position + 12 <= len(content):
-        length = int.from_bytes(content[position : position + 4], "big")
-        kind = content[position + 4 : position + 8]
-        if not kind.isalpha() or (first and kind != b"IHDR"):
-            return False
-        position += 12 + length
-        first = False
-        if kind == b"IEND":
-            return position == len(content)
-    return False
-
-
-def _whole_jpeg(content: bytes) -> bool:
-    """The JPEG start-of-image marker and its end-of-image marker last."""
-    return content.startswith(b"\xff\xd8\xff") and content.rstrip(b"\x00").endswith(b"\xff\xd9")
-
-
-_WHOLE_FILE_CHECKS = {
-    ".pdf": _whole_pdf,
-    ".png": _whole_png,
-    ".jpg": _whole_jpeg,
-    ".jpeg": _whole_jpeg,
-}
-
-
-@transaction.atomic
+@transaction.atomic(durable=True)
 def submit_verification(
     *, organization: Organization, actor, legal_name: str, credit_code: str, licence
 ) -> Organization:
@@ -226,7 +144,7 @@ def submit_verification(
     return move_verification(organization=locked, to=VerificationState.SUBMITTED, actor=actor)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def approve_verification(*, organization: Organization, operator) -> Organization:
     require_operator(
         operator,
@@ -240,7 +158,7 @@ def approve_verification(*, organization: Organization, operator) -> Organizatio
     return organization
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def reject_verification(*, organization: Organization, operator, reason: str) -> Organization:
     require_operator(
         operator,
@@ -258,7 +176,26 @@ def reject_verification(*, organization: Organization, operator, reason: str) ->
     )
 
 
-@transaction.atomic
+def add_park_operator(
+    *, email: str, password: str, park_slug: str, park_name: str, currency: str
+) -> tuple[ParkOperator, bool]:
+    """A park's operator with the password they chose (already validated), and the park itself
+    when there is none with `park_slug` yet. Their address is the one the platform's
+    administrator typed: nothing to confirm. Returns the operator and whether the park is new."""
+    with transaction.atomic(durable=True):
+        park, created = Park.objects.get_or_create(
+            slug=park_slug, defaults={"name": park_name, "currency": currency}
+        )
+        user = get_user_model()(username=email, email=email)
+        user.set_password(password)
+        user.save()
+        EmailAddress.objects.create(user=user, email=email, verified=True, primary=True)
+        operator = ParkOperator.objects.create(park=park, user=user)
+        record_event(action="park.operator_added", target=operator, data={"park_created": created})
+    return operator, created
+
+
+@transaction.atomic(durable=True)
 def set_mfa_policy(*, park: Park, operator, for_operators: bool, for_owners: bool) -> Park:
     require_operator(operator, park, _("Only this park's operators may change its policy."))
     park = Park.objects.select_for_update(no_key=True).get(pk=park.pk)
@@ -287,7 +224,7 @@ def _owner_count(organization: Organization) -> int:
     return organization.memberships.filter(role=Role.OWNER).count()
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def change_role(*, membership: Membership, actor, role: str) -> Membership:
     organization = membership.organization
     authorize(actor, organization, Action.MANAGE_MEMBERS)
@@ -317,7 +254,7 @@ def change_role(*, membership: Membership, actor, role: str) -> Membership:
     return membership
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def remove_member(*, membership: Membership, actor) -> None:
     organization = membership.organization
     leaving_self = isinstance(actor, get_user_model()) and membership.user_id == actor.pk
@@ -352,7 +289,7 @@ def _send_invitation(invitation: Invitation, token: str) -> None:
     on_commit_task(send_invitation_email, invitation.pk, token)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def invite_member(*, organization: Organization, actor, email: str, role: str):
     """Returns (invitation, token). The token is mailed and never stored, only its hash."""
     authorize(actor, organization, Action.MANAGE_MEMBERS)
@@ -391,7 +328,7 @@ def _open_invitation(invitation_pk: int) -> Invitation:
     return invitation
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def resend_invitation(*, invitation: Invitation, actor):
     """A fresh token and expiry; the old link stops working."""
     authorize(actor, invitation.organization, Action.MANAGE_MEMBERS)
@@ -407,7 +344,7 @@ def resend_invitation(*, invitation: Invitation, actor):
     return invitation, token
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def revoke_invitation(*, invitation: Invitation, actor) -> Invitation:
     authorize(actor, invitation.organization, Action.MANAGE_MEMBERS)
     invitation = _open_invitation(invitation.pk)
@@ -433,7 +370,7 @@ def open_invitation_for_token(token: str) -> Invitation | None:
     return invitation if invitation.expires_at > timezone.now() else None
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def accept_invitation(*, token: str, user) -> Membership:
     from allauth.account.models import EmailAddress
 
@@ -476,7 +413,7 @@ def accept_invitation(*, token: str, user) -> Membership:
 # --- API keys --------------------------------------------------------------------------------
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def create_api_key(
     *, organization: Organization, actor, name: str, scope: str, expires_at=None
 ) -> tuple[ApiKey, str]:
@@ -503,7 +440,7 @@ def create_api_key(
     return key, secret
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def revoke_api_key(*, api_key: ApiKey, actor) -> ApiKey:
     authorize(actor, api_key.organization, Action.MANAGE_API_KEYS)
     key = ApiKey.objects.select_for_update(no_key=True).get(pk=api_key.pk)

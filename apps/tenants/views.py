@@ -9,6 +9,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from apps.core.numbers import parse_id
 from apps.core.web import refusals
 from apps.tenants import services
 from apps.tenants.decorators import organization_view
@@ -47,17 +48,18 @@ def organization_create(request):
 @login_required
 @require_POST
 def organization_switch(request):
-    chosen = request.POST.get("organization", "")
+    chosen = parse_id(request.POST.get("organization", ""))
     membership = (
-        Membership.objects.filter(user=request.user, organization_id=chosen).first()
-        if chosen.isdigit()
-        else None
+        None
+        if chosen is None
+        else Membership.objects.filter(user=request.user, organization_id=chosen).first()
     )
     if membership is None:
         raise Http404
     request.session[SESSION_KEY] = membership.organization_id
     target = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(
+    # A path on this site only: redirect() would read "x" without a "/" as a URL name, and fail.
+    if not target.startswith("/") or not url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
         target = "tenants:organization"

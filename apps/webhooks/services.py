@@ -15,16 +15,13 @@ tests also set LOAM_WEBHOOK_BACKOFF_BASE_S=0 to keep `next_attempt_at` honest.)
 
 import hashlib
 import hmac
-import ipaddress
 import secrets
-import socket
 import time
 import uuid
 from collections import defaultdict
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -46,7 +43,7 @@ from apps.webhooks.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from apps.webhooks.validators import is_public_address, validate_event_types, validate_url
+from apps.webhooks.validators import validate_event_types, validate_url
 
 SECRET_PREFIX = "whsec_"
 SIGNATURE_HEADER = "Loam-Signature"
@@ -377,30 +374,3 @@ def fail_delivery(*, delivery_id: int, error: str) -> None:
             table=DELIVERY_TRANSITIONS,
             changes={"last_error": error, "next_attempt_at": None},
         )
-
-
-def blocked_destination(url: str) -> str:
-    """Why a delivery must not go to `url`, or "" if it may: the worker runs inside the park's
-    network, so unless LOAM_WEBHOOKS_ALLOW_PRIVATE (default: DEBUG) an endpoint that resolves
-    to a loopback, private, link-local or otherwise non-public address is refused, so that a
-    tenant cannot make Loam call the park's internal services. (DNS could still change between
-    this check and the request; an egress proxy closes that gap in production.)"""
-    if conf.allow_private():
-        return ""
-    parsed = urlsplit(url)
-    host, port = parsed.hostname or "", parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-        addresses = {str(ipaddress.ip_address(host))}  # a literal address needs no lookup
-    except ValueError:
-        try:
-            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError:
-            return ""  # unresolvable now: the request fails and is retried like any other
-        addresses = {info[4][0] for info in found}
-    for address in sorted(addresses):
-        if not is_public_address(address):
-            return (
-                f"{host} resolves to {address}, which is not a public address; webhooks are "
-                "delivered to public addresses only."
-            )
-    return ""

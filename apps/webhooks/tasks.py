@@ -5,16 +5,14 @@ import json
 import time
 from datetime import timedelta
 
-import requests
 from celery import shared_task
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from apps.webhooks import conf, services
+from apps.webhooks import services, transport
 from apps.webhooks.models import DeliveryState, WebhookDelivery
 
-RESPONSE_EXCERPT_BYTES = 500
 USER_AGENT = "Loam-Webhooks/1"
 
 
@@ -38,10 +36,6 @@ def deliver(delivery_id: int) -> None:
     if not endpoint.is_active:
         services.fail_delivery(delivery_id=delivery.pk, error="The endpoint was turned off.")
         return
-    blocked = services.blocked_destination(endpoint.url)
-    if blocked:
-        services.fail_delivery(delivery_id=delivery.pk, error=blocked)
-        return
     body = body_of(delivery)
     headers = {
         "Content-Type": "application/json",
@@ -52,24 +46,11 @@ def deliver(delivery_id: int) -> None:
         services.EVENT_HEADER: delivery.event_type,
         services.DELIVERY_HEADER: str(delivery.pk),
     }
-    status_code, error = None, ""
     try:
-        # No redirects: the signed body goes only to the URL the tenant registered.
-        with requests.post(
-            endpoint.url,
-            data=body,
-            headers=headers,
-            timeout=conf.TIMEOUT_S,
-            allow_redirects=False,
-            stream=True,
-        ) as response:
-            status_code = response.status_code
-            if not 200 <= status_code < 300:
-                excerpt = response.raw.read(RESPONSE_EXCERPT_BYTES, decode_content=True)
-                text = excerpt.decode(response.encoding or "utf-8", errors="replace").strip()
-                error = f"HTTP {status_code}" + (f": {text}" if text else "")
-    except requests.RequestException as exc:
-        error = f"{type(exc).__name__}: {exc}"[:1000]
+        status_code, error = transport.post(endpoint.url, body=body, headers=headers)
+    except transport.DestinationRefused as refused:
+        services.fail_delivery(delivery_id=delivery.pk, error=str(refused))
+        return
     services.record_attempt(
         delivery_id=delivery.pk, attempt=delivery.attempts, status_code=status_code, error=error
     )

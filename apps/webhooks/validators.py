@@ -24,12 +24,15 @@ def validate_url(value: str) -> str:
         )
     try:
         URLValidator(schemes=["http", "https"])(url)
-    except ValidationError:
+        parts = urlsplit(url)
+        # URLValidator lets any five digits through as a port: `port` raises beyond 65535.
+        if parts.port == 0:
+            raise ValueError("port 0")
+    except (ValidationError, ValueError):
         raise ValidationError(
             _("Enter an absolute http:// or https:// URL, such as https://example.com/hooks."),
             code="url_invalid",
         ) from None
-    parts = urlsplit(url)
     if parts.username or parts.password:
         raise ValidationError(_("The URL must not contain a user name or password."), code="url")
     if parts.scheme != "https" and not conf.allow_http():
@@ -38,7 +41,7 @@ def validate_url(value: str) -> str:
         try:
             literal = ipaddress.ip_address((parts.hostname or "").split("%")[0])
         except ValueError:
-            literal = None  # a name: resolved and checked at each delivery (blocked_destination)
+            literal = None  # a name: resolved and checked at each delivery (transport)
         if literal is not None and not is_public_address(literal):
             raise ValidationError(
                 _("Webhooks are delivered to public addresses only; %(address)s is not one.")

@@ -3,7 +3,9 @@
 # debootstrap for the host image, ssh for the readiness probe and the tests, ip/tc, ext4 tools,
 # nftables and conntrack (NAT, published ports, security groups), nsenter; iperf3, dnsmasq and
 # curl serve the tests' outside world (tests/outside_world.py).
-# Idempotent and quiet: installs only what is missing.
+# Idempotent and quiet: installs only what is missing. The one list: agent/install.sh (the
+# partner's installer) runs this file from the agent's archive the portal serves, and CI runs it
+# for the container tests.
 set -euo pipefail
 declare -A command_of=(
   [systemd-container]=systemd-nspawn [debootstrap]=debootstrap [openssh-client]=ssh

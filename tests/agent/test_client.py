@@ -155,6 +155,17 @@ def test_report_hosts_posts_the_list(portal):
         }
     ]
     with client_for(portal) as client:
-        client.report_hosts(report)
+        client.report_hosts(1_000_017, report)
     [request] = portal.requests(HOSTS_REPORT_PATH)
-    assert request.body == {"hosts": report}
+    assert request.body == {"sequence": 1_000_017, "hosts": report}
+
+
+def test_a_retried_report_keeps_its_sequence(portal):
+    """The portal may have applied the first attempt: the retry must not pass for a newer one."""
+    from loam_agent.client import HOSTS_REPORT_PATH
+
+    portal.hosts = []
+    portal.answer(HOSTS_REPORT_PATH, (503, {"detail": "busy"}))
+    with client_for(portal) as client:
+        client.report_hosts(41, [])
+    assert [r.body["sequence"] for r in portal.requests(HOSTS_REPORT_PATH)] == [41, 41]

@@ -1,5 +1,6 @@
 """Reconcile decisions against an in-memory runtime: what the agent does for each difference."""
 
+import itertools
 import threading
 import time
 
@@ -167,10 +168,23 @@ def wait_for(condition, timeout_s=5.0):
         time.sleep(0.01)
 
 
+def reconciler_for(runtime, reports: list[HostStatus] | None = None) -> Reconciler:
+    """A reconciler whose hosts' sshd answers at once; it puts each change it reports in
+    `reports`."""
+
+    def report(sequence: int, status: HostStatus) -> None:
+        if reports is not None:
+            reports.append(status)
+
+    return Reconciler(
+        runtime, report, next_sequence=itertools.count(1).__next__, ssh_ready=lambda a: True
+    )
+
+
 def test_the_reconciler_removes_unlisted_hosts_and_skips_unchanged_ones():
     runtime = FakeRuntime()
     reports: list[HostStatus] = []
-    reconciler = Reconciler(runtime, reports.append, ssh_ready=lambda address: True)
+    reconciler = reconciler_for(runtime, reports)
     reconciler.apply([host(), host(id="h-2", card_uuids=("GPU-b",))])
     assert reconciler.wait_idle(5)
     assert sorted(runtime.hosts) == ["h-1", "h-2"]
@@ -180,13 +194,13 @@ def test_the_reconciler_removes_unlisted_hosts_and_skips_unchanged_ones():
     assert reconciler.wait_idle(5)
     assert runtime.calls == [("remove", "h-2")]
     assert [(r.id, r.state) for r in reports[-1:]] == [("h-2", "removed")]
-    assert [status["id"] for status in reconciler.full_report()] == ["h-1"]
+    assert [status["id"] for status in reconciler.full_report()[1]] == ["h-1"]
 
 
 def test_a_slow_create_does_not_delay_another_hosts_stop():
     runtime = FakeRuntime()
     reports: list[HostStatus] = []
-    reconciler = Reconciler(runtime, reports.append, ssh_ready=lambda address: True)
+    reconciler = reconciler_for(runtime, reports)
     reconciler.apply([host()])
     assert reconciler.wait_idle(5)
     runtime.slow["h-slow"] = threading.Event()
@@ -202,7 +216,7 @@ def test_a_slow_create_does_not_delay_another_hosts_stop():
 def test_a_host_left_by_a_previous_agent_is_removed_when_not_listed():
     runtime = FakeRuntime()
     run(runtime, host(id="h-old"))
-    reconciler = Reconciler(runtime, lambda status: None, ssh_ready=lambda address: True)
+    reconciler = reconciler_for(runtime)
     reconciler.apply([])
     assert reconciler.wait_idle(5)
     assert runtime.hosts == {}
@@ -213,7 +227,7 @@ def test_a_list_that_moves_a_port_from_one_host_to_another_changes_both_at_once(
     runtime in one call, before either host's worker runs (which may take seconds)."""
     runtime = FakeRuntime()
     first = host(id="h-a", network=HostNetwork.from_json(PORT_20000))
-    reconciler = Reconciler(runtime, lambda status: None, ssh_ready=lambda address: True)
+    reconciler = reconciler_for(runtime)
     reconciler.apply([first])
     assert reconciler.wait_idle(5)
     second = host(id="h-b", network=HostNetwork.from_json(PORT_20000))

@@ -4,6 +4,7 @@ server (the real service), build the agent's requests as docs/agent-protocol.md 
 and a fake agent that talks to the real agent API and converges at once."""
 
 import copy
+import itertools
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -26,6 +27,8 @@ from tests.factories import (
 
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAOhB7/zzhC+HXDdGOdLwJln5NYwm6UNXx3chmQSVTG4 t@l"
 AGENT_VERSION = "0.1.0"
+# The `sequence` of the tests' next host report: it only grows, as an agent's does.
+next_report_sequence = itertools.count(1).__next__
 
 
 def card(index: int, **changes) -> dict:
@@ -236,7 +239,9 @@ class FakeAgent:
                 {"id": host_id, "generation": self.known.pop(host_id), "state": "removed"}
             )
         if reports:
-            response = self.post("hosts/report", {"hosts": reports})
+            response = self.post(
+                "hosts/report", {"sequence": next_report_sequence(), "hosts": reports}
+            )
             assert response.status_code == 204, response.content
         return reports
 

@@ -10,7 +10,7 @@ from apps.agents.models import AgentServer, CardSample
 from apps.orchestration.backends.registry import driver_of
 from apps.orchestration.models import Node
 from tests.agents.conftest import card, enrol_body, heartbeat_body, sample
-from tests.agents.test_driver import spec
+from tests.agents.test_hosts import spec
 from tests.factories import JoinTokenFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
@@ -218,6 +218,7 @@ def test_report(client, agent_world, enrolled):
     request = driver.provision(spec(node=server.node.hostname))
     host_id = request.split("@")[0]
     body = {
+        "sequence": 1,
         "hosts": [
             {"id": host_id, "generation": 1, "state": "running", "address": "10.213.7.2",
              "ssh_port": 22, "message": ""},
@@ -247,13 +248,34 @@ def test_report(client, agent_world, enrolled):
 def test_report_with_a_bad_field_is_a_400_naming_it(client, enrolled, host, field):
     _server, credential = enrolled
 
-    problem = assert_problem(post(client, "hosts/report", {"hosts": [host]}, credential), 400)
+    body = {"sequence": 1, "hosts": [host]}
+
+    problem = assert_problem(post(client, "hosts/report", body, credential), 400)
 
     assert field in problem["errors"]
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"hosts": []},  # an agent older than report sequences
+        {"sequence": None, "hosts": []},
+        {"sequence": 0, "hosts": []},
+        {"sequence": 1.5, "hosts": []},
+        {"sequence": 2**63, "hosts": []},
+    ],
+)
+def test_report_without_a_good_sequence_is_a_400_naming_it(client, enrolled, body):
+    _server, credential = enrolled
+
+    problem = assert_problem(post(client, "hosts/report", body, credential), 400)
+
+    assert list(problem["errors"]) == ["sequence"]
+
+
 def test_report_needs_a_credential(client, enrolled):
-    assert_problem(post(client, "hosts/report", {"hosts": []}, "loamsc_nope"), 401)
+    body = {"sequence": 1, "hosts": []}
+    assert_problem(post(client, "hosts/report", body, "loamsc_nope"), 401)
 
 
 # --- around -----------------------------------------------------------------------------------

@@ -18,8 +18,8 @@ from apps.orchestration.backends.base import (
     PortForward,
 )
 from apps.orchestration.backends.registry import driver_of
-from tests.agents.conftest import enrol_body, heartbeat_body
-from tests.agents.test_driver import host_of, report, spec
+from tests.agents.conftest import enrol_body, heartbeat_body, next_report_sequence
+from tests.agents.test_hosts import host_of, report, spec
 from tests.factories import AgentHostPortFactory, JoinTokenFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
@@ -183,7 +183,8 @@ def test_ports_are_kept_across_stop_start_resize_and_reports(server, driver):
     driver.start(host.handle)
     report(server, host.handle, 4, "running")
     driver.resize(host.handle, spec(indices=(0, 1), vcpu=32, ram_gb=256))
-    services.record_host_reports(server=server, reports=[])  # an agent restart: nothing new
+    # An agent restart: nothing new.
+    services.record_host_reports(server=server, sequence=next_report_sequence(), reports=[])
 
     assert ports_of(host) == kept == [("mapping", "tcp", 20001, 8888), ("ssh", "tcp", 20000, 22)]
     assert listed(server, host)["network"]["ports"][0]["server_port"] == 20000

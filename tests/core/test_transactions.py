@@ -4,8 +4,10 @@ from django.test.utils import CaptureQueriesContext
 
 from apps.core.audit import record_event, recorded_together
 from apps.core.models import AuditEvent
-from apps.core.transactions import in_transaction
-from tests.factories import OrganizationFactory
+from apps.core.transactions import in_transaction, locked_update_or_create
+from apps.orchestration.services import register_node
+from apps.orders.models import ApprovalPolicy
+from tests.factories import OrganizationFactory, PoolFactory
 
 
 @in_transaction
@@ -76,3 +78,48 @@ def test_events_recorded_together_are_dropped_when_the_block_fails():
     assert not AuditEvent.objects.filter(organization=organization).exists()
     # Outside the block an event is written at once again.
     assert record_event(action="order.submitted", target=organization).pk is not None
+
+
+def _row_locks(captured) -> list[str]:
+    return [
+        query["sql"][query["sql"].upper().index(" FOR ") :]
+        for query in captured.captured_queries
+        if " FOR " in query["sql"].upper()
+    ]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+@pytest.mark.parametrize("existing", [False, True])
+def test_registering_a_node_locks_it_for_no_key_update_only(existing):
+    """A plain FOR UPDATE (what Django's update_or_create takes) waits for the FOR KEY SHARE
+    locks of every foreign key check on the node, and they for it."""
+    pool = PoolFactory()
+    if existing:
+        register_node(pool=pool, hostname="n0", accelerators=2, vcpu=8, ram_gb=32)
+    with CaptureQueriesContext(connection) as captured:
+        node = register_node(pool=pool, hostname="n0", accelerators=2, vcpu=16, ram_gb=64)
+    locks = _row_locks(captured)
+    assert locks and all(taken.upper().startswith(" FOR NO KEY UPDATE") for taken in locks)
+    node.refresh_from_db()
+    assert (node.vcpu_total, node.ram_gb_total, node.accelerators.count()) == (16, 64, 2)
+
+
+@pytest.mark.django_db
+def test_an_update_or_create_under_lock_writes_only_what_changed():
+    organization = OrganizationFactory()
+    policy, created = locked_update_or_create(
+        ApprovalPolicy, park=organization.park, defaults={"max_accelerators": 4}
+    )
+    assert created
+    with CaptureQueriesContext(connection) as captured:
+        same, created = locked_update_or_create(
+            ApprovalPolicy, park=organization.park, defaults={"max_accelerators": 4}
+        )
+    assert not created and same.pk == policy.pk
+    assert "UPDATE" not in _statements(captured)
+    changed, _ = locked_update_or_create(
+        ApprovalPolicy, park=organization.park, defaults={"max_accelerators": 8}
+    )
+    changed.refresh_from_db()
+    assert changed.max_accelerators == 8

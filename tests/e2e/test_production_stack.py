@@ -4,7 +4,10 @@ gunicorn, a Celery worker and beat, DEBUG=false, on PostgreSQL, RabbitMQ and Red
 A tenant orders a GPU host in Chromium, sees it running (the real worker and the simulator
 backend), sees it billed (beat meters usage) and releases it; plain HTTPS requests check what
 nginx adds: static files with a long cache, the redirect to HTTPS, the branded 404, security
-headers sent once, and /metrics refused to any address but loopback.
+headers sent once, and /metrics refused to any address but loopback. The first operator, made
+by `create_operator` as a production site makes one, signs in with the password chosen for them;
+without LOAM_STACK_DEMO=1 the stack is production's and holds no demo login (.ci/run starts it
+both ways).
 
 The stack's address comes from the environment (LOAM_STACK_URL, LOAM_STACK_HTTP_URL,
 LOAM_STACK_CA_FILE; .ci/run exports them) or else from var/stack/env, which start.sh writes.
@@ -51,6 +54,9 @@ class Stack:
     tls: ssl.SSLContext  # trusts the stack's self-signed certificate, and only it
     metering_interval_s: int
     metrics_token: str
+    demo: bool  # LOAM_STACK_DEMO=1: the demo park, its logins and the simulator
+    operator_email: str
+    operator_password: str
 
     def client(self, **kwargs) -> httpx.Client:
         return httpx.Client(base_url=self.url, verify=self.tls, timeout=15, **kwargs)
@@ -89,6 +95,11 @@ def stack() -> Stack:
         tls=tls,
         metering_interval_s=int(settings.get("LOAM_STACK_METERING_INTERVAL_S") or 60),
         metrics_token=settings.get("LOAM_STACK_METRICS_TOKEN", ""),
+        demo=settings.get("LOAM_STACK_DEMO") == "true",
+        operator_email=settings.get("LOAM_STACK_OPERATOR_EMAIL", ""),
+        operator_password=Path(settings.get("LOAM_STACK_OPERATOR_PASSWORD_FILE", "/dev/null"))
+        .read_text()
+        .strip(),
     )
     with found.client() as client:
         try:
@@ -104,6 +115,42 @@ def stack() -> Stack:
 def browser_context_args(browser_context_args):
     # Chromium cannot be handed the stack's own CA; the HTTPS checks below verify it instead.
     return {**browser_context_args, "ignore_https_errors": True}
+
+
+def sign_in(client: httpx.Client, email: str, password: str) -> httpx.Response:
+    """Signs in as the login form does; the answer is the page it lands on."""
+    form = client.get("/accounts/login/")
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)[1]
+    return client.post(
+        "/accounts/login/",
+        data={"csrfmiddlewaretoken": token, "login": email, "password": password},
+        headers={"Referer": f"{client.base_url}/accounts/login/"},
+        follow_redirects=True,
+    )
+
+
+# --- The first operator, and no demo in production ------------------------------------------------
+
+
+def test_the_first_operator_signs_in_with_the_password_chosen_for_them(stack):
+    with stack.client() as client:
+        refused = sign_in(client, stack.operator_email, stack.operator_password + "x")
+        assert "/accounts/login/" in str(refused.url)
+        landed = sign_in(client, stack.operator_email, stack.operator_password)
+        console = client.get("/ops/")
+
+    assert "/accounts/login/" not in str(landed.url)
+    assert console.status_code == 200
+    assert stack.operator_email in console.text
+
+
+def test_a_production_stack_holds_no_demo_login(stack):
+    if stack.demo:
+        pytest.skip("this stack runs the demo park (LOAM_STACK_DEMO=1)")
+    with stack.client() as client:
+        for login in (demo.OWNER, demo.OPERATOR):
+            answer = sign_in(client, login["email"], login["password"])
+            assert "/accounts/login/" in str(answer.url), login["email"]
 
 
 # --- What nginx adds ---------------------------------------------------------------------------
@@ -190,6 +237,8 @@ def usage_of(page: Page, stack: Stack, flavor: str) -> int:
 
 
 def test_a_tenant_orders_a_host_sees_it_running_and_billed_and_releases_it(page: Page, stack):
+    if not stack.demo:
+        pytest.skip("the tenant's journey orders a simulated host: LOAM_STACK_DEMO=1")
     timeout_ms = 60_000  # a real worker, the simulator's 1–3 s calls, a busy machine
     expect.set_options(timeout=timeout_ms)
     page.set_default_timeout(timeout_ms)

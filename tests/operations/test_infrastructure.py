@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.utils import timezone, translation
 
 from apps.core.errors import PermissionDenied
@@ -29,6 +30,7 @@ from apps.orchestration.services import (
 from apps.orders.idle import set_idle_policy
 from apps.orders.services import submit_create
 from tests.factories import ParkFactory, ParkOperatorFactory, RegionFactory, UserFactory
+from tests.lock_order import recording
 
 pytestmark = pytest.mark.django_db
 
@@ -394,3 +396,47 @@ def test_capacity_breakdown_by_level_site_and_vendor(console, running):
     assert by_level == {"Center": (16, 4, 12), "Edge": (0, 0, 0)}
     assert [(r.label, r.total) for r in breakdown["vendor"]] == [("NVIDIA", 16)]
     assert {r.label for r in breakdown["region"]} == {"Center", "Edge"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_backend_is_told_of_a_drain_with_no_row_locked(console, operator, monkeypatch):
+    """Slurm's drain is a remote call: made in the transaction that locked the node, it held
+    every order and probe placing on the node for as long as the call took."""
+    node = console.nodes[0]
+    seen = []
+
+    def drain_remotely(driver, hostname, reason):
+        seen.append((hostname, connection.in_atomic_block))
+
+    monkeypatch.setattr(SimulatorDriver, "drain_node", drain_remotely)
+    drain_node(node=node, operator=operator, reason="fan")
+
+    assert seen == [(node.hostname, False)]
+    assert Node.objects.get(pk=node.pk).is_drained
+
+
+@pytest.mark.postgres
+def test_a_probe_locks_its_nodes_in_id_order_whatever_order_the_backend_reports(console, operator):
+    """Placement locks nodes in id order; a probe that locked them in the backend's report
+    order deadlocked with an order placing on the same two nodes."""
+    config = simulated(("g", "test-h1", 3))
+    backend = register_backend(
+        park=console.park,
+        operator=operator,
+        name="reversed",
+        driver="simulator",
+        config=config,
+        region=console.region,
+    )
+    config["pools"][0]["nodes"].reverse()
+    Backend.objects.filter(pk=backend.pk).update(config=config)
+
+    with recording() as recorder:
+        probe_backend(backend=backend)
+
+    nodes = [lock for locks in recorder.by_transaction.values() for lock in locks]
+    locked_nodes = [
+        row for lock in nodes if lock.label == "orchestration.Node" for row in lock.rows
+    ]
+    assert len(set(locked_nodes)) == 3
+    assert recorder.out_of_order == []

@@ -9,6 +9,7 @@ price is easy to check: price × accelerator_milli / 1000, rounded half up.
 
 from dataclasses import dataclass, field
 from decimal import Decimal
+from types import SimpleNamespace
 
 import pytest
 from django.utils import translation
@@ -25,6 +26,7 @@ from tests.factories import (
     FlavorFactory,
     FlavorFamilyFactory,
     ImageFactory,
+    OrganizationFactory,
     PoolFactory,
     PriceFactory,
     RegionFactory,
@@ -139,6 +141,23 @@ def task_world(park, organization, owner) -> TaskWorld:
     world.pool("east-h100", region=east, model=h100, price=2000)
     world.node("h1", pool="east-h100")
     return world
+
+
+@pytest.fixture
+def grid(park):
+    """One region of one park, one pool of H100 nodes (none yet): placement's test bed."""
+    model = AcceleratorModelFactory(name="H100", slug="h100")
+    backend = BackendFactory(park=park)
+    center = RegionFactory(park=park, code="center", name="Center", latency_ms=0)
+    pool = PoolFactory(backend=backend, region=center, accelerator_model=model, name="main")
+    return SimpleNamespace(
+        park=park,
+        model=model,
+        backend=backend,
+        center=center,
+        pool=pool,
+        organization=OrganizationFactory(park=park),
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,7 @@ before its lock, and hosts that never take a card shared by training tasks."""
 from decimal import Decimal
 
 import pytest
+from django.db import transaction
 from django.utils import translation
 
 from apps.orchestration import adapter, services
@@ -228,7 +229,9 @@ def test_a_host_never_takes_a_card_shared_by_training_tasks(hosts):
 
 def test_no_host_takes_a_node_whose_only_free_room_is_shared(hosts):
     node = hosts.node("w-small", pool="west-h100", accelerators=2)
-    allocate_task(TaskFactory(organization=hosts.organization, accelerator_milli=100), node=node)
+    task = TaskFactory(organization=hosts.organization, accelerator_milli=100)
+    with transaction.atomic():  # the task's own transaction, before the order's
+        allocate_task(task, node=node)
 
     host, placement = order_host(hosts, region=hosts.west)
 

@@ -2,10 +2,8 @@
 region filter, NoCapacity),
 release_capacity, resize_capacity, and with_free_capacity's exact sums."""
 
-from types import SimpleNamespace
-
 import pytest
-from django.utils import translation
+from django.db import transaction
 
 from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth, Placement
 from apps.orchestration.selectors import schedulable_nodes, with_free_capacity
@@ -25,32 +23,9 @@ from tests.factories import (
     BackendFactory,
     InstanceFactory,
     OrderFactory,
-    OrganizationFactory,
     PoolFactory,
     RegionFactory,
 )
-
-
-@pytest.fixture(autouse=True)
-def _english():
-    with translation.override("en"):
-        yield
-
-
-@pytest.fixture
-def grid(park):
-    model = AcceleratorModelFactory(name="H100", slug="h100")
-    backend = BackendFactory(park=park)
-    center = RegionFactory(park=park, code="center", name="Center", latency_ms=0)
-    pool = PoolFactory(backend=backend, region=center, accelerator_model=model, name="main")
-    return SimpleNamespace(
-        park=park,
-        model=model,
-        backend=backend,
-        center=center,
-        pool=pool,
-        organization=OrganizationFactory(park=park),
-    )
 
 
 def add_node(pool, hostname, accelerators=8, vcpu=128, ram_gb=1024) -> Node:
@@ -75,13 +50,13 @@ def put(grid, accelerators, *, vcpu=16, ram_gb=128, region=None, instance=None):
     """Place a new instance (and its create order) of `accelerators` cards."""
     instance = instance or new_instance(grid)
     order = OrderFactory(organization=grid.organization, instance=instance)
-    allocation = place(
-        instance=instance,
-        shape=shape(grid, accelerators, vcpu, ram_gb),
-        region=region,
-        order=order,
-    )
-    return allocation
+    with transaction.atomic():  # each placement its own transaction, as in an order
+        return place(
+            instance=instance,
+            shape=shape(grid, accelerators, vcpu, ram_gb),
+            region=region,
+            order=order,
+        )
 
 
 def free(node) -> int:

@@ -1,12 +1,16 @@
-"""Backend failures: injected permanent and transient errors, and random failures at a rate,
-after which the books still balance exactly (orders ended, accelerators and quota held only by
-hosts that run, or by hosts in error the backend may still run)."""
+"""Backend failures: injected permanent and transient errors, random failures at a rate and jobs
+that lose a race for rows, after which the books still balance exactly (orders ended,
+accelerators and quota held only by hosts that run, or by hosts in error the backend may still
+run)."""
 
 import contextlib
 from types import SimpleNamespace
 
+import psycopg.errors
 import pytest
+from django.db import OperationalError
 
+from apps.core.contention import JOB_CONTENTION_RETRIES, job_retry_countdown
 from apps.core.errors import InvalidTransition
 from apps.core.models import AuditEvent
 from apps.orchestration.backends import simulator
@@ -14,6 +18,7 @@ from apps.orchestration.backends.base import BackendError
 from apps.orchestration.backends.simulator import SimulatorDriver
 from apps.orchestration.models import Accelerator, Allocation
 from apps.orchestration.services import NoCapacity
+from apps.orders import operations
 from apps.orders.models import (
     ORDER_TERMINAL_STATES,
     Instance,
@@ -464,3 +469,84 @@ def test_a_hundred_orders_against_a_flaky_backend_leave_the_books_as_they_were(
     assert organization_usage(big_world.organization) == Usage()
     wallet = Wallet.objects.get(organization=big_world.organization)
     assert wallet.held_minor == 0
+
+
+# --- a job that loses a race for rows -----------------------------------------------------------
+
+
+def lost_race():
+    """What Django raises when PostgreSQL breaks a deadlock by failing this transaction."""
+    try:
+        try:
+            raise psycopg.errors.DeadlockDetected("deadlock detected")
+        except psycopg.errors.DeadlockDetected as exc:
+            raise OperationalError(str(exc)) from exc
+    except OperationalError as wrapped:
+        return wrapped
+
+
+def test_a_release_whose_job_loses_a_race_runs_again_and_releases(
+    world, running_host, operate, monkeypatch, retrying_tasks
+):
+    """Under load, 87 release jobs died with "deadlock detected" and left their hosts releasing
+    until the sweep, minutes later: a job that loses a race is run again, with backoff."""
+    instance = running_host(2)
+    order = operate(instance, "release", run_tasks=False)
+    complete, attempts = operations.complete_operation, []
+
+    def deadlocked_once(**kwargs):
+        attempts.append(kwargs)
+        if len(attempts) == 1:
+            raise lost_race()
+        return complete(**kwargs)
+
+    monkeypatch.setattr(operations, "complete_operation", deadlocked_once)
+    fulfil_order.apply(args=(order.pk,))
+
+    assert len(attempts) == 2
+    assert Instance.objects.get(pk=instance.pk).state == InstanceState.RELEASED
+    assert Order.objects.get(pk=order.pk).state == OrderState.DONE
+    assert_gave_everything_back(world, instance)
+
+
+def test_a_job_that_keeps_losing_gives_up_after_its_retries(
+    world, running_host, operate, monkeypatch, retrying_tasks
+):
+    instance = running_host(2)
+    order = operate(instance, "stop", run_tasks=False)
+    attempts = []
+
+    def always_deadlocked(**kwargs):
+        attempts.append(kwargs)
+        raise lost_race()
+
+    monkeypatch.setattr(operations, "complete_operation", always_deadlocked)
+    result = fulfil_order.apply(args=(order.pk,))
+
+    assert isinstance(result.result, OperationalError)
+    assert len(attempts) == JOB_CONTENTION_RETRIES + 1
+    assert Order.objects.get(pk=order.pk).state == OrderState.FULFILLING  # the sweep's, then
+
+
+def test_other_database_errors_are_not_retried(
+    world, running_host, operate, monkeypatch, retrying_tasks
+):
+    instance = running_host(2)
+    order = operate(instance, "stop", run_tasks=False)
+    attempts = []
+
+    def broken(**kwargs):
+        attempts.append(kwargs)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(operations, "complete_operation", broken)
+    result = fulfil_order.apply(args=(order.pk,))
+
+    assert isinstance(result.result, OperationalError)
+    assert len(attempts) == 1
+
+
+def test_retries_back_off_with_jitter():
+    first = [job_retry_countdown(0) for _ in range(50)]
+    assert all(0.25 <= c <= 0.5 for c in first) and len(set(first)) > 1
+    assert all(15 <= job_retry_countdown(10) <= 30 for _ in range(50))

@@ -1228,14 +1228,18 @@ def test_a_stopped_host_is_not_running_and_costs_its_disk_alone(tenant, running,
     assert instance_cost(instance).hourly_minor == round(Decimal(200 * DISK_GB_MONTH) / 720)
 
 
-def test_the_simulator_badge_is_for_the_parks_operators(client, running, demo_org, demo_operator):
+def test_a_simulated_host_says_so_to_its_tenant_on_every_page(client, running, demo_operator):
+    """A demo park's hosts do not exist: the tenant who ordered one is told on its page and in
+    the list, not only the park's operators (they also see it beside the physical host)."""
     instance = running()
-    assert "badge-simulated" not in html_of(client.get(f"/instances/{instance.pk}/"))
+    detail = html_of(client.get(f"/instances/{instance.pk}/"))
+    assert "this host is simulated and does not exist" in detail
+    assert "badge-simulated" in html_of(client.get("/instances/"))
 
-    MembershipFactory(organization=demo_org, user=demo_operator, role=Role.MEMBER)
+    MembershipFactory(organization=instance.organization, user=demo_operator, role=Role.MEMBER)
     client.force_login(demo_operator)
     html = html_of(client.get(f"/instances/{instance.pk}/"))
-    assert "badge-simulated" in html
+    assert html.count("badge-simulated") == 2
 
 
 def test_resize_offers_the_family_alone_with_each_price_change(tenant, running):

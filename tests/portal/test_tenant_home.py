@@ -104,6 +104,21 @@ def test_hosts_that_hold_resources_are_counted_and_running_ones_apart(organizati
     assert {host.state for host in home.hosts} == {"pending", "running", "stopped"}
 
 
+def test_the_home_counts_what_holds_resources_and_what_runs(organization):
+    InstanceFactory.create_batch(2, organization=organization, running=True)
+    InstanceFactory(organization=organization, state=InstanceState.STOPPED)
+    InstanceFactory(organization=organization, released=True)
+    TaskFactory(organization=organization, state=TaskState.QUEUED)
+    TaskFactory(organization=organization, state=TaskState.SUCCEEDED)
+
+    home = tenant_home(organization, with_billing=False)
+
+    assert (home.running_host_count, home.host_count) == (2, 3)
+    assert len(home.hosts) == 3
+    assert home.task_count == 1
+    assert home.spend is None and home.wallet is None  # not for a reader without billing rights
+
+
 def test_the_home_lists_a_few_hosts_but_counts_them_all(organization):
     hosts(organization, *[InstanceState.RUNNING] * (SHOWN_ON_HOME + 2))
 
@@ -201,6 +216,34 @@ def test_an_order_awaiting_approval_is_an_info_alert(organization):
     assert alert.link == reverse("orders:order_list")
 
 
+def test_alerts_name_errors_recent_failures_full_quotas_and_waiting_orders(organization):
+    now = timezone.now()
+    InstanceFactory(organization=organization, state=InstanceState.ERROR)
+    InstanceFactory(organization=organization, running=True)  # 1 of 1 instance allowed
+    for finished in (now, now - timedelta(days=2)):  # the older one is old news
+        TaskFactory(
+            organization=organization,
+            state=TaskState.FAILED,
+            started_at=finished - timedelta(hours=1),
+            finished_at=finished,
+        )
+    QuotaLimitFactory(
+        park=organization.park,
+        organization=organization,
+        resource=QuotaResource.INSTANCES,
+        limit=1,
+    )
+    OrderFactory(organization=organization, state=OrderState.AWAITING_APPROVAL)
+
+    alerts = tenant_home(organization, with_billing=False, now=now).alerts
+
+    assert [alert.level for alert in alerts] == ["danger", "warning", "warning", "info"]
+    assert "1 host is in error." in alerts[0].message
+    assert "1 training task failed in the last 24 hours." in alerts[1].message
+    assert "100% used" in alerts[2].message
+    assert "1 order is waiting for the park's approval." in alerts[3].message
+
+
 def test_another_organizations_trouble_is_not_an_alert(organization, other_organization):
     hosts(other_organization, InstanceState.ERROR)
     OrderFactory(organization=other_organization, state=OrderState.AWAITING_APPROVAL)
@@ -275,6 +318,28 @@ def test_today_adds_what_open_meters_ran_since_they_were_last_metered(organizati
     assert today_spend(organization, now=now) == 2_500
 
 
+def test_today_counts_usage_since_midnight_and_what_runs_now(organization):
+    now = timezone.localtime()
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    instance = InstanceFactory(organization=organization, running=True)
+    for started in (midnight, midnight - timedelta(hours=2)):  # today's and yesterday's
+        UsageRecordFactory(
+            organization=organization,
+            instance=instance,
+            started_at=started,
+            meter__started_at=started,
+            meter__ended_at=started + timedelta(hours=1),
+        )
+    MeterFactory(  # ¥25.00 an hour, half an hour unmetered
+        organization=organization,
+        instance=instance,
+        started_at=now - timedelta(minutes=30),
+        hourly_minor=Decimal(2500),
+    )
+
+    assert today_spend(organization, now=now) == 2500 + 1250
+
+
 def test_today_is_the_organizations_own(organization, other_organization):
     now = timezone.now()
     usage(organization, started_at=now, amount_minor=300)
@@ -295,6 +360,11 @@ def test_wallet_for_finds_the_organizations_wallet(organization):
     WalletFactory(organization=organization, balance_minor=777)
 
     assert wallet_for(organization).balance_minor == 777
+
+
+def test_the_wallet_is_the_organizations(organization, other_organization):
+    assert wallet_for(organization).organization == organization
+    assert wallet_for(other_organization).organization == other_organization
 
 
 # --- The page ---------------------------------------------------------------------------------
@@ -332,6 +402,18 @@ def test_a_member_gets_the_console_home_with_its_figures(client, organization, m
     assert stat(html, "home-tasks") == "1"
 
 
+def test_the_page_shows_figures_and_money_to_billing_readers(client, organization, owner):
+    WalletFactory(organization=organization, balance_minor=123_456)
+    InstanceFactory(organization=organization, running=True, name="trainer-7")
+
+    html = page(client, owner).content.decode()
+
+    assert 'id="home-hosts"' in html and "trainer-7" in html
+    assert 'id="home-spend"' in html and 'id="home-balance"' in html
+    assert "¥1,234.56" in html
+    assert 'id="nav-billing"' in html
+
+
 @pytest.mark.parametrize("role", BILLING_READERS)
 def test_billing_readers_see_todays_spend_and_the_balance(client, organization, member_of, role):
     WalletFactory(organization=organization, balance_minor=123_456, held_minor=23_456)
@@ -354,6 +436,17 @@ def test_members_without_billing_rights_see_no_money(client, organization, membe
     assert "¥1,234.56" not in html
 
 
+def test_a_member_without_billing_rights_sees_no_money(client, organization, member):
+    WalletFactory(organization=organization, balance_minor=123_456)
+
+    html = page(client, member).content.decode()
+
+    assert 'id="home-hosts"' in html
+    assert 'id="home-spend"' not in html and 'id="home-balance"' not in html
+    assert "¥1,234.56" not in html
+    assert 'id="nav-billing"' not in html
+
+
 def test_the_roles_without_billing_rights_are_the_member_and_the_viewer():
     """The page tests above cover both sides of the matrix."""
     assert set(NOT_BILLING_READERS) == {Role.MEMBER, Role.VIEWER}
@@ -365,6 +458,12 @@ def test_a_visitor_still_gets_the_public_landing_page(client, organization):
     assert "core/home.html" in template_names(response)
     assert "core/tenant_home.html" not in template_names(response)
     assert 'id="home-hosts"' not in response.content.decode()
+
+
+def test_a_visitor_gets_the_landing_page(client, park):
+    html = page(client).content.decode()
+
+    assert 'id="home-hosts"' not in html
 
 
 def test_a_user_of_no_organization_gets_the_landing_page_too(client, park):
@@ -380,6 +479,12 @@ def test_a_signed_in_member_starts_on_the_console_home(client, member):
 
     assert response.status_code == 302
     assert response["Location"] == reverse("portal:home") == "/"
+
+
+def test_signing_in_lands_a_member_on_the_home(client, owner):
+    client.force_login(owner)
+
+    assert client.get("/start/")["Location"] == "/"
 
 
 @pytest.mark.parametrize("role", Role.values)

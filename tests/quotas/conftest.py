@@ -7,6 +7,7 @@ from tests.billing.conftest import (  # noqa: F401  (fixtures used by the quota 
     english_messages,
     host_request,
     meter,
+    operate,
     order_hosts,
     running_host,
     travel,

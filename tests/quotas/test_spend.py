@@ -11,11 +11,12 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
+from apps.billing.selectors import month_spend
 from apps.core.models import AuditEvent
 from apps.orders.models import Instance, InstanceState
 from apps.quotas.models import QuotaResource
 from apps.quotas.selectors import quota_rows
-from apps.quotas.services import QuotaExceeded, Usage, demand_for, month_spend, reserve
+from apps.quotas.services import QuotaExceeded, Usage, committed_spend, demand_for, reserve
 from apps.tenants.models import Organization
 from tests.billing.conftest import local
 
@@ -26,6 +27,10 @@ HOUR = 3600
 
 def spent(world) -> int:
     return month_spend(Organization.objects.filter(pk=world.organization.pk))
+
+
+def committed(world) -> int:
+    return committed_spend(Organization.objects.filter(pk=world.organization.pk))
 
 
 def test_the_month_spend_is_read_from_the_usage_records(clock, world, running_host, meter):
@@ -39,19 +44,20 @@ def test_the_month_spend_is_read_from_the_usage_records(clock, world, running_ho
 def test_an_order_whose_first_hour_passes_the_limit_is_refused(
     clock, world, running_host, order_hosts, meter
 ):
-    world.set_limit(QuotaResource.MONTHLY_SPEND, 2500)
-    running_host(1)  # ¥0 spent + ¥10.00 an hour: within ¥25.00
+    world.set_limit(QuotaResource.MONTHLY_SPEND, 3000)
+    running_host(1)  # ¥0 committed + ¥10.00 an hour: within ¥30.00
     clock.shift(HOUR)
-    meter()
-    running_host(1)  # ¥10.00 spent + ¥10.00: within
+    meter()  # ¥10.00 spent, the first hour's hold drawn down
+    running_host(1)  # ¥10.00 committed + ¥10.00: within
     clock.shift(HOUR // 2)
-    meter()  # ¥20.00 spent
+    meter()  # ¥20.00 spent, ¥5.00 of the second host's first hour still held
+    assert committed(world) == 2500
     with pytest.raises(QuotaExceeded) as refused:
         order_hosts(1)
     message = refused.value.message
     assert refused.value.code == "quota_exceeded"
     assert "Monthly spend" in message
-    assert "¥20.00 in use + ¥10.00 asked exceeds the limit of ¥25.00" in message
+    assert "¥25.00 in use + ¥10.00 asked exceeds the limit of ¥30.00" in message
     assert Instance.objects.count() == 2
 
 
@@ -73,6 +79,29 @@ def test_at_the_limit_every_new_order_is_refused_and_hosts_keep_running(
     host.refresh_from_db()
     assert host.state == InstanceState.RUNNING
     assert spent(world) == 3000  # still charged
+
+
+def test_orders_not_yet_metered_count_their_first_hour(world, order_hosts):
+    # Before any metering pass, each order's first hour is committed (held on the wallet): a
+    # limit of three first hours takes three orders, not every order placed before metering.
+    world.set_limit(QuotaResource.MONTHLY_SPEND, 3000)
+    for _ in range(3):
+        order_hosts(1)
+    assert spent(world) == 0 and committed(world) == 3000
+    with pytest.raises(QuotaExceeded) as refused:
+        order_hosts(1)
+    assert "¥30.00 in use + ¥10.00 asked" in refused.value.message
+    assert Instance.objects.count() == 3
+
+
+def test_a_released_hosts_first_hour_no_longer_counts(world, order_hosts, operate):
+    world.set_limit(QuotaResource.MONTHLY_SPEND, 1000)
+    (order,) = order_hosts(1)
+    with pytest.raises(QuotaExceeded):
+        order_hosts(1)
+    operate(Instance.objects.get(pk=order.instance_id), "release")
+    assert committed(world) == 0  # released before any usage was metered: nothing committed
+    order_hosts(1)
 
 
 def test_last_months_spend_does_not_count(travel, world, running_host, order_hosts, meter):

@@ -247,6 +247,8 @@ GOOD = {"url": URL, "event_types": ["order.done"]}
         ({"url": ""}, "url", "may not be blank"),
         ({"url": "partner.example.com"}, "url", "absolute http:// or https:// URL"),
         ({"url": "ftp://partner.example.com/x"}, "url", "absolute http:// or https:// URL"),
+        ({"url": "https://partner.example.com:99999/x"}, "url", "absolute http:// or https://"),
+        ({"url": "https://partner.example.com:0/x"}, "url", "absolute http:// or https:// URL"),
         ({"url": "http://partner.example.com/x"}, "url", "must use https://"),
         ({"url": "https://u:p@partner.example.com/x"}, "url", "user name or password"),
         ({"event_types": None}, "event_types", "required"),

@@ -7,9 +7,13 @@ whole attempt series."""
 
 import json
 import socket
+import threading
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
+from django.apps import apps as django_apps
+from django.core import serializers
 from django.utils import timezone
 
 from apps.core.errors import DomainError, PermissionDenied
@@ -257,34 +261,131 @@ def test_a_delivery_to_an_internal_address_fails_without_a_request(
     assert receiver.requests == []
 
 
-@pytest.mark.parametrize(
-    ("url", "blocked"),
-    [
-        ("http://127.0.0.1:8000/x", True),
-        ("http://10.1.2.3/x", True),
-        ("http://192.168.0.7/x", True),
-        ("http://169.254.169.254/latest/meta-data", True),
-        ("http://[::1]/x", True),
-        ("http://localhost/x", True),
-        ("https://8.8.8.8/x", False),  # a literal public address: no DNS query, no traffic
-        # IPv6 forms of private IPv4 addresses (issue 18): mapped, compatible, NAT64, 6to4.
-        ("http://[::ffff:127.0.0.1]/x", True),
-        ("http://[::127.0.0.1]/x", True),
-        ("http://[64:ff9b::a9fe:a9fe]/latest/meta-data", True),
-        ("http://[64:ff9b:1::a00:1]/x", True),
-        ("http://[2002:a9fe:a9fe::1]/x", True),
-        ("http://[2002:c0a8:1::1]/x", True),
-        ("http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/x", True),  # Teredo, documentation v4
-        ("http://[fe80::1%25eth0]/x", True),
-        # ... and of public ones, which stay public.
-        ("https://[64:ff9b::808:808]/x", False),
-        ("https://[2002:808:808::1]/x", False),
-        ("https://[2606:4700:4700::1111]/x", False),
-    ],
-)
-def test_blocked_destinations(settings, url, blocked):
+# --- what a delivery may reach, and what it keeps of the answer --------------------------------
+
+PARTNER = "hooks.partner.example"
+PUBLIC_ADDRESS = "93.184.215.14"  # global; tests/conftest.py stops any connection to it
+SECRET_PAGE = b"secret-internal-admin-page"
+
+
+def stored_in(text: str) -> list[str]:
+    """The models that hold `text` in any row."""
+    return [
+        model._meta.label
+        for model in django_apps.get_models()
+        if text in serializers.serialize("json", model._default_manager.all())
+    ]
+
+
+def test_a_name_that_rebinds_to_loopback_after_the_check_does_not_reach_it(
+    start_receiver,
+    fake_dns,
+    endpoint_for,
+    organization,
+    settings,
+    django_capture_on_commit_callbacks,
+):
+    """DNS rebinding: the name answers a public address when checked, 127.0.0.1 when connected
+    to. The POST goes to the checked address, so the internal page is neither reached nor
+    quoted in the delivery log."""
+    internal = start_receiver()
+    internal.statuses, internal.reply = [403], SECRET_PAGE
     settings.LOAM_WEBHOOKS_ALLOW_PRIVATE = False
-    assert bool(services.blocked_destination(url)) is blocked
+    settings.LOAM_WEBHOOK_MAX_ATTEMPTS = 1
+    lookups = fake_dns(PARTNER, [PUBLIC_ADDRESS], ["127.0.0.1"])
+    endpoint_for(SimpleNamespace(url=f"http://{PARTNER}:{internal.port}/hooks"))
+
+    (delivery,) = emit(organization, django_capture_on_commit_callbacks)
+
+    assert internal.requests == []
+    assert lookups == [[PUBLIC_ADDRESS]]  # resolved once, for the check and the connection
+    delivery.refresh_from_db()
+    assert delivery.state == DeliveryState.FAILED and delivery.last_status_code is None
+    assert delivery.last_error.startswith("ConnectionError")
+    assert PUBLIC_ADDRESS in delivery.last_error  # where it connected: the checked address
+    assert stored_in(SECRET_PAGE.decode()) == []
+
+
+def test_a_name_with_one_internal_address_among_public_ones_is_refused(
+    receiver, fake_dns, endpoint_for, organization, settings, django_capture_on_commit_callbacks
+):
+    settings.LOAM_WEBHOOKS_ALLOW_PRIVATE = False
+    fake_dns(PARTNER, [PUBLIC_ADDRESS, "127.0.0.1"])
+    endpoint_for(SimpleNamespace(url=f"http://{PARTNER}:{receiver.port}/hooks"))
+    with django_capture_on_commit_callbacks():
+        (delivery,) = services.emit_event(
+            organization=organization, event_type="order.done", data={}
+        )
+
+    tasks.deliver(delivery.pk)
+
+    delivery.refresh_from_db()
+    assert delivery.state == DeliveryState.FAILED and delivery.attempts == 0
+    assert delivery.last_error == (
+        f"{PARTNER} resolves to 127.0.0.1, which is not a public address; webhooks are "
+        "delivered to public addresses only."
+    )
+    assert receiver.requests == []
+
+
+def test_a_long_error_page_is_kept_only_as_a_short_printable_excerpt(
+    receiver, endpoint_for, organization, settings, django_capture_on_commit_callbacks
+):
+    settings.LOAM_WEBHOOK_MAX_ATTEMPTS = 1
+    receiver.statuses = [500]
+    receiver.reply = b"\x1b[2J\x00Internal\r\n\terror: " + b"x" * 5000 + b" END-OF-PAGE"
+    endpoint_for(receiver)
+
+    (delivery,) = emit(organization, django_capture_on_commit_callbacks)
+
+    delivery.refresh_from_db()
+    assert delivery.last_status_code == 500
+    prefix = "HTTP 500: [2J Internal error: "
+    assert delivery.last_error == prefix + "x" * (200 - len(prefix) + len("HTTP 500: "))
+
+
+def test_a_malformed_answer_is_kept_only_as_a_short_printable_excerpt(
+    endpoint_for, organization, settings, django_capture_on_commit_callbacks
+):
+    """An answer without a status line: http.client quotes it in its error."""
+    settings.LOAM_WEBHOOK_MAX_ATTEMPTS = 1
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_garbage():
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"\x1b]0;" + SECRET_PAGE * 200 + b"\r\n\r\n")
+
+    thread = threading.Thread(target=answer_garbage, daemon=True)
+    thread.start()
+    endpoint_for(SimpleNamespace(url=f"http://127.0.0.1:{listener.getsockname()[1]}/hooks"))
+
+    (delivery,) = emit(organization, django_capture_on_commit_callbacks)
+    thread.join(timeout=5)
+    listener.close()
+
+    delivery.refresh_from_db()
+    assert delivery.state == DeliveryState.FAILED and delivery.last_status_code is None
+    assert delivery.last_error.startswith("BadStatusLine: ")
+    assert len(delivery.last_error) <= 200 and delivery.last_error.isprintable()
+
+
+def test_a_redirect_is_not_followed(
+    start_receiver, endpoint_for, organization, settings, django_capture_on_commit_callbacks
+):
+    """The signed body goes only to the URL the tenant registered."""
+    settings.LOAM_WEBHOOK_MAX_ATTEMPTS = 1
+    elsewhere = start_receiver()
+    receiver = start_receiver()
+    receiver.statuses, receiver.reply_headers = [307], {"Location": elsewhere.url}
+    endpoint_for(receiver)
+
+    (delivery,) = emit(organization, django_capture_on_commit_callbacks)
+
+    delivery.refresh_from_db()
+    assert delivery.state == DeliveryState.FAILED and delivery.last_status_code == 307
+    assert len(receiver.requests) == 1 and elsewhere.requests == []
 
 
 # --- state changes go through the transition table -------------------------------------------

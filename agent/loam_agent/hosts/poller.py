@@ -13,6 +13,7 @@ import time
 from loam_agent.client import HostsNotSupported, PortalClient, PortalError, Rejected
 from loam_agent.hosts.model import DesiredHost, HostError, HostStatus
 from loam_agent.hosts.reconcile import Reconciler, Runtime
+from loam_agent.hosts.sequence import ReportSequence
 
 logger = logging.getLogger(__name__)
 
@@ -25,18 +26,20 @@ class HostsPoller:
         *,
         poll_interval_s: float,
         full_report_s: float,
+        sequence: ReportSequence,
         stop: threading.Event,
     ) -> None:
         self._client = client
         self._poll_interval_s = poll_interval_s
         self._full_report_s = full_report_s
         self._stop = stop
-        self.reconciler = Reconciler(runtime, self._report_change)
+        self.reconciler = Reconciler(runtime, self._report_change, next_sequence=sequence.next)
         self.rejected: Rejected | None = None
 
     def run(self) -> None:
         etag: str | None = None
         last_full_report = time.monotonic()
+        failing = False
         while not self._stop.is_set():
             started = time.monotonic()
             try:
@@ -44,8 +47,11 @@ class HostsPoller:
                 if hosts is not None:
                     self.reconciler.apply(self._parse(hosts))
                 if time.monotonic() - last_full_report >= self._full_report_s:
-                    self._client.report_hosts(self.reconciler.full_report())
+                    self._client.report_hosts(*self.reconciler.full_report())
                     last_full_report = time.monotonic()
+                if failing:
+                    logger.info("hosts poll works again")
+                    failing = False
             except HostsNotSupported:
                 logger.warning("the portal has no hosts API (an older portal); not polling hosts")
                 return
@@ -54,6 +60,7 @@ class HostsPoller:
                 return
             except PortalError as error:
                 logger.warning("hosts poll failed: %s", error)
+                failing = True
             self._stop.wait(max(0.0, self._poll_interval_s - (time.monotonic() - started)))
 
     @staticmethod
@@ -66,10 +73,11 @@ class HostsPoller:
                 logger.error("%s", error)
         return parsed
 
-    def _report_change(self, status: HostStatus) -> None:
-        logger.info("host %s: %s %s", status.id, status.state, status.message)
+    def _report_change(self, sequence: int, status: HostStatus) -> None:
+        level = logging.WARNING if status.state == "failed" else logging.INFO
+        logger.log(level, "host %s: %s %s", status.id, status.state, status.message)
         try:
-            self._client.report_hosts([status.to_json()])
+            self._client.report_hosts(sequence, [status.to_json()])
         except PortalError as error:
             # The next full report carries it.
             logger.warning("host report not delivered: %s", error)

@@ -1,7 +1,8 @@
 """Converge the server to the portal's desired hosts, one host at a time per worker.
 
 Each host has its own worker thread, so a slow create (an image, an SSH wait) never delays a stop
-or a removal of another host, and one host's failure doesn't touch the others.
+or a removal of another host, and one host's failure doesn't touch the others. Every report
+(a change, the full list) gets its number (`sequence`) when it is taken.
 """
 
 from __future__ import annotations
@@ -113,16 +114,21 @@ def converge(
 
 
 class Reconciler:
-    """Keeps one worker per host busy with the newest desired state of that host."""
+    """Keeps one worker per host busy with the newest desired state of that host.
+
+    `report(sequence, status)` sends each change, numbered by `next_sequence`."""
 
     def __init__(
         self,
         runtime: Runtime,
-        report: Callable[[HostStatus], None],
+        report: Callable[[int, HostStatus], None],
+        *,
+        next_sequence: Callable[[], int],
         ssh_ready: Callable[[str], bool] = ssh_answers,
     ) -> None:
         self._runtime = runtime
         self._report_out = report
+        self._next_sequence = next_sequence
         self._ssh_ready = ssh_ready
         self._lock = threading.Lock()
         self._pending: dict[str, DesiredHost | None] = {}  # None: remove
@@ -165,16 +171,21 @@ class Reconciler:
             time.sleep(0.05)
         return False
 
-    def full_report(self) -> list[dict]:
+    def full_report(self) -> tuple[int, list[dict]]:
+        """Every host's last status, and the report's number."""
         with self._lock:
-            return [status.to_json() for status in self.statuses.values()]
+            return self._next_sequence(), [status.to_json() for status in self.statuses.values()]
 
     def _report(self, status: HostStatus) -> None:
+        # Numbered under the lock that records it: a full report taken meanwhile holds this
+        # status only if it is numbered after it, so whichever of the two arrives last, the
+        # portal keeps the newer.
         with self._lock:
             self.statuses[status.id] = status
             if status.state == "removed":
                 self.statuses.pop(status.id)
-        self._report_out(status)
+            sequence = self._next_sequence()
+        self._report_out(sequence, status)
 
     def _work(self, host_id: str) -> None:
         while True:

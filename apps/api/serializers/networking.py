@@ -6,7 +6,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from apps.api.serializers.fields import IntegerField
+from apps.api.serializers.fields import InputSerializer, IntegerField
 from apps.orders.models import (
     PORT_MAX,
     PORT_MIN,
@@ -41,7 +41,7 @@ class SecurityGroupSerializer(serializers.ModelSerializer):
         return self.context.get("host_counts", {}).get(group.pk, 0)
 
 
-class SecurityGroupInputSerializer(serializers.Serializer):
+class SecurityGroupInputSerializer(InputSerializer):
     name = serializers.CharField(max_length=63)
     description = serializers.CharField(
         max_length=200, required=False, allow_blank=True, default=""
@@ -58,7 +58,7 @@ class SecurityGroupUpdateSerializer(SecurityGroupInputSerializer):
             field.default = serializers.empty
 
 
-class SecurityGroupRuleInputSerializer(serializers.Serializer):
+class SecurityGroupRuleInputSerializer(InputSerializer):
     protocol = serializers.ChoiceField(choices=PortProtocol.choices)
     from_port = IntegerField(min_value=PORT_MIN, max_value=PORT_MAX)
     to_port = IntegerField(
@@ -99,7 +99,7 @@ class PortMappingSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class PortMappingInputSerializer(serializers.Serializer):
+class PortMappingInputSerializer(InputSerializer):
     protocol = serializers.ChoiceField(choices=PortProtocol.choices, default=PortProtocol.TCP)
     host_port = IntegerField(
         min_value=PORT_MIN, max_value=PORT_MAX, help_text="The host's port (not 22: SSH)."
@@ -114,7 +114,7 @@ def organization_group(organization, group_id) -> SecurityGroup:
     return group
 
 
-class InstanceSecurityGroupSerializer(serializers.Serializer):
+class InstanceSecurityGroupSerializer(InputSerializer):
     security_group = IntegerField(
         min_value=1, help_text="The id of a security group of the organization."
     )

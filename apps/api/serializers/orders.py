@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from apps.api.serializers.fields import IntegerField
+from apps.api.serializers.fields import InputSerializer, IntegerField
 from apps.api.serializers.networking import organization_group
 from apps.catalog.models import Flavor, Image, Region
 from apps.orchestration.models import TaskPreference
@@ -14,7 +14,7 @@ from apps.orders.services import (
 )
 
 
-class HostRequestSerializer(serializers.Serializer):
+class HostRequestSerializer(InputSerializer):
     """Input of a quote or a create order. Codes, not ids: what partners see in the catalog."""
 
     flavor = serializers.SlugRelatedField(slug_field="code", queryset=Flavor.objects.none())
@@ -113,6 +113,11 @@ class InstanceSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="The id of its security group; null: the organization's default group.",
     )
+    simulated = serializers.BooleanField(
+        source="is_simulated",
+        read_only=True,
+        help_text="True in a demo park: the host is simulated and does not exist.",
+    )
 
     class Meta:
         model = Instance
@@ -120,6 +125,7 @@ class InstanceSerializer(serializers.ModelSerializer):
             "id",
             "name",
             "state",
+            "simulated",
             "flavor",
             "image",
             "region",
@@ -137,7 +143,7 @@ class InstanceSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ResizeSerializer(serializers.Serializer):
+class ResizeSerializer(InputSerializer):
     flavor = serializers.SlugRelatedField(slug_field="code", queryset=Flavor.objects.none())
 
     def __init__(self, *args, park=None, **kwargs):
@@ -148,11 +154,11 @@ class ResizeSerializer(serializers.Serializer):
             )
 
 
-class DiskSerializer(serializers.Serializer):
+class DiskSerializer(InputSerializer):
     data_disk_gb = serializers.IntegerField(min_value=1, max_value=MAX_DATA_DISK_GB)
 
 
-class BandwidthSerializer(serializers.Serializer):
+class BandwidthSerializer(InputSerializer):
     bandwidth_mbps = serializers.IntegerField(min_value=0, max_value=MAX_BANDWIDTH_MBPS)
 
 

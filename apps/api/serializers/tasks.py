@@ -1,7 +1,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from apps.api.serializers.fields import IntegerField
+from apps.api.serializers.fields import InputSerializer, IntegerField
 from apps.catalog.models import AcceleratorModel, Image, Region
 from apps.orchestration.models import Task, TaskPreference
 from apps.orchestration.scheduling import (
@@ -15,7 +15,7 @@ from apps.orchestration.scheduling import (
 )
 
 
-class TaskRequestSerializer(serializers.Serializer):
+class TaskRequestSerializer(InputSerializer):
     """Input of a training task. Codes and slugs, not ids: what partners see in the catalog."""
 
     name = serializers.CharField(max_length=MAX_NAME_CHARS, required=False, default="task")

@@ -3,13 +3,14 @@ output serializers render. The secret appears only in the answer to a create."""
 
 from rest_framework import serializers
 
+from apps.api.serializers.fields import InputSerializer
 from apps.webhooks.models import EVENT_TYPES, WebhookDelivery, WebhookEndpoint
 from apps.webhooks.validators import validate_event_types, validate_url
 
 EVENT_TYPES_HELP = "Event type names, from: " + ", ".join(EVENT_TYPES) + "."
 
 
-class WebhookEndpointInputSerializer(serializers.Serializer):
+class WebhookEndpointInputSerializer(InputSerializer):
     url = serializers.CharField(
         validators=[validate_url],
         help_text="https:// URL that receives the POSTs (http:// only where the portal allows).",

@@ -87,6 +87,13 @@ class FlavorViewSet(ParkScopedViewSet):
     lookup_field = "code"
     lookup_value_regex = r"[^/]+"  # flavor codes have dots (h200.8x)
     pagination_class = None
+    filter_backends = []  # the list filters with the catalog page's form, not the API's filters
+
+    def query_parameters(self):
+        names = super().query_parameters()
+        if self.action == "list":
+            names |= {parameter.name for parameter in FILTER_PARAMETERS}
+        return names
 
     @extend_schema(parameters=FILTER_PARAMETERS, responses=CatalogFlavorSerializer(many=True))
     def list(self, request, *args, **kwargs):

@@ -119,7 +119,7 @@ class SecurityGroupViewSet(
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(responses=SecurityGroupRuleSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pages=True, filter_backends=[])
     def rules(self, request, pk=None):
         """The group's rules, oldest first."""
         rules = self.get_object().rules.order_by("pk")

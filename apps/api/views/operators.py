@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from apps.api import idempotency
 from apps.api.base import LoamAPIMixin
-from apps.api.serializers.fields import BIGINT_MAX, IntegerField
+from apps.api.serializers.fields import BIGINT_MAX, InputSerializer, IntegerField
 from apps.api.serializers.orders import OrderSerializer
 from apps.api.serializers.tenants import OrganizationSerializer
 from apps.orders import services as order_services
@@ -29,7 +29,7 @@ class IsOperator(BasePermission):
         return not isinstance(request.auth, ApiKey) and is_operator(request.user)
 
 
-class ReasonSerializer(serializers.Serializer):
+class ReasonSerializer(InputSerializer):
     reason = serializers.CharField(max_length=1000)
 
 
@@ -62,7 +62,7 @@ class QuotaLimitChangedSerializer(QuotaLimitSerializer):
         fields = [*QuotaLimitSerializer.Meta.fields, "warning"]
 
 
-class QuotaLimitChangeSerializer(serializers.Serializer):
+class QuotaLimitChangeSerializer(InputSerializer):
     """A PATCH changes the one thing an operator may change: the limit (required)."""
 
     limit = IntegerField(min_value=0)

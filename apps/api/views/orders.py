@@ -95,8 +95,11 @@ class OrderViewSet(
         return Response(OrderSerializer(order).data)
 
 
-def _operation(kind, serializer_class=None):
-    @extend_schema(request=serializer_class, responses={202: OrderSerializer})
+def _operation(kind, serializer_class=None, **route):
+    """The route of one instance operation. The operation is queued, so the answer is a 202 with
+    its order (poll it). Documented after `action` wraps the handler: `action` replaces the
+    handler's `kwargs`, where an earlier @extend_schema would keep its schema (and be lost)."""
+
     def run(self, request, pk=None):
         instance = self.get_object()
         params = {}
@@ -113,8 +116,10 @@ def _operation(kind, serializer_class=None):
         return Response(OrderSerializer(order).data, status=status.HTTP_202_ACCEPTED)
 
     run.__name__ = str(kind)  # the router names the route after it
-    run.__doc__ = f"Request the {OrderKind(kind).label.lower()} operation; poll the order."
-    return run
+    # The enum's name, not its label: a label read at import is in the default language.
+    run.__doc__ = f"Request the {kind.name.lower().replace('_', ' ')} operation; poll the order."
+    routed = action(detail=True, methods=["post"], **route)(run)
+    return extend_schema(request=serializer_class, responses={202: OrderSerializer})(routed)
 
 
 class InstanceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
@@ -141,26 +146,24 @@ class InstanceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         return (
             for_organization(Instance, current_organization(self.request))
-            .select_related("flavor", "image", "region", "node")
+            .select_related("flavor", "image", "region", "node", "pool__backend")
             .prefetch_related(Prefetch("orders"))
             .order_by("-created_at")
         )
 
-    stop = action(detail=True, methods=["post"])(_operation(OrderKind.STOP))
-    start = action(detail=True, methods=["post"])(_operation(OrderKind.START))
-    release = action(detail=True, methods=["post"])(_operation(OrderKind.RELEASE))
-    resize = action(detail=True, methods=["post"])(_operation(OrderKind.RESIZE, ResizeSerializer))
-    expand_disk = action(detail=True, methods=["post"], url_path="expand-disk")(
-        _operation(OrderKind.EXPAND_DISK, DiskSerializer)
-    )
-    set_bandwidth = action(detail=True, methods=["post"], url_path="set-bandwidth")(
-        _operation(OrderKind.SET_BANDWIDTH, BandwidthSerializer)
+    stop = _operation(OrderKind.STOP)
+    start = _operation(OrderKind.START)
+    release = _operation(OrderKind.RELEASE)
+    resize = _operation(OrderKind.RESIZE, ResizeSerializer)
+    expand_disk = _operation(OrderKind.EXPAND_DISK, DiskSerializer, url_path="expand-disk")
+    set_bandwidth = _operation(
+        OrderKind.SET_BANDWIDTH, BandwidthSerializer, url_path="set-bandwidth"
     )
 
     # --- reaching the host: port mappings and its security group -------------------------------
 
     @extend_schema(responses=PortMappingSerializer(many=True))
-    @action(detail=True, methods=["get"], url_path="port-mappings")
+    @action(detail=True, methods=["get"], url_path="port-mappings", pages=True, filter_backends=[])
     def port_mappings(self, request, pk=None):
         """The host's port mappings: each a port of its server's public address (`endpoint`)
         forwarded to a port of the host."""

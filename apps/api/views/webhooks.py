@@ -71,7 +71,7 @@ class WebhookEndpointViewSet(
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(responses=WebhookDeliverySerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pages=True, filter_backends=[])
     def deliveries(self, request, pk=None):
         """The endpoint's delivery log, newest first."""
         deliveries = selectors.deliveries_for(self.get_object())

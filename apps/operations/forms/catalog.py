@@ -4,6 +4,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import AcceleratorModel, PriceKind, ResourceType, SoftwareStack
+from apps.core.numbers import IdsField
 
 
 class FamilyForm(forms.Form):
@@ -37,7 +38,7 @@ class ImageForm(forms.Form):
     os = forms.CharField(label=_("Operating system"), max_length=60)
     software_stack = forms.ChoiceField(label=_("Software stack"), choices=SoftwareStack.choices)
     stack_version = forms.CharField(label=_("Stack version"), max_length=40)
-    compatible_accelerators = forms.ModelMultipleChoiceField(
+    compatible_accelerators = IdsField(
         label=_("Runs on"),
         queryset=AcceleratorModel.objects.order_by("vendor", "name"),
         widget=forms.CheckboxSelectMultiple,

@@ -1,6 +1,7 @@
 from django.db.models import Count, Q
 
 from apps.core.models import AuditEvent
+from apps.core.numbers import parse_id
 from apps.orchestration.models import Pool
 
 
@@ -46,7 +47,7 @@ def audit_events(
         events = events.filter(object_type=object_type)
     if target:  # the object, by its name or id
         match = Q(object_repr__icontains=target)
-        if target.isdigit():
+        if parse_id(target) is not None:
             match |= Q(object_id=target)
         events = events.filter(match)
     if since:

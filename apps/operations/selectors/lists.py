@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from apps.catalog.models import Flavor, FlavorFamily, Image, Price
 from apps.core.models import AuditEvent
+from apps.core.numbers import parse_id
 from apps.orchestration.models import Backend, Node, Pool
 from apps.orders.models import INSTANCE_HOLDING_STATES, Instance, Order
 from apps.tenants.models import Membership, Organization
@@ -77,8 +78,9 @@ def orders(parks, *, state="", kind="", organization=None, organization_name="",
         rows = rows.filter(organization__name__icontains=organization_name)
     if query:
         match = Q(instance__name__icontains=query)
-        if query.lstrip("#").isdigit():
-            match |= Q(pk=int(query.lstrip("#")))
+        number = parse_id(query.removeprefix("#"))
+        if number is not None:
+            match |= Q(pk=number)
         rows = rows.filter(match)
     return rows.order_by("-created_at", "-pk")
 

@@ -11,6 +11,7 @@ from django.http import Http404
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from apps.core.errors import DomainError, PermissionDenied
+from apps.core.numbers import parse_id
 from apps.tenants.selectors import get_for_operator, parks_operated_by
 
 PAGE_SIZE = 50
@@ -18,12 +19,12 @@ PAGE_SIZE = 50
 
 def posted_object(request, queryset, *, field: str, park_field: str, park=None):
     """The object named by POST[field], if it is in the operator's parks (and in `park`)."""
-    pk = request.POST.get(field, "")
-    if not pk.isdigit():
+    pk = parse_id(request.POST.get(field, ""))
+    if pk is None:
         raise Http404
     if park is not None:
         queryset = queryset.filter(**{park_field: park})
-    return get_for_operator(queryset, request.user, park_field=park_field, pk=int(pk))
+    return get_for_operator(queryset, request.user, park_field=park_field, pk=pk)
 
 
 def page_of(request, rows, per_page: int = PAGE_SIZE):
@@ -37,7 +38,8 @@ def page_of(request, rows, per_page: int = PAGE_SIZE):
 def back_to(request, default: str) -> str:
     """Where a non-HTMX action returns: the posted `next` (the filtered list it came from)."""
     target = request.POST.get("next", "")
-    if target and url_has_allowed_host_and_scheme(
+    # A path on this site only: redirect() would read "x" without a "/" as a URL name, and fail.
+    if target.startswith("/") and url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
         return target

@@ -1,9 +1,12 @@
 """Driver registry: a Backend row names its driver; nothing outside orchestration imports one.
 
 The drivers a deployment offers are the dotted paths in `settings.LOAM_BACKEND_DRIVERS`, loaded
-by the orchestration app's `ready()`.
+by the orchestration app's `ready()`; a simulator among them only where `settings.LOAM_DEMO`
+says the park is a demo. Elsewhere it is as if unknown: not offered to register, its backends
+refused (`BackendError`) and their nodes never scheduled.
 """
 
+from django.conf import settings
 from django.utils.module_loading import import_string
 
 from apps.orchestration.backends.base import BackendError, Capability, Driver
@@ -28,16 +31,25 @@ def register(driver_class: type) -> type:
     return driver_class
 
 
+def _offered() -> dict[str, type]:
+    if settings.LOAM_DEMO:
+        return _DRIVERS
+    return {name: driver for name, driver in _DRIVERS.items() if not driver.is_simulator}
+
+
 def driver_names() -> list[str]:
-    return sorted(_DRIVERS)
+    return sorted(_offered())
 
 
 def driver_class(name: str) -> type:
-    try:
-        return _DRIVERS[name]
-    except KeyError:
-        known = ", ".join(sorted(_DRIVERS))
-        raise BackendError(f"No backend driver named {name!r}; known: {known}") from None
+    offered = _offered()
+    if name in offered:
+        return offered[name]
+    if name in _DRIVERS:
+        raise BackendError(
+            f"The {name} driver simulates hosts and runs only in a demo park (LOAM_DEMO)."
+        )
+    raise BackendError(f"No backend driver named {name!r}; known: {', '.join(sorted(offered))}")
 
 
 def get_driver(name: str, config: dict) -> Driver:
@@ -55,18 +67,18 @@ def driver_of(backend) -> Driver:
 
 
 def supports(name: str, capability: Capability) -> bool:
-    driver = _DRIVERS.get(name)
+    driver = _offered().get(name)
     return driver is not None and capability in driver.capabilities
 
 
 def drivers_with(capability: Capability) -> list[str]:
-    return sorted(name for name, driver in _DRIVERS.items() if capability in driver.capabilities)
+    return sorted(name for name, driver in _offered().items() if capability in driver.capabilities)
 
 
 def config_examples() -> dict[str, dict]:
     """{driver name: an example of its config}, for the operator registering a backend."""
     return {
-        name: getattr(driver, "config_example", {}) for name, driver in sorted(_DRIVERS.items())
+        name: getattr(driver, "config_example", {}) for name, driver in sorted(_offered().items())
     }
 
 

@@ -3,7 +3,6 @@ desired state by generations, request status from the agents' reports, capacity 
 telemetry from enrolled servers."""
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -12,16 +11,20 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.agents import services
-from apps.agents.models import AgentHost, AgentServer, WantedState
+from apps.agents.models import AGENT_HOST_TRANSITIONS, AgentHost, AgentServer, WantedState
 from apps.agents.selectors import desired_hosts
+from apps.core.errors import InvalidTransition
+from apps.core.models import AuditEvent
 from apps.core.transactions import lock
+from apps.core.transitions import transition
 from apps.orchestration.backends.base import BackendError, HostSpec
 from apps.orchestration.backends.registry import driver_of, get_driver
 from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth
 from apps.orchestration.services import probe_backend
 from apps.orders.models import InstanceState
-from tests.agents.conftest import SSH_KEY, card, sample
+from tests.agents.conftest import SSH_KEY, card, next_report_sequence, sample
 from tests.factories import AgentHostFactory, InstanceFactory
+from tests.locks import wait_for_a_blocked_lock
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
 
@@ -46,6 +49,7 @@ def spec(node="gpu-07", indices=(0, 1), **changes) -> HostSpec:
 def report(server, host_id, generation, state, **fields):
     services.record_host_reports(
         server=server,
+        sequence=next_report_sequence(),
         reports=[
             {
                 "id": host_id,
@@ -188,7 +192,9 @@ def test_an_unknown_request_is_a_permanent_error(server, driver):
 def test_a_report_for_an_unknown_or_older_generation_is_ignored(server, driver):
     host = host_of(driver.provision(spec()))
     services.record_host_reports(
-        server=server, reports=[{"id": "h-unknown", "generation": 1, "state": "running"}]
+        server=server,
+        sequence=next_report_sequence(),
+        reports=[{"id": "h-unknown", "generation": 1, "state": "running"}],
     )
     report(server, host.handle, 1, "running")
     driver.stop(host.handle)
@@ -325,6 +331,43 @@ def test_release_leaves_the_host_out_of_the_list(server, driver, running):
         driver.start(running.handle)
 
 
+def moves_of(host: AgentHost) -> list[tuple[str, str]]:
+    """The wanted-state moves audited for `host`, in order."""
+    events = AuditEvent.objects.filter(
+        object_type="agents.agenthost", object_id=str(host.pk)
+    ).order_by("pk")
+    return [(event.data["from"], event.data["to"]) for event in events]
+
+
+def test_every_change_of_the_wanted_state_is_an_audited_move(server, driver, running):
+    driver.stop(running.handle)
+    driver.start(running.handle)
+    driver.set_disk(running.handle, 500)  # stopped, then started once the agent says stopped
+    report(server, running.handle, 4, "stopped")
+    driver.release(running.handle)
+
+    assert moves_of(running) == [
+        ("running", "stopped"),
+        ("stopped", "running"),
+        ("running", "stopped"),
+        ("stopped", "running"),
+        ("running", "removed"),
+    ]
+    assert AgentHost.objects.get(pk=running.pk).generation == 6
+
+
+@pytest.mark.parametrize("target", WantedState.values)
+def test_a_removed_host_moves_no_further(server, driver, running, target):
+    driver.release(running.handle)
+
+    with pytest.raises(InvalidTransition), transaction.atomic():
+        transition(running, target, table=AGENT_HOST_TRANSITIONS)
+
+    assert AgentHost.objects.get(pk=running.pk).state == WantedState.REMOVED
+    with pytest.raises(BackendError):
+        driver.start(running.handle)
+
+
 def test_a_revoked_server_refuses_changes_but_a_release_is_done(agent_world, server, driver):
     host = host_of(driver.provision(spec()))
     services.revoke_server(server=server, operator=agent_world.operator)
@@ -435,20 +478,11 @@ def test_orphaned_hosts_are_removed(agent_world, server, driver, settings):
         assert services.remove_orphaned_hosts() == [orphan.handle]
 
     assert [h["id"] for h in desired_hosts(server)] == [owned.handle]
+    assert moves_of(orphan) == [("running", "removed")]
+    assert moves_of(owned) == []
 
 
 # --- a change crossing a report -----------------------------------------------------------------
-
-
-def wait_for_a_blocked_lock(timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
-            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
-            if cursor.fetchone()[0]:
-                return
-            time.sleep(0.02)
-    raise AssertionError("nothing waited for the report's lock")
 
 
 @pytest.mark.postgres
