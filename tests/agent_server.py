@@ -147,14 +147,16 @@ def fake_cards(work: Path, cards: int) -> dict[str, str]:
     }
 
 
-def network_config() -> str:
+def network_config(uplink: str = "", public_address: str = "") -> str:
     """agent.toml's lines that face the server's uplink to the outside world
-    (tests/outside_world.py, which must be up), with quick polls for tests."""
+    (tests/outside_world.py, which must be up), with quick polls for tests: this machine's
+    uplink and public address unless others are named (a partner's server)."""
     from tests.outside_world import OUTSIDE_ADDRESS, PUBLIC_ADDRESS, UPLINK
 
     return (
-        f'sample_interval_s = 2\nhosts_poll_interval_s = 0.5\nuplink = "{UPLINK}"\n'
-        f'public_address = "{PUBLIC_ADDRESS}"\ndns_servers = ["{OUTSIDE_ADDRESS}"]\n'
+        f'sample_interval_s = 2\nhosts_poll_interval_s = 0.5\nuplink = "{uplink or UPLINK}"\n'
+        f'public_address = "{public_address or PUBLIC_ADDRESS}"\n'
+        f'dns_servers = ["{OUTSIDE_ADDRESS}"]\n'
     )
 
 

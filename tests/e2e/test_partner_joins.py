@@ -1,13 +1,16 @@
 """A partner's server joins the park as the pages tell it to, and a tenant's host runs on it.
 
 The operator, in Chromium, adds a pool for agent servers (no JSON), issues a join token and
-copies the one install command the page shows; the command runs on the "server" as a partner
-runs it (curl of this portal's /agent/install.sh, piped into bash): it installs the agent from
-the portal's archive into its own venv and enrols the server, with its fake cards
-(tests/agent_server.py). The installed agent then runs, its uplink facing the outside world
-(tests/outside_world.py). The operator accepts the catalog the portal proposes for the server,
-prices filled in; the tenant orders the proposed flavor in the browser and the host runs on
-that server as a real container; released, nothing of it is left there.
+copies the one install command the page shows; the command runs on the partner's server, a
+network namespace of its own (tests/partner_server.py) that reaches the portal and the outside
+world as a server in another building would, as a partner runs it (curl of this portal's
+/agent/install.sh, piped into bash): it installs the agent from the portal's archive into its own
+venv and enrols the server, with its fake cards (tests/agent_server.py). The installed agent then
+runs there, its uplink the partner's. The operator accepts the catalog the portal proposes for
+the server, prices filled in; the tenant orders the proposed flavor in the browser, the host runs
+on that server as a real container, and the tenant reaches it from the outside world with the
+SSH line the portal gives (the partner's public address); the host reaches the outside world
+from that address. Released, nothing of it is left there.
 
 The installer writes under a folder of the test's (--root) with no Debian package installed
 (LOAM_AGENT_SKIP_APT=1: deploy/agent/install.sh put them here) and its pip reads the agent's
@@ -18,6 +21,7 @@ import os
 import re
 import subprocess
 import time
+from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -31,6 +35,7 @@ from tests.agent_server import (
     fake_cards,
     missing_for_hosts,
     network_config,
+    ssh_answers,
 )
 from tests.agent_wheels import offline_pip
 from tests.factories import (
@@ -41,6 +46,8 @@ from tests.factories import (
     RegionFactory,
     UserFactory,
 )
+from tests.outside_world import OUTSIDE_ADDRESS
+from tests.partner_server import PARTNER_ADDRESS, PARTNER_UPLINK, in_partner, partner_server
 
 pytestmark = [pytest.mark.containers, pytest.mark.postgres]
 PASSWORD = "partner-journey-password-1"
@@ -80,9 +87,16 @@ def user_with_password():
     return user
 
 
+@pytest.fixture
+def partner(can_run_hosts, outside_world, live_server):
+    """The partner's server: its own network namespace, the portal on its loopback."""
+    with partner_server(urlsplit(live_server.url).port):
+        yield
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_partner_server_joins_from_the_pages_and_a_tenants_host_runs_on_it(
-    page: Page, live_server, settings, tmp_path, can_run_hosts, outside_world, wheelhouse
+    page: Page, live_server, settings, tmp_path, partner, outside_world, wheelhouse
 ):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.LOAM_BASE_URL = live_server.url  # the address the install command names
@@ -113,12 +127,13 @@ def test_a_partner_server_joins_from_the_pages_and_a_tenants_host_runs_on_it(
     prefix = f"curl -fsSL {live_server.url}/agent/install.sh | sudo bash -s -- "
     assert command.startswith(prefix), command
 
-    # 2. On the server, as root, the command from the page (sudo is who runs it here).
+    # 2. On the partner's server, as root, the command from the page (sudo is who runs it here).
     root = tmp_path / "server"
     cards = fake_cards(tmp_path, CARDS)
     env = {**offline_pip(wheelhouse), **cards, "LOAM_AGENT_SKIP_APT": "1"}
+    install = f"{command.replace('sudo ', '')} --root {root} --no-start --no-image"
     installed = subprocess.run(
-        ["bash", "-c", f"{command.replace('sudo ', '')} --root {root} --no-start --no-image"],
+        in_partner("bash", "-c", install),
         env=env,
         capture_output=True,
         text=True,
@@ -127,10 +142,10 @@ def test_a_partner_server_joins_from_the_pages_and_a_tenants_host_runs_on_it(
     assert installed.returncode == 0, installed.stderr[-3000:]
     config = root / "etc/loam-agent/agent.toml"
     with config.open("a") as extra:
-        extra.write(network_config())
+        extra.write(network_config(uplink=PARTNER_UPLINK, public_address=PARTNER_ADDRESS))
     log = tmp_path / "agent.log"
     process = subprocess.Popen(
-        [root / "usr/local/bin/loam-agent", "--config", config, "run"],
+        in_partner(root / "usr/local/bin/loam-agent", "--config", config, "run"),
         env=env,
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
@@ -139,6 +154,8 @@ def test_a_partner_server_joins_from_the_pages_and_a_tenants_host_runs_on_it(
     try:
         on_server = Accelerator.objects.filter(node__pool__name="wuxi-l40s")
         wait_until(lambda: on_server.count() == CARDS)
+        # Enrolled and reporting from the partner's network, not this machine's.
+        assert os.readlink(f"/proc/{process.pid}/ns/net") != os.readlink("/proc/self/ns/net")
         node = on_server.first().node
 
         # 3. The operator accepts the catalog proposed for the server, prices filled in.
@@ -166,6 +183,14 @@ def test_a_partner_server_joins_from_the_pages_and_a_tenants_host_runs_on_it(
         instance = Instance.objects.get(name="on-partner")
         assert Allocation.objects.get(instance=instance, released_at__isnull=True).node == node
         assert server.host_folders()  # a real container on the partner's server
+        # Reached from the outside world at the partner's address, as the portal says, and
+        # reaching it from there.
+        assert instance.access["address"] == PARTNER_ADDRESS
+        wait_until(lambda: ssh_answers(instance.access, key).returncode == 0)
+        url = f"http://{OUTSIDE_ADDRESS}/hello.txt?from-partner"
+        fetch = f"python3 -c \"import urllib.request; urllib.request.urlopen('{url}')\""
+        assert ssh_answers(instance.access, key, fetch).returncode == 0
+        assert PARTNER_ADDRESS in outside_world.http_clients()
 
         # 5. Released, nothing of the host is left on the server.
         page.locator("#release-button").click()
