@@ -10,6 +10,7 @@ any organization, so the checks, state moves, backend call and metering are exac
 tenant's. The operator and the reason are recorded in the audit log and mailed to the owners.
 """
 
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -24,7 +25,7 @@ from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.models import AuditEvent
 from apps.core.transactions import locked, on_commit_task
-from apps.orchestration.models import Accelerator, Allocation
+from apps.orchestration.models import Accelerator, Allocation, Node
 from apps.orchestration.services import TELEMETRY_FRESH_FOR
 from apps.orders.models import (
     INSTANCE_BUSY_STATES,
@@ -66,32 +67,44 @@ def with_live_devices(instances):
 def idle_reading(instance: Instance, *, now=None) -> tuple[datetime, float] | None:
     """(idle since, mean utilization) when every accelerator the instance holds reads idle in
     fresh telemetry; None otherwise. Needs `with_live_devices` (or it queries)."""
-    now = now or timezone.now()
     node = instance.node
     if node is None or instance.state != InstanceState.RUNNING:
-        return None
-    telemetry = node.telemetry or {}
-    updated = parse_datetime(telemetry.get("updated_at") or "")
-    if updated is None or now - updated > TELEMETRY_FRESH_FOR:
         return None
     live = getattr(instance, "live", None)
     if live is None:
         live = list(with_live_devices(Instance.objects.filter(pk=instance.pk)).get().live)
-    indices = [device.index for allocation in live for device in allocation.accelerators.all()]
-    if not indices:
+    held = [
+        (allocation.created_at, device.index)
+        for allocation in live
+        for device in allocation.accelerators.all()
+    ]
+    return _reading(_fresh_cards(node.telemetry, now or timezone.now()), held)
+
+
+def _fresh_cards(telemetry: dict | None, now: datetime) -> dict | None:
+    """A node's cards' readings by index, when its telemetry is fresh; None otherwise."""
+    telemetry = telemetry or {}
+    updated = parse_datetime(telemetry.get("updated_at") or "")
+    if updated is None or now - updated > TELEMETRY_FRESH_FOR:
+        return None
+    return telemetry.get("accelerators") or {}
+
+
+def _reading(cards: dict | None, held: list[tuple[datetime, int]]) -> tuple[datetime, float] | None:
+    """(idle since, mean utilization) of the cards `held` ((allocated at, index) pairs) of a node
+    whose fresh readings are `cards`, when all of them read idle; None otherwise."""
+    if cards is None or not held:
         return None
     # A device may have idled before this instance got it: the instance idles from then on.
-    held_since = max(allocation.created_at for allocation in live)
-    readings = telemetry.get("accelerators") or {}
-    since, utils = [], []
-    for index in indices:
-        reading = readings.get(str(index)) or {}
+    since, utils = [max(created_at for created_at, _index in held)], []
+    for _created_at, index in held:
+        reading = cards.get(str(index)) or {}
         start = parse_datetime(reading.get("idle_since") or "")
         if start is None:
             return None
         since.append(start)
         utils.append(float(reading.get("util") or 0))
-    return max([*since, held_since]), round(sum(utils) / len(utils), 1)
+    return max(since), round(sum(utils) / len(utils), 1)
 
 
 def idle_policies(parks) -> dict[int, IdlePolicy]:
@@ -100,29 +113,60 @@ def idle_policies(parks) -> dict[int, IdlePolicy]:
 
 def idle_instances(parks, *, min_minutes: int | None = None, now=None) -> list[IdleInstance]:
     """Running instances of the parks idle for at least `min_minutes` (default: each park's
-    policy threshold), longest idle first, with when their owners were last told."""
+    policy threshold), longest idle first, with when their owners were last told.
+
+    Read as plain values first (a park may run thousands of hosts, few of them idle): the
+    nodes' telemetry once per node, the cards each running host holds; whole instances are
+    loaded only for the hosts found idle."""
     now = now or timezone.now()
     policies = idle_policies(parks)
-    instances = with_live_devices(
-        Instance.objects.filter(
-            organization__park__in=parks, state=InstanceState.RUNNING, node__isnull=False
-        ).select_related("organization__park", "flavor", "region", "node__pool")
-    ).order_by("pk")
-    found = []
-    for instance in instances:
-        reading = idle_reading(instance, now=now)
+    running = Instance.objects.filter(
+        organization__park__in=parks, state=InstanceState.RUNNING, node__isnull=False
+    )
+    nodes = Node.objects.filter(pk__in=running.values("node_id")).values_list("pk", "telemetry")
+    fresh = {
+        node_id: cards
+        for node_id, telemetry in nodes
+        if (cards := _fresh_cards(telemetry, now)) is not None
+    }
+    held: dict[int, list[tuple[datetime, int]]] = defaultdict(list)
+    where: dict[int, tuple[int, int]] = {}  # instance -> (its node, its park)
+    for instance_id, node_id, park_id, created_at, index in (
+        Allocation.objects.filter(
+            released_at__isnull=True,
+            instance__in=running.filter(node_id__in=fresh),
+            accelerators__isnull=False,
+        )
+        .values_list(
+            "instance_id",
+            "instance__node_id",
+            "instance__organization__park_id",
+            "created_at",
+            "accelerators__index",
+        )
+        .order_by()
+    ):
+        held[instance_id].append((created_at, index))
+        where[instance_id] = (node_id, park_id)
+    found: dict[int, tuple[tuple[datetime, float], int]] = {}
+    for instance_id, cards in held.items():
+        node_id, park_id = where[instance_id]
+        reading = _reading(fresh[node_id], cards)
         if reading is None:
             continue
-        policy = policies.get(instance.organization.park_id)
+        policy = policies.get(park_id)
         threshold = policy.threshold_minutes if policy else DEFAULT_THRESHOLD_MINUTES
         wanted = threshold if min_minutes is None else min_minutes
         if now - reading[0] >= timedelta(minutes=wanted):
-            found.append((instance, reading, threshold))
+            found[instance_id] = (reading, threshold)
+    instances = Instance.objects.filter(pk__in=found).select_related(
+        "organization__park", "flavor", "region", "node__pool"
+    )
     notices = dict(
         AuditEvent.objects.filter(
             action="instance.idle_notice",
             object_type=Instance._meta.label_lower,
-            object_id__in=[str(instance.pk) for instance, _r, _t in found],
+            object_id__in=[str(pk) for pk in found],
         )
         .values_list("object_id")
         .annotate(last=Max("created_at"))
@@ -131,12 +175,12 @@ def idle_instances(parks, *, min_minutes: int | None = None, now=None) -> list[I
     rows = [
         IdleInstance(
             instance=instance,
-            idle_since=since,
-            utilization_pct=util,
-            threshold_minutes=threshold,
+            idle_since=found[instance.pk][0][0],
+            utilization_pct=found[instance.pk][0][1],
+            threshold_minutes=found[instance.pk][1],
             last_notice_at=notices.get(str(instance.pk)),
         )
-        for instance, (since, util), threshold in found
+        for instance in instances
     ]
     return sorted(rows, key=lambda row: (row.idle_since, row.instance.pk))
 
