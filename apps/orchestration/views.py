@@ -4,6 +4,7 @@ policy with its preview, one decision with every candidate)."""
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied as HttpPermissionDenied
+from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
@@ -17,19 +18,24 @@ from apps.tenants.decorators import organization_view
 from apps.tenants.roles import Action
 from apps.tenants.selectors import get_for_organization, is_operator_of, operated_park
 
+TASKS_PER_PAGE = 50
 # The service's field names where the form asks in other units.
 FORM_FIELDS = {"accelerator_milli": "accelerators", "max_hourly_minor": "max_hourly_price"}
 
 
 @organization_view()
 def task_list(request):
-    tasks = list(selectors.tasks_for(request.organization)[:200])
+    page = Paginator(selectors.tasks_for(request.organization), TASKS_PER_PAGE).get_page(
+        request.GET.get("page")
+    )
+    tasks = list(page.object_list)
     positions = selectors.queue_positions_in(request.organization.park)
     for task in tasks:
         task.queue_position = positions.get(task.pk)
         task.cards = selectors.measure(selectors.cards(task))
     context = {
         "tasks": tasks,
+        "page": page,
         "busy": any(t.state in selectors.BUSY_STATES for t in tasks),
         "currency": request.organization.park.currency,
     }

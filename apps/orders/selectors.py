@@ -24,13 +24,13 @@ RELEASED_SHOWN_FOR = timedelta(days=7)
 
 
 def instances_for(organization):
-    """The organization's hosts, and those released in the last week."""
+    """The organization's hosts, and those released in the last week, newest first."""
     recent = timezone.now() - RELEASED_SHOWN_FOR
-    return list(
+    return (
         for_organization(Instance, organization)
         .filter(~Q(state=InstanceState.RELEASED) | Q(released_at__gte=recent))
         .select_related("flavor__family__accelerator_model", "region", "image", "pool__backend")
-        .order_by("-created_at")
+        .order_by("-created_at", "-pk")
     )
 
 

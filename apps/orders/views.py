@@ -1,5 +1,6 @@
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
@@ -33,6 +34,8 @@ from apps.quotas.selectors import quota_rows
 from apps.tenants.decorators import organization_view
 from apps.tenants.roles import Action, can
 from apps.tenants.selectors import for_organization, get_for_organization
+
+INSTANCES_PER_PAGE = 50
 
 
 def _order_form(request, data=None):
@@ -133,10 +136,13 @@ def instance_quote(request):
 
 @organization_view()
 def instance_list(request):
-    instances = instances_for(request.organization)
+    page = Paginator(instances_for(request.organization), INSTANCES_PER_PAGE).get_page(
+        request.GET.get("page")
+    )
     context = {
-        "instances": instances,
-        "busy": any(i.state in INSTANCE_BUSY_STATES for i in instances),
+        "instances": page.object_list,
+        "page": page,
+        "busy": any(i.state in INSTANCE_BUSY_STATES for i in page.object_list),
     }
     template = (
         "orders/partials/_instance_rows.html" if request.htmx else "orders/instance_list.html"

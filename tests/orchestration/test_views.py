@@ -63,6 +63,20 @@ def test_the_list_shows_state_queue_position_pool_and_price(tenant, task_world):
     assert 'hx-trigger="every 2s"' in html
 
 
+def test_the_list_is_paged_newest_first(tenant, task_world, monkeypatch):
+    monkeypatch.setattr("apps.orchestration.views.TASKS_PER_PAGE", 2)
+    for name in ("job-a1", "job-b2", "job-c3"):
+        task_world.submit(name=name)
+
+    first = tenant.get("/tasks/", **ENGLISH).content.decode()
+    second = tenant.get("/tasks/?page=2", **ENGLISH).content.decode()
+
+    assert "job-c3" in first and "job-b2" in first and "job-a1" not in first
+    assert "job-a1" in second and "job-c3" not in second
+    assert "Page 1 of 2" in first
+    assert 'hx-get="/tasks/?page=2"' in second  # a waiting task polls the page it is on
+
+
 def test_the_list_for_htmx_is_the_rows_alone(tenant, task_world):
     task_world.submit()
     response = tenant.get("/tasks/", HTTP_HX_REQUEST="true", **ENGLISH)

@@ -529,6 +529,21 @@ def test_several_hosts_at_once_go_to_the_list(tenant, submit):
     assert listing.count('data-state="running"') == 3
 
 
+def test_the_host_list_is_paged_newest_first_and_polls_its_own_page(tenant, submit, monkeypatch):
+    monkeypatch.setattr("apps.orders.views.INSTANCES_PER_PAGE", 2)
+    submit(count=3, name="worker")
+    Instance.objects.filter(name="worker-3").update(state=InstanceState.PROVISIONING)
+
+    first, second = html_of(tenant.get("/instances/")), html_of(tenant.get("/instances/?page=2"))
+
+    assert re.findall(r">(worker-\d)</a>", first) == ["worker-3", "worker-2"]
+    assert re.findall(r">(worker-\d)</a>", second) == ["worker-1"]
+    assert "Page 1 of 2" in first and 'href="?&page=2"' in first
+    # A host being made polls the page it is on; a page of running hosts does not poll.
+    assert 'hx-get="/instances/?page=1"' in first
+    assert "hx-get" not in second
+
+
 def field_errors(html: str) -> list[str]:
     return re.findall(r'<div class="invalid-feedback d-block">(.*?)</div>', html, re.S)
 
