@@ -117,6 +117,7 @@ def measure(args, key, load) -> dict:
     with connection.execute_wrapper(timed):
         for _ in range(BATCH):
             order()
+    queries, statements_ms = len(statements) / BATCH, sum(statements) / BATCH * 1000
     if args.queries:
         with connection.execute_wrapper(timed):
             statements.clear()
@@ -136,8 +137,8 @@ def measure(args, key, load) -> dict:
     return {
         "median_ms": round(statistics.median(batches), 1),
         "best_ms": round(min(batches), 1),
-        "queries": round(len(statements) / BATCH, 1),
-        "statements_ms": round(sum(statements) / BATCH * 1000, 1),
+        "queries": round(queries, 1),
+        "statements_ms": round(statements_ms, 1),
         "python_cpu_ms": round(python_cpu, 1),
         "database_cpu_ms": round(database_cpu, 1) if database_cpu is not None else None,
         "gc_ms": round(collecting.seconds / measured * 1000, 2),
