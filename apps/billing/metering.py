@@ -188,7 +188,7 @@ def _measure(meter: DueMeter, until: datetime, zone: tzinfo) -> list[UsageRow]:
     return records
 
 
-def _due(meters):
+def due(meters):
     """Meters metering still owes: open ones, and closed ones not yet measured to their end (the
     condition of the partial index `meter_due`, which keeps this quick however long the closed
     meters' history grows)."""
@@ -206,7 +206,7 @@ def organization_groups_due(*, meters_per_group: int | None = None) -> list[list
     pass charges it once."""
     meters_per_group = meters_per_group or METERS_PER_TRANSACTION
     counts = (
-        _due(Meter.objects.all())
+        due(Meter.objects.all())
         .values_list("organization_id")
         .annotate(meters=Count("pk"))
         .order_by("organization_id")
@@ -260,7 +260,7 @@ def meter_organizations(organization_ids: list[int], *, until: datetime) -> Mete
     # Ordered as reconcile locks a subject's meters, so that the two never deadlock.
     meters = [
         DueMeter(*row)
-        for row in _due(Meter.objects.filter(organization_id__in=organization_ids))
+        for row in due(Meter.objects.filter(organization_id__in=organization_ids))
         .order_by("started_at", "pk")
         .select_for_update(no_key=True)
         .values_list(*DueMeter.__slots__)

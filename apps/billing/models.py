@@ -324,7 +324,7 @@ class Meter(models.Model):
         ]
         indexes = [
             models.Index(fields=["organization", "ended_at"]),
-            # The meters metering still owes (metering._due): few beside the closed ones'
+            # The meters metering still owes (metering.due): few beside the closed ones'
             # history, which grows with every stop, start and resize.
             models.Index(
                 fields=["organization", "metered_until"],

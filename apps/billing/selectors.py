@@ -9,7 +9,7 @@ from django.db.models.functions import Coalesce, TruncDate, TruncMonth
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from apps.billing.metering import amount_for, month_start, next_month_start
+from apps.billing.metering import amount_for, due, month_start, next_month_start
 from apps.billing.models import Invoice, InvoiceState, Meter, MeterKind, UsageRecord, Wallet
 from apps.catalog.models import Vendor
 from apps.tenants.models import Organization
@@ -112,24 +112,28 @@ def _metered_since(organization: Organization, since: datetime) -> int:
     )
 
 
-def _open_meters(organization: Organization):
-    return Meter.objects.filter(organization=organization, ended_at__isnull=True)
+def _unrecorded_meters(organization: Organization):
+    return due(Meter.objects.filter(organization=organization))
 
 
-def _accrued(open_meters, now: datetime) -> tuple[int, Decimal]:
-    """(what the open meters ran since they were last metered, what they cost an hour)."""
+def _accrued(meters, now: datetime) -> tuple[int, Decimal]:
+    """(what `meters` ran up to `now` that metering has not recorded yet, what the open ones
+    cost an hour). A meter closed since the last pass counts to its end: its charge is owed
+    from the moment it closed, not from when metering records it."""
     accrued, hourly = 0, Decimal(0)
-    for meter in open_meters:
-        seconds = max(0, int((now - meter.started_at).total_seconds()))
+    for meter in meters:
+        end = now if meter.ended_at is None else min(now, meter.ended_at)
+        seconds = max(0, int((end - meter.started_at).total_seconds()))
         accrued += max(0, amount_for(meter.hourly_minor, seconds) - meter.metered_minor)
-        hourly += meter.hourly_minor
+        if meter.ended_at is None:
+            hourly += meter.hourly_minor
     return accrued, hourly
 
 
 def month_estimate(organization: Organization, *, now: datetime | None = None) -> MonthEstimate:
     now = now or timezone.now()
     metered = _metered_since(organization, month_start(now))
-    accrued, hourly = _accrued(_open_meters(organization), now)
+    accrued, hourly = _accrued(_unrecorded_meters(organization), now)
     hours_left = (next_month_start(now) - now).total_seconds() / 3600
     return MonthEstimate(
         currency=organization.park.currency,
@@ -145,7 +149,8 @@ def today_spend(organization: Organization, *, now: datetime | None = None) -> i
     and what its running meters ran since they were last metered (minutes at most)."""
     now = now or timezone.now()
     midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
-    return _metered_since(organization, midnight) + _accrued(_open_meters(organization), now)[0]
+    accrued, _hourly = _accrued(_unrecorded_meters(organization), now)
+    return _metered_since(organization, midnight) + accrued
 
 
 @dataclass(frozen=True)
@@ -157,21 +162,40 @@ class InstanceCost:
 
 
 def instance_cost(instance, *, now: datetime | None = None) -> InstanceCost:
-    """What one host has cost so far and costs now, for its page."""
+    """What one host has cost so far and costs now, for its page: what was metered and what its
+    meters ran since (closed ones to their end), so the figure never runs backwards and is the
+    bill once metered."""
     now = now or timezone.now()
     metered = (
         UsageRecord.objects.filter(instance=instance).aggregate(total=Sum("amount_minor"))["total"]
         or 0
     )
-    open_meters = list(Meter.objects.filter(instance=instance, ended_at__isnull=True))
-    accrued, hourly = _accrued(open_meters, now)
-    compute = [meter for meter in open_meters if meter.kind == MeterKind.COMPUTE]
+    accrued, hourly = _accrued(due(Meter.objects.filter(instance=instance)), now)
     return InstanceCost(
         currency=instance.organization.park.currency,
         so_far_minor=metered + accrued,
         hourly_minor=int(hourly.quantize(Decimal(1), rounding=ROUND_HALF_UP)),
-        running_since=compute[0].started_at if compute else None,
+        running_since=_running_since(instance),
     )
+
+
+def _running_since(instance) -> datetime | None:
+    """When the host's current run began: its open compute meter's start, carried back over the
+    meters a resize closed at the moment the next opened (a resize doesn't stop the host)."""
+    compute = Meter.objects.filter(instance=instance, kind=MeterKind.COMPUTE).order_by(
+        "-started_at", "-pk"
+    )
+    since = None
+    for started_at, ended_at in compute.values_list("started_at", "ended_at"):
+        if since is None:
+            if ended_at is not None:
+                return None  # not running
+            since = started_at
+        elif ended_at < since:
+            break  # stopped in between
+        else:
+            since = started_at
+    return since
 
 
 def wallet_for(organization: Organization) -> Wallet | None:

@@ -1,8 +1,12 @@
+import random
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
-from apps.billing.selectors import metering_lag_seconds
+from apps.billing import invoicing
+from apps.billing.selectors import instance_cost, metering_lag_seconds
+from apps.orders.models import Instance, InstanceState, OrderKind
 from tests.factories import EPOCH, MeterFactory
 
 pytestmark = pytest.mark.django_db
@@ -30,3 +34,72 @@ def test_a_closed_meter_not_measured_to_its_end_is_still_owed():
     MeterFactory(metered_until=NOW - timedelta(seconds=30))
     MeterFactory(ended_at=NOW - timedelta(seconds=100), metered_until=NOW - timedelta(seconds=400))
     assert metering_lag_seconds(now=NOW) == 400
+
+
+# --- A host's cost so far ---------------------------------------------------------------------
+
+
+def cost_of(host) -> int:
+    return instance_cost(Instance.objects.get(pk=host.pk)).so_far_minor
+
+
+@pytest.mark.usefixtures("english_messages")
+@pytest.mark.parametrize("seed", range(8))
+def test_a_hosts_cost_so_far_never_runs_backwards_and_ends_at_its_invoice(
+    seed, clock, world, running_host, operate, meter
+):
+    """A random life (stops, starts, resizes, disk and bandwidth changes, metering passes at any
+    moment): the figure on the host's page never decreases, not even at the instant an
+    operation closes a meter metering has not reached, and once released it is the invoice."""
+    rng = random.Random(seed)
+    host = running_host(1, data_disk_gb=100, bandwidth_mbps=3)
+    figures = [cost_of(host)]
+    for _step in range(14):
+        clock.shift(rng.randint(1, 3000))
+        figures.append(cost_of(host))
+        host.refresh_from_db()
+        running = host.state == InstanceState.RUNNING
+        match rng.choice(["meter", "power", "resize", "disk", "bandwidth"]):
+            case "meter":
+                meter()
+            case "power":
+                operate(host, OrderKind.STOP if running else OrderKind.START)
+            case "resize" if running:
+                sizes = [count for count in (1, 2, 4) if count != host.flavor.accelerator_count]
+                operate(host, OrderKind.RESIZE, flavor=world.flavors[rng.choice(sizes)])
+            case "disk":
+                operate(host, OrderKind.EXPAND_DISK, data_disk_gb=host.data_disk_gb + 50)
+            case "bandwidth":
+                choices = [mbps for mbps in (0, 3, 10) if mbps != host.bandwidth_mbps]
+                operate(host, OrderKind.SET_BANDWIDTH, bandwidth_mbps=rng.choice(choices))
+        figures.append(cost_of(host))  # the same instant: nothing was used in between
+        assert figures[-1] == figures[-2], figures
+    clock.shift(rng.randint(1, 3000))
+    operate(host, OrderKind.RELEASE)
+    released = cost_of(host)
+    assert released >= figures[-1]
+    clock.shift(600)
+    assert cost_of(host) == released  # nothing runs after release
+    meter()
+    assert cost_of(host) == released
+
+    invoice = invoicing.issue_invoice(organization=host.organization, period_end=timezone.now())
+    assert invoice.total_minor == released > 0
+    assert figures == sorted(figures)
+
+
+@pytest.mark.usefixtures("english_messages")
+def test_a_resize_does_not_restart_the_uptime_and_a_stop_does(clock, world, running_host, operate):
+    host = running_host(1)
+    started = timezone.now()
+    clock.shift(1000)
+    operate(host, OrderKind.RESIZE, flavor=world.flavors[2])
+    clock.shift(100)
+    operate(host, OrderKind.RESIZE, flavor=world.flavors[1])
+    assert instance_cost(host).running_since == started
+
+    operate(host, OrderKind.STOP)
+    assert instance_cost(host).running_since is None
+    clock.shift(100)
+    operate(host, OrderKind.START)
+    assert instance_cost(host).running_since == timezone.now()
