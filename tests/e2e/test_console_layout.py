@@ -1,7 +1,7 @@
 """The console's layout in Chinese, the park's default language, on a desktop (1440 px) and a
 phone (390 px): every main page of a tenant and of an operator fits the viewport's width (a wide
 table scrolls inside its own container) and no button, column header or navigation link breaks
-its label over two lines ("立即购/买").
+its label over two lines ("立即购/买"), and no sum of money is cut over two ("¥19,981. / 58").
 
 Each page is saved full length as test-artifacts/<role>-<width>-<page>.png for a person to look
 at; the live server runs the demo park (`seed_demo`) with a host, a training task and an
@@ -40,7 +40,7 @@ SSH_KEY = (
 # edge only inside a container that scrolls sideways (a .table-responsive); a label (button,
 # column header, navigation link, badge) is on one line when no piece of its text starts below
 # the bottom of its first line, and none is wider than its box (cut off).
-LAYOUT_PROBLEMS_JS = """
+LAYOUT_PROBLEMS_JS = r"""
 () => {
   const problems = [];
   const width = window.innerWidth;
@@ -76,6 +76,21 @@ LAYOUT_PROBLEMS_JS = """
     const first = pieces.reduce((a, b) => (b.top < a.top ? b : a));
     if (pieces.some((r) => r.top >= first.bottom - 1)) problems.push(`${name(el)} wraps`);
     if (el.scrollWidth > el.clientWidth + 1) problems.push(`${name(el)} is cut off`);
+  }
+  // A sum of money (¥1,234.56, -$5.00) is on one line wherever it is.
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (const match of node.data.matchAll(/-?[¥$€£]\s?-?[0-9][0-9,]*(\.[0-9]+)?/g)) {
+      const range = document.createRange();
+      range.setStart(node, match.index);
+      range.setEnd(node, match.index + match[0].length);
+      const pieces = [...range.getClientRects()].filter((r) => r.width > 1 && r.height > 1);
+      if (!pieces.length) continue;
+      const first = pieces.reduce((a, b) => (b.top < a.top ? b : a));
+      if (pieces.some((r) => r.top >= first.bottom - 1)) {
+        problems.push(`${name(node.parentElement)}: ${match[0]} wraps`);
+      }
+    }
   }
   return problems.slice(0, 20);
 }
