@@ -59,7 +59,7 @@ from apps.orders.models import (
 )
 from apps.orders.networking import sync_provisioned
 from apps.orders.validation import validate_hostname, validate_ssh_public_key
-from apps.quotas.services import demand_for, lock_quota_scope, reserve
+from apps.quotas.services import demand_for, lock_quota_scope, quota_refusal, reserve
 from apps.tenants.access import authorize, require_operator
 from apps.tenants.models import Organization
 from apps.tenants.roles import Action
@@ -266,6 +266,23 @@ def not_priced(flavor, region) -> DomainError:
     )
 
 
+def _demand(request: HostRequest, quoted: Quote):
+    """What an order of `request`, quoted `quoted`, asks of the quotas."""
+    return demand_for(
+        flavor=request.flavor,
+        system_disk_gb=request.system_disk_gb,
+        data_disk_gb=request.data_disk_gb,
+        count=request.count,
+        hourly_minor=quoted.hourly_minor_rounded,  # what the monthly spend limit counts
+    )
+
+
+def quota_warning(*, organization: Organization, request: HostRequest, quoted: Quote) -> str | None:
+    """Why ordering `request` now would be refused for a quota (None: it fits), for its quote:
+    said before the order is sent. The order counts again under the quota's locks."""
+    return quota_refusal(organization=organization, demand=_demand(request, quoted))
+
+
 def quote(
     *, organization: Organization, request: HostRequest, plan: PlacementPlan | None = None
 ) -> Quote:
@@ -422,15 +439,8 @@ def submit_create(
     quoted = quote(organization=organization, request=request, plan=plan)
     one_host = Quote(**{**quoted.__dict__, "count": 1})
     approval = needs_approval(organization, request, quoted)
-    demand = demand_for(
-        flavor=request.flavor,
-        system_disk_gb=request.system_disk_gb,
-        data_disk_gb=request.data_disk_gb,
-        count=request.count,
-        hourly_minor=quoted.hourly_minor_rounded,  # what the monthly spend limit counts
-    )
     # The organization's lock, held until commit (reserve takes it).
-    reserve(organization=organization, demand=demand)
+    reserve(organization=organization, demand=_demand(request, quoted))
     # The first hour of every host is held now, so an order never starts what cannot be paid.
     wallet = billing.require_funds(organization, quoted.hold_minor)
     orders = []

@@ -117,6 +117,11 @@ def instance_quote(request):
         else:
             wallet = context["wallet"]
             context["quote"] = quoted
+            warning = services.quota_warning(
+                organization=organization, request=priced, quoted=quoted
+            )
+            if warning:
+                context["problems"].append(warning)
             # The same rule ordering applies (billing.require_funds).
             context["short"] = wallet is None or wallet.available_minor < funds_needed(
                 quoted.hold_minor

@@ -248,7 +248,22 @@ def reserve(*, organization: Organization, demand: Usage) -> None:
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("reserve() must run inside the transaction that holds the demand")
-    org_limits, park_limits = lock_quota_scope(organization)
+    _refuse_over_limits(organization, demand, *lock_quota_scope(organization))
+
+
+def quota_refusal(*, organization: Organization, demand: Usage) -> str | None:
+    """What `reserve` would refuse `demand` with now (None: it fits), read without its locks:
+    for a quote, warning before the order is sent. The order is checked again under them."""
+    try:
+        _refuse_over_limits(organization, demand, *_limits(organization))
+    except QuotaExceeded as refusal:
+        return refusal.message
+    return None
+
+
+def _refuse_over_limits(
+    organization: Organization, demand: Usage, org_limits: list, park_limits: list
+) -> None:
     checks = []
     if org_limits:
         held = organization_usage(organization)

@@ -215,6 +215,27 @@ def test_the_quote_shows_the_quota_left_of_each_limit(as_role, world):
     assert left == {"accelerators": "14 (16)", "instances": "9 (10)"}
 
 
+def test_the_quote_says_when_the_order_would_pass_a_quota(as_role, world):
+    InstanceFactory(
+        organization=world.organization,
+        flavor=world.flavors[2],
+        image=world.image,
+        region=world.region,
+        running=True,
+    )
+    client = as_role()
+
+    assert problems(quote_html(client, flavor="g1.8x")) == []  # 2 + 8 of 16
+    (warning,) = problems(quote_html(client, flavor="g1.8x", count=2))  # 2 + 16 of 16
+
+    assert warning == (
+        "Over your organization&#x27;s quota for Accelerators (all models): 2 in use + 16 asked "
+        "exceeds the limit of 16. Release something or ask the park for more."
+    )
+    response = client.post(reverse("orders:instance_create"), order_data(flavor="g1.8x", count=2))
+    assert warning in response.content.decode()  # what the order is refused with
+
+
 def test_no_limits_no_quota_list(as_role, world):
     world.organization.quota_limits.all().delete()
 
