@@ -66,13 +66,14 @@ def hosts(organization, *states):
 
 
 def usage(organization, *, started_at, amount_minor):
-    """A usage record whose meter is closed, so only the record counts."""
+    """A usage record whose meter is closed and metered to its end, so only the record counts."""
     return UsageRecordFactory(
         organization=organization,
         started_at=started_at,
         amount_minor=amount_minor,
         meter__started_at=started_at,
         meter__ended_at=started_at + timedelta(hours=1),
+        meter__metered_until=started_at + timedelta(hours=1),
     )
 
 
@@ -318,6 +319,22 @@ def test_today_adds_what_open_meters_ran_since_they_were_last_metered(organizati
     assert today_spend(organization, now=now) == 2_500
 
 
+def test_today_counts_a_meter_closed_since_the_last_metering_pass_to_its_end(organization):
+    """Stopped 20 minutes ago after an hour of ¥25.00 an hour, metered to half an hour: the
+    other half is owed, though no pass has recorded it yet."""
+    now = timezone.now()
+    MeterFactory(
+        organization=organization,
+        started_at=now - timedelta(minutes=80),
+        ended_at=now - timedelta(minutes=20),
+        metered_until=now - timedelta(minutes=50),
+        metered_minor=1_250,
+        hourly_minor=Decimal(2500),
+    )
+
+    assert today_spend(organization, now=now) == 1_250
+
+
 def test_today_counts_usage_since_midnight_and_what_runs_now(organization):
     now = timezone.localtime()
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -329,6 +346,7 @@ def test_today_counts_usage_since_midnight_and_what_runs_now(organization):
             started_at=started,
             meter__started_at=started,
             meter__ended_at=started + timedelta(hours=1),
+            meter__metered_until=started + timedelta(hours=1),
         )
     MeterFactory(  # ¥25.00 an hour, half an hour unmetered
         organization=organization,
