@@ -7,7 +7,8 @@ from apps.catalog.models import Flavor, Image, PriceKind, Region
 from apps.catalog.selectors import compatible_images, price_in_force
 from apps.core.money import format_money
 from apps.orchestration.models import TaskPreference
-from apps.orders.models import PORT_MAX, PORT_MIN, PortProtocol, SecurityGroup
+from apps.orders.models import PORT_MAX, PORT_MIN, InstanceState, PortProtocol, SecurityGroup
+from apps.orders.selectors import NOT_RELEASED
 from apps.orders.services import (
     MAX_BANDWIDTH_MBPS,
     MAX_COUNT,
@@ -109,6 +110,35 @@ class InstanceOrderForm(forms.Form):
         if any(name in self.errors for name in PRICED_FIELDS):
             return None
         return HostRequest.from_data(self.cleaned_data)
+
+
+class HostListFilterForm(forms.Form):
+    """The host list's filters, from the query string (a filtered list is a link); an invalid
+    one is ignored."""
+
+    state = forms.ChoiceField(
+        label=_("State"),
+        required=False,
+        choices=[(NOT_RELEASED, _("Not released")), ("", _("All states"))] + InstanceState.choices,
+    )
+    region = forms.ModelChoiceField(
+        label=_("Region"), queryset=Region.objects.none(), required=False, empty_label=_("All")
+    )
+
+    def __init__(self, data, *, park):
+        if "state" not in data:
+            data = {**data.dict(), "state": NOT_RELEASED}
+        super().__init__(data)
+        self.fields["region"].queryset = Region.objects.filter(park=park).order_by("name")
+
+    def values(self) -> dict:
+        """`instances_for`'s keywords: the valid filters, and the default state otherwise."""
+        values = {"state": NOT_RELEASED, "region": None}
+        if self.is_valid():
+            values.update(self.cleaned_data)
+        else:
+            values.update({k: v for k, v in self.cleaned_data.items() if k not in self.errors})
+        return values
 
 
 class ResizeForm(forms.Form):

@@ -23,15 +23,26 @@ from apps.tenants.selectors import for_organization
 RELEASED_SHOWN_FOR = timedelta(days=7)
 
 
-def instances_for(organization):
-    """The organization's hosts, and those released in the last week, newest first."""
+# The host list's default: every host not released.
+NOT_RELEASED = "active"
+
+
+def instances_for(organization, *, state: str = "", region=None):
+    """The organization's hosts, newest first: in `state` (NOT_RELEASED: all but the released;
+    "": all), in `region` if given. Released hosts are kept a week."""
     recent = timezone.now() - RELEASED_SHOWN_FOR
-    return (
-        for_organization(Instance, organization)
-        .filter(~Q(state=InstanceState.RELEASED) | Q(released_at__gte=recent))
-        .select_related("flavor__family__accelerator_model", "region", "image", "pool__backend")
-        .order_by("-created_at", "-pk")
+    hosts = for_organization(Instance, organization).filter(
+        ~Q(state=InstanceState.RELEASED) | Q(released_at__gte=recent)
     )
+    if state == NOT_RELEASED:
+        hosts = hosts.exclude(state=InstanceState.RELEASED)
+    elif state:
+        hosts = hosts.filter(state=state)
+    if region is not None:
+        hosts = hosts.filter(region=region)
+    return hosts.select_related(
+        "flavor__family__accelerator_model", "region", "image", "pool__backend"
+    ).order_by("-created_at", "-pk")
 
 
 def orders_for(organization):

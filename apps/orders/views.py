@@ -16,6 +16,7 @@ from apps.orders import operations, services
 from apps.orders.forms import (
     BandwidthForm,
     DiskForm,
+    HostListFilterForm,
     InstanceOrderForm,
     OperationKeyForm,
     ResizeForm,
@@ -141,10 +142,14 @@ def instance_quote(request):
 
 @organization_view()
 def instance_list(request):
-    page = Paginator(instances_for(request.organization), INSTANCES_PER_PAGE).get_page(
-        request.GET.get("page")
-    )
+    filters = HostListFilterForm(request.GET, park=request.organization.park)
+    hosts = instances_for(request.organization, **filters.values())
+    page = Paginator(hosts, INSTANCES_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
     context = {
+        "filters": filters,
+        "query": query.urlencode(),
         "instances": page.object_list,
         "page": page,
         "busy": any(i.state in INSTANCE_BUSY_STATES for i in page.object_list),

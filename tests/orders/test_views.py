@@ -540,8 +540,28 @@ def test_the_host_list_is_paged_newest_first_and_polls_its_own_page(tenant, subm
     assert re.findall(r">(worker-\d)</a>", second) == ["worker-1"]
     assert "Page 1 of 2" in first and 'href="?&page=2"' in first
     # A host being made polls the page it is on; a page of running hosts does not poll.
-    assert 'hx-get="/instances/?page=1"' in first
-    assert "hx-get" not in second
+    assert 'hx-get="/instances/?page=1" hx-trigger="every 2s"' in first
+    assert 'hx-trigger="every 2s"' not in second
+
+
+def test_the_host_list_hides_released_hosts_unless_asked_and_filters_by_region(
+    tenant, submit, act, demo_park
+):
+    submit(count=2, name="kept")
+    gone = Instance.objects.get(name="kept-2")
+    act(gone, "release")
+    other = demo_park.regions.exclude(code="sh-center").first()
+    Instance.objects.filter(name="kept-1").update(region=other)
+
+    def names(query=""):
+        return re.findall(r">(kept-\d)</a>", html_of(tenant.get(f"/instances/{query}")))
+
+    assert names() == ["kept-1"]
+    assert names("?state=") == ["kept-2", "kept-1"]
+    assert names("?state=released") == ["kept-2"]
+    assert names(f"?state=&region={other.pk}") == ["kept-1"]
+    assert names("?region=sh-center-is-not-an-id") == ["kept-1"]  # an invalid filter: ignored
+    assert "No host matches these filters." in html_of(tenant.get("/instances/?state=error"))
 
 
 def field_errors(html: str) -> list[str]:
@@ -619,6 +639,16 @@ def test_instance_page_shows_the_ssh_command_once_running(tenant, running):
     assert state_of(html) == "running"
     assert 'hx-trigger="every 2s"' not in html
     assert 'id="instance-actions"' in html
+
+
+def test_a_stopped_hosts_page_hides_its_ssh_command(tenant, running, act):
+    instance = running()
+
+    html = html_of(act(instance, "stop"))
+
+    assert state_of(html) == "stopped"
+    assert 'id="ssh-command"' not in html
+    assert "Stopped: start it to connect over SSH." in html
 
 
 def provisioning_instance(organization) -> Instance:
