@@ -165,18 +165,26 @@ def instance_cost(instance, *, now: datetime | None = None) -> InstanceCost:
     """What one host has cost so far and costs now, for its page: what was metered and what its
     meters ran since (closed ones to their end), so the figure never runs backwards and is the
     bill once metered."""
-    now = now or timezone.now()
-    metered = (
-        UsageRecord.objects.filter(instance=instance).aggregate(total=Sum("amount_minor"))["total"]
-        or 0
-    )
-    accrued, hourly = _accrued(due(Meter.objects.filter(instance=instance)), now)
+    so_far, hourly = _cost_so_far(now or timezone.now(), instance=instance)
     return InstanceCost(
         currency=instance.organization.park.currency,
-        so_far_minor=metered + accrued,
+        so_far_minor=so_far,
         hourly_minor=int(hourly.quantize(Decimal(1), rounding=ROUND_HALF_UP)),
         running_since=_running_since(instance),
     )
+
+
+def task_cost_minor(task, *, now: datetime | None = None) -> int:
+    """What a training task has cost so far: all of it once it has ended."""
+    return _cost_so_far(now or timezone.now(), task=task)[0]
+
+
+def _cost_so_far(now: datetime, **subject) -> tuple[int, Decimal]:
+    """(what the instance or task `subject` has cost up to `now`: metered, and what its meters
+    ran since, closed ones to their end; what its open meters cost an hour)."""
+    metered = UsageRecord.objects.filter(**subject).aggregate(total=Sum("amount_minor"))["total"]
+    accrued, hourly = _accrued(due(Meter.objects.filter(**subject)), now)
+    return (metered or 0) + accrued, hourly
 
 
 def _running_since(instance) -> datetime | None:

@@ -13,7 +13,7 @@ from django.utils.translation import gettext as _
 
 from apps.catalog.selectors import NodeRoom
 from apps.orchestration import adapter
-from apps.orchestration.backends.base import Capability
+from apps.orchestration.backends.base import TASK_PENDING, Capability
 from apps.orchestration.backends.registry import driver_names, drivers_with
 from apps.orchestration.models import (
     Accelerator,
@@ -348,3 +348,18 @@ def free_room_by_model(park=None) -> dict[int, list[NodeRoom]]:
             )
         )
     return dict(by_model)
+
+
+def ran_for(task, *, now=None) -> timedelta | None:
+    """How long the task has run (to its end, once finished); None before it starts."""
+    if task.started_at is None:
+        return None
+    return (task.finished_at or now or timezone.now()) - task.started_at
+
+
+def backend_state_label(task) -> str:
+    """The backend's word for where the task stands, in the console's words ("" if none)."""
+    state = (task.backend_status or {}).get("state") or ""
+    if state == TASK_PENDING:
+        return _("Waiting to start")
+    return TaskState(state).label if state in TaskState.values else state

@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from apps.billing.selectors import task_cost_minor
 from apps.core.web import refusals
 from apps.orchestration import scheduling, selectors
 from apps.orchestration.forms import SchedulingPolicyForm, TaskForm
@@ -90,6 +91,9 @@ def task_detail(request, task_id):
         "capacity_free_units": selectors.measure(capacity.free_units) if capacity else "",
         "is_operator": is_operator_of(request.user, request.organization.park),
         "currency": request.organization.park.currency,
+        "cost_minor": task_cost_minor(task),
+        "ran_for": selectors.ran_for(task),
+        "backend_state": selectors.backend_state_label(task),
     }
     if request.htmx:
         return render(request, "orchestration/partials/_task_status.html", context)

@@ -2,13 +2,13 @@
 `forms` and `when` template filters)."""
 
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.template.loader import render_to_string
-from django.utils import timezone
+from django.utils import timezone, translation
 
-from apps.core.templatetags.when import day, when
+from apps.core.templatetags.when import day, duration, when
 from apps.orchestration.forms import TaskForm
 from tests.factories import RegionFactory
 
@@ -53,3 +53,13 @@ def test_one_date_format_in_the_readers_time_zone(settings):
         assert day(timezone.localtime(moment)) == "2026-12-03"
     assert day(date(2026, 12, 3)) == "2026-12-03"
     assert when(None) == "" and day(None) == ""
+
+
+@translation.override("en")
+def test_one_way_to_say_how_long():
+    assert duration(timedelta(seconds=40)) == "40 s"
+    assert duration(timedelta(seconds=95)) == "1 min"
+    assert duration(timedelta(hours=2, minutes=5)) == "2 h 5 min"
+    assert duration(timedelta(days=3, hours=4, minutes=59)) == "3 d 4 h"
+    assert duration(12) == "12 min"  # minutes, as the idle page counts
+    assert duration(None) == "—"

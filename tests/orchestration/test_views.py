@@ -1,16 +1,18 @@
 """The training task pages (list, submit, detail with its polling and reason, cancel) and the
 back office's scheduling pages (a park's policy with its preview, one decision)."""
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
 
+from apps.billing.models import Meter
 from apps.core.errors import PermissionDenied
 from apps.core.models import AuditEvent
 from apps.orchestration.models import Node, Placement, Pool, SchedulingPolicy, Task, TaskState
 from apps.orchestration.scheduling import set_scheduling_policy
-from tests.factories import ParkFactory, ParkOperatorFactory, UserFactory
+from tests.factories import MeterFactory, ParkFactory, ParkOperatorFactory, UserFactory
 from tests.orchestration.test_scheduling import hold_cards, verified_org
 
 pytestmark = pytest.mark.django_db
@@ -214,6 +216,32 @@ def test_the_htmx_poll_gets_the_status_alone_and_stops_when_done(
     assert "hx-trigger" not in html  # finished: no more polling
     assert "exit code 0" in html  # the logs
     assert 'id="cancel-button"' not in html
+
+
+def test_a_finished_task_says_how_long_it_ran_what_it_cost_and_its_state_in_words(
+    tenant, task_world, django_capture_on_commit_callbacks
+):
+    task_world.backend.config = {"task_seconds": 0}
+    task_world.backend.save()
+    with django_capture_on_commit_callbacks(execute=True):
+        task = task_world.submit()
+    task.refresh_from_db()
+    Task.objects.filter(pk=task.pk).update(started_at=task.finished_at - timedelta(seconds=95))
+    Meter.objects.filter(task=task).delete()
+    MeterFactory(  # ¥36.00 an hour for 95 s, closed and not metered yet
+        organization=task.organization,
+        instance=None,
+        task=task,
+        hourly_minor=Decimal(3600),
+        started_at=task.finished_at - timedelta(seconds=95),
+        ended_at=task.finished_at,
+    )
+
+    html = tenant.get(f"/tasks/{task.pk}/", **ENGLISH).content.decode()
+
+    assert 'id="task-ran-for">1 min</dd>' in html
+    assert 'id="task-cost">¥0.95</dd>' in html
+    assert '<span id="backend-state">Succeeded</span>' in html
 
 
 def test_another_organizations_task_is_404(tenant, task_world):

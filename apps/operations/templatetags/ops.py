@@ -1,7 +1,4 @@
-from datetime import timedelta
-
 from django import template
-from django.utils.translation import gettext as _
 
 from apps.operations import audit_labels
 from apps.orchestration.models import TaskPreference
@@ -60,23 +57,6 @@ def ops_subnav(context):
         # pages, e.g. the host agents', live outside the operations namespace).
         "url_name": match.view_name if park_id else "",
     }
-
-
-@register.filter
-def duration(value) -> str:
-    """A timedelta as "3 d 4 h", "2 h 5 min" or "12 min"."""
-    if value is None:
-        return "—"
-    if not isinstance(value, timedelta):
-        value = timedelta(minutes=int(value))
-    minutes = int(value.total_seconds() // 60)
-    days, rest = divmod(minutes, 24 * 60)
-    hours, minutes = divmod(rest, 60)
-    if days:
-        return _("%(d)d d %(h)d h") % {"d": days, "h": hours}
-    if hours:
-        return _("%(h)d h %(m)d min") % {"h": hours, "m": minutes}
-    return _("%(m)d min") % {"m": minutes}
 
 
 @register.filter
