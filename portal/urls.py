@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from apps.catalog import views as catalog_views
 from apps.core.views import healthz
 from portal import views
 
@@ -14,6 +15,7 @@ urlpatterns = [
     path("accounts/", include("allauth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
     path("catalog/", include("apps.catalog.urls")),
+    path("pricing/", catalog_views.pricing, name="pricing"),
     # The back office lives under /ops/: the operations console here, and the scheduling
     # (/ops/tasks/) and billing (/ops/billing/) pages from their apps' URLconfs, which are
     # mounted at the root because each also serves tenant pages (/tasks/, /billing/) and the

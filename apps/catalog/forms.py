@@ -36,13 +36,13 @@ class CatalogFilterForm(forms.Form):
         label=_("Vendor"), required=False, choices=[("", _("All vendors"))] + Vendor.choices
     )
     accelerator_model = forms.ModelChoiceField(
-        label=_("Accelerator"),
+        label=_("Accelerator model"),
         required=False,
         queryset=AcceleratorModel.objects.filter(pools__isnull=False).distinct(),
         empty_label=_("All accelerators"),
     )
     accelerator_count = forms.TypedChoiceField(
-        label=_("Accelerators"),
+        label=_("Accelerators per host"),
         required=False,
         coerce=int,
         empty_value=None,

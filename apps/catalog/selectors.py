@@ -285,3 +285,63 @@ def compatible_images(flavor):
     return flavor.family.accelerator_model.images.filter(
         is_active=True, park=flavor.family.park
     ).order_by("software_stack", "name")
+
+
+@dataclass(frozen=True)
+class ParkPrices:
+    """One park's price list: its regions (the columns), each flavor on sale with its hourly
+    price per region (None where it is not sold), and what a GB of disk and a Mbps cost a month
+    in each region."""
+
+    park: object
+    regions: list
+    flavors: list[tuple[Flavor, list[Price | None]]]
+    disk: list[Price | None]
+    bandwidth: list[Price | None]
+
+
+def price_sheet(park=None) -> list[ParkPrices]:
+    """The prices in force of `park` (every park's when None), for the public price list: one
+    query however many parks, regions and flavors."""
+    scope = {"region__park": park} if park is not None else {}
+    prices = (
+        Price.objects.filter(effective_from__lte=timezone.now(), **scope)
+        .select_related("region__park", "flavor__family__accelerator_model")
+        .order_by("kind", "flavor_id", "region_id", "-effective_from")
+    )
+    current, seen = defaultdict(dict), set()
+    for price in prices:
+        key = (price.kind, price.flavor_id, price.region_id)
+        if key not in seen:
+            seen.add(key)
+            current[price.region.park][key] = price
+    sheets = []
+    for each_park, by_key in sorted(current.items(), key=lambda item: item[0].name):
+        regions = sorted({price.region for price in by_key.values()}, key=lambda r: r.name)
+        flavors = sorted(
+            {
+                price.flavor
+                for price in by_key.values()
+                if price.flavor is not None and price.flavor.is_active
+            },
+            key=lambda f: (f.family.name, f.accelerator_count, f.code),
+        )
+
+        sheets.append(
+            ParkPrices(
+                park=each_park,
+                regions=regions,
+                flavors=[
+                    (flavor, _by_region(by_key, regions, PriceKind.FLAVOR_HOUR, flavor.pk))
+                    for flavor in flavors
+                ],
+                disk=_by_region(by_key, regions, PriceKind.DISK_GB_MONTH),
+                bandwidth=_by_region(by_key, regions, PriceKind.BANDWIDTH_MBPS_MONTH),
+            )
+        )
+    return sheets
+
+
+def _by_region(prices: dict, regions, kind: str, flavor_id=None) -> list[Price | None]:
+    """The price of `kind` (of the flavor) in force in each region, None where there is none."""
+    return [prices.get((kind, flavor_id, region.pk)) for region in regions]

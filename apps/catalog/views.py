@@ -8,6 +8,7 @@ from apps.catalog.selectors import (
     compatible_images,
     current_flavor_prices,
     free_room,
+    price_sheet,
 )
 
 
@@ -43,3 +44,9 @@ def flavor_detail(request, code):
         "prices": sorted(prices.get(flavor.pk, []), key=lambda p: p.amount_minor),
     }
     return render(request, "catalog/flavor_detail.html", context)
+
+
+def pricing(request):
+    """The public price list: every flavor's hourly price in each region, disk and bandwidth a
+    month; a tenant's park only."""
+    return render(request, "catalog/pricing.html", {"sheets": price_sheet(_park(request))})

@@ -8,10 +8,12 @@ Flavor-hour prices there are the list price per card × count × the region leve
 
 import io
 import re
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 from django.utils.html import escape
 
 from apps.catalog.forms import CatalogFilterForm
@@ -558,3 +560,45 @@ def test_the_new_sorts_order_the_rows(client, demo_park, sort, key):
 def test_sorting_and_the_view_are_not_filters(demo_park):
     assert not CatalogFilterForm({"sort": "price", "view": "table"}, park=demo_park).has_filters
     assert CatalogFilterForm({"vendor": "nvidia"}, park=demo_park).has_filters
+
+
+# --- /pricing/: the public price list ----------------------------------------------------------
+
+
+def test_the_price_list_shows_every_flavor_in_every_region_and_disk_and_bandwidth(
+    client, demo_park, django_assert_max_num_queries
+):
+    with django_assert_max_num_queries(4):  # the session, the user, the prices
+        html = html_of(client.get("/pricing/"))
+
+    rows = dict(re.findall(r'<tr data-flavor="([^"]+)">(.*?)</tr>', html, re.S))
+    assert set(rows) == ALL
+    # l40s.1x: ¥9.00 a card-hour at list price, ×0.92 in the province, ×1.15 at the edge.
+    assert "¥8.28" in rows["l40s.1x"] and "¥10.35" in rows["l40s.1x"]
+    assert re.search(r'id="prices-[^"]+-disk">.*?¥0\.35', html, re.S)
+    assert re.search(r'id="prices-[^"]+-bandwidth">.*?¥23\.00', html, re.S)
+    assert 'id="nav-pricing"' in html
+
+
+def test_a_flavor_taken_off_sale_or_a_price_not_yet_in_force_is_not_listed(client, demo_park):
+    Flavor.objects.filter(code="l40s.8x").update(is_active=False)
+    region = Region.objects.filter(park=demo_park).first()
+    later = FlavorFactory(
+        family=Flavor.objects.get(code="l40s.1x").family, code="l40s.16x", accelerator_count=16
+    )
+    PriceFactory(flavor=later, region=region, effective_from=timezone.now() + timedelta(days=1))
+
+    rows = re.findall(r'<tr data-flavor="([^"]+)">', html_of(client.get("/pricing/")))
+
+    assert "l40s.8x" not in rows and "l40s.16x" not in rows and "l40s.4x" in rows
+
+
+def test_a_tenant_sees_its_own_parks_prices(client, demo_park, park):
+    other = RegionFactory(park=park, name="Elsewhere")
+    PriceFactory(region=other, flavor=FlavorFactory(family__park=park, code="x.1x"))
+    owner = Membership.objects.filter(organization__park=demo_park, role="owner").first().user
+    client.force_login(owner)
+
+    html = html_of(client.get("/pricing/"))
+
+    assert "x.1x" not in html and "Elsewhere" not in html and "l40s.1x" in html

@@ -255,14 +255,15 @@ def test_operator_console_fits_desktop_and_phone(browser, live_server, park_at_w
 
 @pytest.mark.django_db(transaction=True)
 def test_visitor_pages_fit_desktop_and_phone(browser, live_server, park_at_work):
-    """The landing page, the public catalog and the sign-in and sign-up pages, styled like the
-    console, with the product's Chinese words (邮箱, not "Email地址")."""
+    """The landing page, the public catalog and price list and the sign-in and sign-up pages,
+    styled like the console, with the product's Chinese words (邮箱, not "Email地址")."""
     page = chinese_browser(browser, live_server.url)
     errors = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     pages = {
         "landing": "/",
         "catalog": "/catalog/",
+        "pricing": "/pricing/",
         "log-in": "/accounts/login/",
         "sign-up": "/accounts/signup/",
         "password-reset": "/accounts/password/reset/",

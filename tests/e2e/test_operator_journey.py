@@ -172,6 +172,9 @@ def test_operator_journey(page: Page, live_server, screenshot, settings, tmp_pat
     node_row = page.locator(f"#node-{host_node.pk}")
     node_row.locator('input[name="reason"]').fill("Firmware update")
     node_row.locator("button.drain-button").click()
+    expect(page.locator("#confirm-dialog-message")).to_contain_text(host_node.hostname)
+    assert not Node.objects.get(pk=host_node.pk).is_drained  # asked first, like other decisions
+    page.locator("#confirm-dialog-ok").click()
     expect(page.locator(f"#node-{host_node.pk}")).to_have_attribute("data-drained", "true")
     expect(page.locator(f"#node-{host_node.pk} [role=status]")).to_contain_text("no new placements")
     screenshot("node-drained")

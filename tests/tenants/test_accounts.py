@@ -156,6 +156,19 @@ def test_password_reset_page_renders(client):
     assert client.get("/accounts/password/reset/").status_code == 200
 
 
+def test_a_signed_in_user_reaches_the_password_change_from_the_navigation(client):
+    user = UserFactory()
+    client.force_login(user)
+
+    home = client.get("/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    change = client.get(reverse("account_change_password"), HTTP_ACCEPT_LANGUAGE="en")
+
+    assert f'id="nav-account" href="{reverse("account_change_password")}"' in home
+    assert user.email in home
+    assert change.status_code == 200
+    assert 'name="oldpassword"' in change.content.decode()
+
+
 # --- Login rate limits (ACCOUNT_RATE_LIMITS: login_failed "10/m/ip,5/5m/key") ----------------
 
 
