@@ -61,6 +61,20 @@ def instance_orders(instance):
     )
 
 
+# An operation asked for and not finished: the host's page polls until it is.
+OPEN_ORDER_STATES = (OrderState.SUBMITTED, OrderState.APPROVED, OrderState.FULFILLING)
+
+
+def pending_orders(orders) -> tuple[Order | None, Order | None]:
+    """(the operation under way, the order awaiting the park's approval) among a host's
+    `orders` (instance_orders), each None where there is none."""
+    working = next(
+        (o for o in orders if o.kind != OrderKind.CREATE and o.state in OPEN_ORDER_STATES), None
+    )
+    waiting = next((o for o in orders if o.state == OrderState.AWAITING_APPROVAL), None)
+    return working, waiting
+
+
 # --- What instances hold against quotas ------------------------------------------------------
 
 

@@ -30,7 +30,7 @@ from apps.orders.models import (
     OrderState,
 )
 from apps.orders.network_views import network_context
-from apps.orders.selectors import instance_orders, instances_for, orders_for
+from apps.orders.selectors import instance_orders, instances_for, orders_for, pending_orders
 from apps.quotas.selectors import quota_rows
 from apps.tenants.decorators import organization_view
 from apps.tenants.roles import Action, can
@@ -174,13 +174,17 @@ def instance_detail(request, instance_id):
         request.organization,
         pk=instance_id,
     )
+    orders = instance_orders(instance)
+    working, awaiting_approval = pending_orders(orders)
     context = {
         "instance": instance,
-        "busy": instance.state in INSTANCE_BUSY_STATES,
+        "busy": instance.state in INSTANCE_BUSY_STATES or working is not None,
+        "working": working,
+        "awaiting_approval": awaiting_approval,
         "cost": instance_cost(instance),
         # It never ran: the backend refused or failed to create it (a handle comes with a host).
         "failed_create": instance.state == InstanceState.ERROR and not instance.backend_handle,
-        "orders": instance_orders(instance),
+        "orders": orders,
         "resize_form": ResizeForm(instance=instance),
         "disk_form": DiskForm(initial={"data_disk_gb": instance.data_disk_gb + 100}),
         "bandwidth_form": BandwidthForm(initial={"bandwidth_mbps": instance.bandwidth_mbps}),

@@ -793,6 +793,25 @@ def test_expand_disk(tenant, running, act):
     assert "200 → 500" in html
 
 
+def test_an_operation_under_way_shows_its_progress_and_the_page_polls_until_done(
+    tenant, running, django_capture_on_commit_callbacks
+):
+    instance = running(data_disk_gb=200)
+    with django_capture_on_commit_callbacks(execute=False) as jobs:
+        tenant.post(f"/instances/{instance.pk}/actions/expand_disk/", {"data_disk_gb": 500})
+
+    html = html_of(tenant.get(f"/instances/{instance.pk}/"))
+
+    progress = re.search(r'id="operation-progress"[^>]*>(.*?)</div>', html, re.S).group(1)
+    assert "Expand disk in progress: 200 → 500." in text_of(progress)
+    assert f'hx-get="/instances/{instance.pk}/" hx-trigger="every 2s"' in html
+    for job in jobs:
+        job()
+    done = html_of(tenant.get(f"/instances/{instance.pk}/"))
+    assert 'id="operation-progress"' not in done and 'hx-trigger="every 2s"' not in done
+    assert '<dd class="col-7" id="instance-disk">500 GB</dd>' in done
+
+
 @pytest.mark.parametrize(
     ("size", "names"),
     [
@@ -938,6 +957,10 @@ def test_awaiting_order_can_be_cancelled(tenant, submit, demo_park):
     listing = html_of(tenant.get("/orders/"))
     assert f'action="/orders/{order.pk}/cancel/"' in listing
     assert "Awaiting approval" in listing
+    page = html_of(tenant.get(f"/instances/{order.instance_id}/"))
+    assert 'data-state="pending">Awaiting approval</span>' in page  # one name for one state
+    assert 'id="awaiting-approval"' in page
+    assert f'action="/orders/{order.pk}/cancel/"' in page
 
     cancelled = tenant.post(f"/orders/{order.pk}/cancel/", follow=True)
 
