@@ -254,7 +254,7 @@ def test_a_tenant_orders_a_host_sees_it_running_and_billed_and_releases_it(page:
     page.fill('input[name="password"]', demo.OWNER["password"])
     page.locator('form:has(input[name="login"]) button[type="submit"]').click()
     page.wait_for_url(lambda url: "/accounts/login/" not in url)
-    expect(page.locator("nav .navbar-text")).to_have_text(demo.OWNER["email"])
+    expect(page.locator("#nav-account")).to_have_text(demo.OWNER["email"])
     used_before = usage_of(page, stack, FLAVOR)
 
     # 2. Order a GPU host.

@@ -55,7 +55,7 @@ def test_tenant_journey(page: Page, live_server, screenshot, settings):
     screenshot("login-form")
     page.locator('form:has(input[name="login"]) button[type="submit"]').click()
     page.wait_for_url(lambda url: "/accounts/login/" not in url)
-    expect(page.locator("nav .navbar-text")).to_have_text(demo.OWNER["email"])
+    expect(page.locator("#nav-account")).to_have_text(demo.OWNER["email"])
     screenshot("logged-in")
 
     # 2. The catalog: every demo flavor.
