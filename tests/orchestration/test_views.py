@@ -201,14 +201,19 @@ def test_an_operator_member_gets_the_link_to_every_candidate(client, task_world,
     assert f'href="/ops/tasks/decisions/{placement.pk}/"' in html
 
 
-def test_the_htmx_poll_gets_the_status_alone_and_stops_when_done(
-    tenant, task_world, django_capture_on_commit_callbacks
-):
+@pytest.fixture
+def finished_task(task_world, django_capture_on_commit_callbacks) -> Task:
+    """A task the simulator ran at once, to success."""
     task_world.backend.config = {"task_seconds": 0}
     task_world.backend.save()
     with django_capture_on_commit_callbacks(execute=True):
         task = task_world.submit()
+    task.refresh_from_db()
+    return task
 
+
+def test_the_htmx_poll_gets_the_status_alone_and_stops_when_done(tenant, finished_task):
+    task = finished_task
     response = tenant.get(f"/tasks/{task.pk}/", HTTP_HX_REQUEST="true", **ENGLISH)
 
     html = response.content.decode()
@@ -219,13 +224,9 @@ def test_the_htmx_poll_gets_the_status_alone_and_stops_when_done(
 
 
 def test_a_finished_task_says_how_long_it_ran_what_it_cost_and_its_state_in_words(
-    tenant, task_world, django_capture_on_commit_callbacks
+    tenant, finished_task
 ):
-    task_world.backend.config = {"task_seconds": 0}
-    task_world.backend.save()
-    with django_capture_on_commit_callbacks(execute=True):
-        task = task_world.submit()
-    task.refresh_from_db()
+    task = finished_task
     Task.objects.filter(pk=task.pk).update(started_at=task.finished_at - timedelta(seconds=95))
     Meter.objects.filter(task=task).delete()
     MeterFactory(  # ¥36.00 an hour for 95 s, closed and not metered yet

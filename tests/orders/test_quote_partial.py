@@ -196,14 +196,20 @@ def test_the_hold_covers_every_host_ordered(as_role, world):
 # --- Quota left -------------------------------------------------------------------------------
 
 
-def test_the_quote_shows_the_quota_left_of_each_limit(as_role, world):
-    InstanceFactory(
+@pytest.fixture
+def two_cards_held(world):
+    """A running two-card host of the organization's: 2 of its 16 cards, 1 of its 10 hosts."""
+    return InstanceFactory(
         organization=world.organization,
         flavor=world.flavors[2],
         image=world.image,
         region=world.region,
         running=True,
     )
+
+
+@pytest.mark.usefixtures("two_cards_held")
+def test_the_quote_shows_the_quota_left_of_each_limit(as_role):
 
     html = quote_html(as_role())
 
@@ -215,14 +221,8 @@ def test_the_quote_shows_the_quota_left_of_each_limit(as_role, world):
     assert left == {"accelerators": "14 (16)", "instances": "9 (10)"}
 
 
-def test_the_quote_says_when_the_order_would_pass_a_quota(as_role, world):
-    InstanceFactory(
-        organization=world.organization,
-        flavor=world.flavors[2],
-        image=world.image,
-        region=world.region,
-        running=True,
-    )
+@pytest.mark.usefixtures("two_cards_held")
+def test_the_quote_says_when_the_order_would_pass_a_quota(as_role):
     client = as_role()
 
     assert problems(quote_html(client, flavor="g1.8x")) == []  # 2 + 8 of 16
