@@ -125,6 +125,7 @@ class NodeView:
             "pool_id": pool.pk,
             "region": pool.region.code,
             "region_name": pool.region.name,
+            "model": pool.accelerator_model.name,
             "free_accelerators": node.free_accelerators,
             "free_vcpu": node.vcpu_total - node.vcpu_used,
             "free_ram_gb": node.ram_gb_total - node.ram_used,
@@ -546,6 +547,7 @@ def candidate_record(view: NodeView, candidate, *, request) -> dict:
         "parts": dict(candidate.parts),
         "raw": raw,
         "rejected": None,
+        "dearer": candidate.dearer,
     }
 
 
@@ -620,6 +622,23 @@ def placement_record(
         "considered": {
             "fitted": len(fitted),
             "rejected": dict(Counter(code for _c, code in refused)),
+            "cheapest": _cheapest(fitted, by_id),
         },
     }
     return weights, candidates
+
+
+def _cheapest(fitted: list, by_id: dict) -> dict | None:
+    """The hourly price, speed, model and region of the cheapest node that had room (kept or
+    not), which a decision is measured against: None when none is priced."""
+    priced = [c for c in fitted if c.raw.get("price_minor", 0) > 0]
+    if not priced:
+        return None
+    cheapest = min(priced, key=lambda c: c.raw["price_minor"])
+    base = by_id[cheapest.node_id].record_base
+    return {
+        "price_minor": cheapest.raw["price_minor"],
+        "perf_units": cheapest.raw["perf_units"],
+        "model": base["model"],
+        "region_name": base["region_name"],
+    }

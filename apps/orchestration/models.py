@@ -562,8 +562,7 @@ class Placement(models.Model):
                 if best
                 else gettext("low price (%(price)s/h)")
             )
-            price = format_money(minor_units(raw.get("price_minor", 0)), self.currency)
-            return text % {"price": price}
+            return text % {"price": self._hourly(raw.get("price_minor", 0))}
         text = (
             gettext("fewest accelerators left free (%(left)s)")
             if best
@@ -586,8 +585,59 @@ class Placement(models.Model):
                 "region": region
             }
         reasons = self.reasons(top=1)
-        text = PLAIN_REASONS.get(reasons[0]["part"] if reasons else "fragmentation")
-        return str(text) % {"region": region}
+        text = str(PLAIN_REASONS.get(reasons[0]["part"] if reasons else "fragmentation"))
+        return " ".join(filter(None, [text % {"region": region}, self.price_note()]))
+
+    def price_note(self) -> str:
+        """What the choice costs against the cheapest host that had room, and what it gains
+        for it (a task may run on any of several models at very different prices); or, when
+        faster cards were passed over because the same work would cost too much more there,
+        that. Empty when the choice is the cheapest and nothing was passed over."""
+        chosen = self.chosen_candidate()
+        cheapest = ((self.weights or {}).get("considered") or {}).get("cheapest")
+        if chosen is None or not self.is_scored or not cheapest:
+            return ""
+        raw = chosen["raw"]
+        times = raw["price_minor"] / cheapest["price_minor"]
+        speed = raw["perf_units"] / cheapest["perf_units"] if cheapest["perf_units"] else 1
+        if times > 1.005:
+            values = {
+                "times": _number(times, 1),
+                "model": cheapest["model"],
+                "region": cheapest["region_name"],
+                "price": self._hourly(cheapest["price_minor"]),
+            }
+            if speed <= 1.005:
+                return (
+                    gettext(
+                        "It costs %(times)s× the cheapest host with room (%(model)s in "
+                        "%(region)s, %(price)s/h)."
+                    )
+                    % values
+                )
+            return gettext(
+                "It costs %(times)s× the cheapest host with room (%(model)s in %(region)s, "
+                "%(price)s/h); its cards are %(speed)s× as fast, so the same work costs "
+                "%(work)s× as much."
+            ) % {**values, "speed": _number(speed, 1), "work": _number(times / speed, 1)}
+        passed = [c for c in self.feasible_candidates() if c.get("dearer")]
+        if not passed:
+            return ""
+        faster = max(passed, key=lambda c: c["total"])
+        work = (faster["raw"]["price_minor"] / faster["raw"]["perf_units"]) / (
+            raw["price_minor"] / raw["perf_units"]
+        )
+        return gettext(
+            "Faster cards had room (%(model)s, %(price)s/h), but the same work would cost "
+            "%(work)s× as much there; choose “Fastest” to put speed first."
+        ) % {
+            "model": faster.get("model", faster["node"]),
+            "price": self._hourly(faster["raw"]["price_minor"]),
+            "work": _number(work, 1),
+        }
+
+    def _hourly(self, price_minor) -> str:
+        return format_money(minor_units(price_minor), self.currency)
 
     def _fitting(self) -> list[dict]:
         return [c for c in self.candidates if c.get("fits")]
@@ -612,8 +662,7 @@ class Placement(models.Model):
             raw = (self.chosen_candidate() or {}).get("raw") or {}
             facts = []
             if raw.get("price_minor"):
-                price = format_money(minor_units(raw["price_minor"]), self.currency)
-                facts.append(gettext("%(price)s/h") % {"price": price})
+                facts.append(gettext("%(price)s/h") % {"price": self._hourly(raw["price_minor"])})
             facts.append(
                 gettext("%(left)s accelerators left free")
                 % {"left": _number(raw.get("left_free", 0), 2)}
@@ -624,10 +673,11 @@ class Placement(models.Model):
                 **values,
                 "facts": separator.join(facts),
             }
-        return gettext("Placed on %(node)s in %(region)s because: %(reasons)s.") % {
+        because = gettext("Placed on %(node)s in %(region)s because: %(reasons)s.") % {
             **values,
             "reasons": separator.join(r["text"] for r in self.reasons()),
         }
+        return " ".join(filter(None, [because, self.price_note()]))
 
 
 # The score part that decided a placement, as a tenant reads it.

@@ -21,6 +21,7 @@ from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.tenants.models import ApiKeyScope
 from apps.tenants.services import create_api_key
 from tests.factories import (
+    AcceleratorModelFactory,
     AllocationFactory,
     ImageFactory,
     MembershipFactory,
@@ -238,6 +239,54 @@ def test_a_pass_places_the_task_and_fixes_its_price(task_world):
         "fragmentation",
     }
     assert candidate["raw"]["price_minor"] == 4000
+
+
+@pytest.fixture
+def three_models(task_world):
+    """The park of issue 35: a balanced 1-card task that runs on any model went to an H200 at
+    ¥38/h (half used, so filling it fragments least) while an L40S at ¥8.28/h and an A100 at
+    ¥18/h were free. The H100 node is full."""
+    hold_cards(task_world.nodes["h1"], 8)
+    models = {
+        name: AcceleratorModelFactory(name=name, slug=name.lower(), fp16_tflops=tflops, tdp_w=w)
+        for name, tflops, w in (("H200", 989, 700), ("L40S", 362, 350), ("A100", 312, 400))
+    }
+    task_world.image.compatible_accelerators.add(*models.values())
+    for name, price in (("H200", 3800), ("L40S", 828), ("A100", 1800)):
+        task_world.pool(name, region=task_world.east, model=models[name], price=price)
+        task_world.node(f"{name.lower()}-1", pool=name)
+    hold_cards(task_world.nodes["h200-1"], 4)
+    return task_world
+
+
+def test_balanced_does_not_pay_four_times_the_price_for_less_than_it_costs(three_models):
+    task = three_models.submit(preference="balanced")
+
+    three_models.schedule()
+
+    task = reload(task)
+    assert task.node.hostname == "l40s-1" and task.hourly_minor == 828
+    placement = Placement.objects.get(task=task)
+    assert placement.plain_reason() == (
+        "East: the cheapest place with free cards. Faster cards had room (H200, ¥38.00/h), "
+        "but the same work would cost 1.7× as much there; choose “Fastest” to put speed first."
+    )
+
+
+def test_a_dearer_choice_says_what_it_costs_against_the_cheapest_and_what_it_gains(
+    three_models,
+):
+    task = three_models.submit(preference="fast")
+
+    three_models.schedule()
+
+    placement = Placement.objects.get(task=task)
+    assert placement.chosen_node.hostname == "h200-1"
+    assert placement.price_note() == (
+        "It costs 4.6× the cheapest host with room (L40S in East, ¥8.28/h); its cards are "
+        "2.7× as fast, so the same work costs 1.7× as much."
+    )
+    assert placement.price_note() in placement.describe()
 
 
 @pytest.mark.parametrize(("milli", "price"), [(250, 500), (333, 666), (1000, 2000), (8000, 16000)])

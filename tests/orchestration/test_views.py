@@ -348,12 +348,14 @@ def test_a_bad_policy_is_refused(ops, task_world, fields, error):
 @pytest.fixture
 def decided(task_world):
     """Four tasks placed with the default weights on a world of a fast, dear, dirty pool and a
-    slow, cheap, clean one: balanced and green land on the clean pool, fast on the fast one."""
+    slow, cheap, clean one where the same work costs about as much (an A10 at ¥3/h does an
+    H100's ¥20 hour in 7.9 h): balanced and green land on the clean pool, fast on the fast
+    one."""
     hold_cards(task_world.nodes["h1"], 8)
     task_world.pool("fast", region=task_world.east, model=task_world.h100, pue="1.60", carbon=900)
     task_world.node("fast-1", pool="fast")
     task_world.pool(
-        "eco", region=task_world.west, model=task_world.a10, price=400, pue="1.10", carbon=30
+        "eco", region=task_world.west, model=task_world.a10, price=300, pue="1.10", carbon=30
     )
     task_world.node("eco-1", pool="eco")
     tasks = [
@@ -493,7 +495,21 @@ def test_an_operator_sees_every_candidate_of_a_decision(ops, task_world, decided
     assert 'data-node="fast-1"' in html
     assert 'data-node="h1" data-reason="gpu_count"' in html
     assert "not enough whole accelerators free" in html
-    assert "¥4.00" in html and "¥20.00" in html
+    assert "¥3.00" in html and "¥20.00" in html
+
+
+def test_a_decision_page_marks_a_host_passed_over_as_poor_value(ops, task_world, decided):
+    placement = decided["a"]
+    for candidate in placement.candidates:
+        candidate["dearer"] = candidate["node"] == "fast-1"
+    placement.save(update_fields=["candidates"])
+
+    html = ops.get(f"/ops/tasks/decisions/{placement.pk}/", **ENGLISH).content.decode()
+
+    fast_row = html[html.index('data-node="fast-1"') :].split("</tr>")[0]
+    eco_row = html[html.index('data-node="eco-1"') :].split("</tr>")[0]
+    assert 'data-dearer="yes"' in fast_row and "Poor value" in fast_row
+    assert 'data-dearer="yes"' not in eco_row
 
 
 def test_a_decision_page_counts_the_hosts_it_did_not_keep(ops, task_world, decided):

@@ -31,6 +31,11 @@ from .policies import best_fit_share, gpu_indices
 
 PARTS = ("region", "performance", "energy", "price", "fragmentation")
 REGION_MISS_MS = 100.0  # a node outside the preferred regions counts as this much farther
+# Under "balanced" the tenant pays for the work, not for the hour: a node where the same work
+# costs more than this many times what it costs at the best-value candidate (price per hour
+# over speed) is not chosen, whatever it gains on energy, fragmentation or latency. The
+# tenant who wants speed at any price says "fast".
+BALANCED_VALUE_LIMIT = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +144,7 @@ class Candidate:
     parts: dict[str, float] = field(default_factory=dict)  # 0..1, 1 = best
     raw: dict[str, float] = field(default_factory=dict)  # the measures behind the parts
     rejected: str | None = None  # filters reason code
+    dearer: bool = False  # scored, but the work costs too much more here (BALANCED_VALUE_LIMIT)
 
     def as_dict(self) -> dict:
         return {
@@ -147,6 +153,7 @@ class Candidate:
             "parts": dict(self.parts),
             "raw": dict(self.raw),
             "rejected": self.rejected,
+            "dearer": self.dearer,
         }
 
 
@@ -347,6 +354,8 @@ def decide(
             total = sum(w[p] * parts[p] for p in PARTS)
             for cand in group.members:
                 cand.raw, cand.parts, cand.total = dict(group.raw), dict(parts), total
+    if task.preference in (None, "balanced"):
+        feasible = _good_value(feasible)
     # A group's later nodes tie with its first, which was seen before them: the first in
     # `nodes` of the best group wins, as when every node is compared in turn.
     best = None
@@ -362,6 +371,32 @@ class _Group:
     reason: str | None
     raw: dict | None
     members: list[Candidate]
+
+
+def work_cost(raw: dict) -> float | None:
+    """What an hour of the node's speed costs (price per hour over compute units per GPU):
+    the same work costs this in proportion wherever it runs. None when unpriced or unrated."""
+    if raw["price_minor"] > 0 and raw["perf_units"] > 0:
+        return raw["price_minor"] / raw["perf_units"]
+    return None
+
+
+def _good_value(feasible: list[_Group]) -> list[_Group]:
+    """The groups where the work costs at most BALANCED_VALUE_LIMIT times the best value's;
+    the others' candidates are marked `dearer`. All of them when any is unpriced or unrated
+    (price says nothing then)."""
+    costs = [work_cost(group.raw) for group in feasible]
+    if not costs or None in costs:
+        return feasible
+    limit = min(costs) * BALANCED_VALUE_LIMIT
+    kept = []
+    for group, cost in zip(feasible, costs, strict=True):
+        if cost > limit + 1e-9:
+            for cand in group.members:
+                cand.dearer = True
+        else:
+            kept.append(group)
+    return kept
 
 
 def _alike(node: NodeState) -> tuple:

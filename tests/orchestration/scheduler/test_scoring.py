@@ -210,3 +210,57 @@ def test_alike_nodes_are_scored_once_and_each_gets_its_own_candidate():
     for candidate in distinct.candidates:
         assert by_id[candidate.node_id].total == candidate.total
         assert by_id[candidate.node_id].parts == candidate.parts
+
+
+def issue_35_park():
+    """The park where a balanced 1-card task went to an H200 at ¥38/h: the H200 node is half
+    used (filling it fragments least) and draws the least power per unit of work, the L40S and
+    A100 nodes are empty."""
+    common = dict(cpu=64000, mem=262144, region="sh", latency_ms=5, pue=1.3)
+    return [
+        node("h200", gpus=(0, 0, 0, 0, 1000, 1000, 1000, 1000), model="H200",
+             perf_units_per_gpu=9.89, price_per_hour_minor=3800, watts_per_unit=70.8,
+             carbon_g_per_kwh=550, **common),
+        node("l40s", gpus=(1000,) * 8, model="L40S", perf_units_per_gpu=3.62,
+             price_per_hour_minor=828, watts_per_unit=96.7, carbon_g_per_kwh=550, **common),
+        node("a100", gpus=(1000,) * 8, model="A100", perf_units_per_gpu=3.12,
+             price_per_hour_minor=1800, watts_per_unit=128.2, carbon_g_per_kwh=550, **common),
+    ]  # fmt: skip
+
+
+def issue_35_distribution():
+    return ShapeDistribution({(1000, 0, 8, 1000, frozenset()): 1})
+
+
+def test_balanced_never_pays_much_more_for_the_same_work():
+    """At ¥38/h for 9.89 units the H200's work costs 1.7x the L40S's (¥8.28/h for 3.62 units):
+    balanced does not choose it, whatever it gains on carbon and fragmentation; the A100 costs
+    2.5x for the same work. Fast still may."""
+    balanced = decide(task(), issue_35_park(), distribution=issue_35_distribution())
+    assert balanced.node.id == "l40s"
+    dearer = {c.node_id for c in balanced.candidates if c.dearer}
+    assert dearer == {"h200", "a100"}
+    # Without the limit the H200 would have won: it leads on the other parts.
+    by_id = {c.node_id: c for c in balanced.candidates}
+    assert by_id["h200"].total > by_id["l40s"].total
+    assert balanced.reasons()[0]["part"] == "price"
+
+    fast = decide(task(preference="fast"), issue_35_park(), distribution=issue_35_distribution())
+    assert fast.node.id == "h200" and not any(c.dearer for c in fast.candidates)
+
+
+def test_balanced_takes_a_dearer_hour_that_buys_as_much_speed():
+    """Within BALANCED_VALUE_LIMIT a faster, dearer hour may win on its other merits."""
+    nodes = issue_35_park()
+    nodes[0].price_per_hour_minor = 1400  # ¥14/h for 9.89 units: 1.4 per unit, L40S 2.3
+    d = decide(task(), nodes, distribution=issue_35_distribution())
+    assert d.node.id == "h200"
+    # Now the L40S's cheaper hour is the dearer work, and the A100's too.
+    assert {c.node_id for c in d.candidates if c.dearer} == {"l40s", "a100"}
+
+
+def test_unpriced_nodes_are_not_judged_on_value():
+    nodes = issue_35_park()
+    nodes[1].price_per_hour_minor = 0
+    d = decide(task(), nodes, distribution=issue_35_distribution())
+    assert not any(c.dearer for c in d.candidates)
