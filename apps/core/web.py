@@ -9,6 +9,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied as HttpPermissionDenied
 from django.core.exceptions import ValidationError
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from apps.core.errors import DomainError, PermissionDenied
 
@@ -59,3 +60,15 @@ def client_ip(request) -> str | None:
         return str(ipaddress.ip_address((value or "").split(",")[0].strip()))
     except ValueError:
         return None
+
+
+def back_to(request, default: str) -> str:
+    """Where a non-HTMX action returns: the posted `next` (the filtered list it came from) if
+    it is a path on this site, else `default` (a path or a URL name)."""
+    target = request.POST.get("next", "")
+    # A path on this site only: redirect() would read "x" without a "/" as a URL name, and fail.
+    if target.startswith("/") and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return default

@@ -243,6 +243,15 @@ class Instance(models.Model):
         """Placed on a simulator's pool (a demo park): the host does not exist."""
         return self.pool_id is not None and self.pool.backend.is_simulator
 
+    @property
+    def ssh_command(self) -> str:
+        """How the tenant logs in, once the host has an address ("" before)."""
+        address = self.access.get("address")
+        if not address:
+            return ""
+        port = self.access.get("ssh_port") or 22
+        return f"ssh -p {port} {self.access.get('ssh_user') or 'root'}@{address}"
+
 
 class PortMapping(models.Model):
     """A port of the host reachable from outside (端口映射): its backend forwards `server_port`

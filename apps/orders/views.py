@@ -3,6 +3,7 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
@@ -11,7 +12,7 @@ from apps.billing.services import funds_needed
 from apps.catalog.models import Flavor
 from apps.core.errors import DomainError
 from apps.core.numbers import parse_id
-from apps.core.web import refusals
+from apps.core.web import back_to, refusals
 from apps.orders import operations, services
 from apps.orders.forms import (
     BandwidthForm,
@@ -153,6 +154,9 @@ def instance_list(request):
         "instances": page.object_list,
         "page": page,
         "busy": any(i.state in INSTANCE_BUSY_STATES for i in page.object_list),
+        # A row's stop, start and release come back to this page, filtered as it is.
+        "here": request.get_full_path(),
+        "row_action_states": operations.OPERATIONS[OrderKind.RELEASE].allowed_from,
     }
     template = (
         "orders/partials/_instance_rows.html" if request.htmx else "orders/instance_list.html"
@@ -237,7 +241,7 @@ def instance_operation(request, instance_id, kind):
         messages.success(
             request, _("%(operation)s requested.") % {"operation": OrderKind(kind).label}
         )
-    return redirect("orders:instance_detail", instance_id=instance.pk)
+    return redirect(back_to(request, reverse("orders:instance_detail", args=[instance.pk])))
 
 
 @organization_view()

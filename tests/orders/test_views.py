@@ -564,6 +564,61 @@ def test_the_host_list_hides_released_hosts_unless_asked_and_filters_by_region(
     assert "No host matches these filters." in html_of(tenant.get("/instances/?state=error"))
 
 
+def row_of(html: str, instance) -> str:
+    return html[html.index(f'data-instance="{instance.pk}"') :].split("</tr>")[0]
+
+
+def test_each_host_row_has_its_actions_and_they_come_back_to_the_filtered_list(
+    tenant, running, django_capture_on_commit_callbacks
+):
+    host = running(name="row-a")
+    other = running(name="row-b")
+    listing = "/instances/?state=active&page=1"
+
+    row = row_of(html_of(tenant.get(listing)), host)
+    assert 'data-action="stop"' in row and 'data-action="release"' in row
+    assert 'data-action="start"' not in row
+    assert host.ssh_command and f">{host.ssh_command}</code>" in row
+    assert 'name="next" value="/instances/?state=active&amp;page=1"' in row
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = tenant.post(
+            f"/instances/{host.pk}/actions/stop/", {"next": "/instances/?state=active&page=1"}
+        )
+    assert response.status_code == 302 and response["Location"] == listing
+    host.refresh_from_db()
+    assert host.state == "stopped"
+
+    page = html_of(tenant.get(listing))
+    row = row_of(page, host)
+    assert 'data-action="start"' in row and 'data-action="stop"' not in row
+    assert host.ssh_command not in row and "Start it to log in" in row  # no SSH line while stopped
+    assert 'data-action="stop"' in row_of(page, other)
+
+
+def test_a_row_action_never_returns_off_the_site(tenant, running):
+    host = running(name="row-c")
+
+    response = tenant.post(
+        f"/instances/{host.pk}/actions/stop/", {"next": "https://evil.example/instances/"}
+    )
+
+    assert response["Location"] == f"/instances/{host.pk}/"
+
+
+def test_a_viewer_sees_no_row_actions(client, running, demo_org):
+    from tests.factories import MembershipFactory, UserFactory
+
+    host = running(name="row-d")
+    viewer = UserFactory()
+    MembershipFactory(organization=demo_org, user=viewer, role="viewer")
+    client.force_login(viewer)
+
+    row = row_of(html_of(client.get("/instances/")), host)
+
+    assert "data-action=" not in row
+
+
 def field_errors(html: str) -> list[str]:
     return re.findall(r'<div class="invalid-feedback d-block">(.*?)</div>', html, re.S)
 

@@ -8,7 +8,6 @@ from django.core.exceptions import PermissionDenied as HttpPermissionDenied
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404
-from django.utils.http import url_has_allowed_host_and_scheme
 
 from apps.core.errors import DomainError, PermissionDenied
 from apps.core.numbers import parse_id
@@ -33,17 +32,6 @@ def page_of(request, rows, per_page: int = PAGE_SIZE):
     query = request.GET.copy()
     query.pop("page", None)
     return page, query.urlencode()
-
-
-def back_to(request, default: str) -> str:
-    """Where a non-HTMX action returns: the posted `next` (the filtered list it came from)."""
-    target = request.POST.get("next", "")
-    # A path on this site only: redirect() would read "x" without a "/" as a URL name, and fail.
-    if target.startswith("/") and url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return target
-    return default
 
 
 @contextmanager

@@ -6,9 +6,10 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from apps.catalog.models import Region
+from apps.core.web import back_to
 from apps.operations.forms.filters import InstanceFilterForm, OrderFilterForm
 from apps.operations.selectors import lists
-from apps.operations.views._common import back_to, outcome_of, page_of, parks_of, posted_object
+from apps.operations.views._common import outcome_of, page_of, parks_of, posted_object
 from apps.orders import services as order_services
 from apps.orders.idle import force_release
 from apps.orders.models import Instance, Order, OrderState
