@@ -35,7 +35,11 @@ urlpatterns = [
         "",
         include(
             (
-                [path("", views.home, name="home"), path("start/", views.start, name="start")],
+                [
+                    path("", views.home, name="home"),
+                    path("start/", views.start, name="start"),
+                    path("terms/", views.terms, name="terms"),
+                ],
                 "portal",
             )
         ),

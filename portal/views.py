@@ -31,6 +31,13 @@ def home(request):
     return render(request, "core/tenant_home.html", {"home": home})
 
 
+@require_GET
+def terms(request):
+    """The terms of service an enterprise accepts when it signs up (templates/core/terms.html,
+    the park operator's to word)."""
+    return render(request, "core/terms.html")
+
+
 @login_required
 def start(request):
     """Where a sign-in lands: the operator console, the member's console home, or creating an

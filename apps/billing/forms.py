@@ -103,6 +103,14 @@ class VatInvoiceForm(forms.Form):
     )
     email = forms.EmailField(label=_("Email to receive it"))
 
+    def __init__(self, *args, used_not_invoiced: str, invoiceable: str, **kwargs):
+        """The two amounts, formatted: the one the amount starts from and the most it may be."""
+        super().__init__(*args, **kwargs)
+        self.fields["amount"].help_text = _(
+            "Filled in with what you used and have not had invoiced yet (%(used)s). You may "
+            "ask for up to %(invoiceable)s: what you paid in and was not invoiced."
+        ) % {"used": used_not_invoiced, "invoiceable": invoiceable}
+
 
 class InvoiceNumberForm(forms.Form):
     number = forms.CharField(label=_("Invoice number"), max_length=40)

@@ -127,9 +127,17 @@ def _number(organization: Organization, period_start: datetime) -> str:
 
 
 def _lines(invoice: Invoice, records) -> list[InvoiceLine]:
+    """A line per host or task, kind, size and rate (selectors.invoice_items sums them per
+    flavor for the invoice's page)."""
     grouped = (
         records.values(
-            "kind", "instance", "instance__name", "task", "task__name", "meter__quantity"
+            "kind",
+            "instance",
+            "instance__name",
+            "task",
+            "task__name",
+            "meter__quantity",
+            "hourly_minor",
         )
         .annotate(
             seconds=Sum("seconds"),
@@ -137,7 +145,7 @@ def _lines(invoice: Invoice, records) -> list[InvoiceLine]:
             amount=Sum("amount_minor"),
             n=Count("id"),
         )
-        .order_by("instance", "task", "kind", "meter__quantity")
+        .order_by("instance", "task", "kind", "meter__quantity", "hourly_minor")
     )
     return [
         InvoiceLine(
@@ -149,6 +157,7 @@ def _lines(invoice: Invoice, records) -> list[InvoiceLine]:
             seconds=row["seconds"],
             quantity=row["meter__quantity"],
             compute_unit_milliseconds=row["units"],
+            hourly_minor=row["hourly_minor"],
             amount_minor=row["amount"],
         )
         for row in grouped

@@ -166,7 +166,9 @@ class Payment(models.Model):
 
 class InvoiceState(models.TextChoices):
     DRAFT = "draft", _("Draft")
-    ISSUED = "issued", _("Issued")
+    # A monthly bill is issued (出账); a VAT invoice is issued (开具): one English word, two
+    # Chinese ones, so each state names its own.
+    ISSUED = "issued", pgettext_lazy("monthly bill state", "Issued")
     PAID = "paid", _("Paid")
     VOID = "void", _("Void")
 
@@ -513,6 +515,11 @@ class InvoiceLine(models.Model):
     seconds = models.PositiveBigIntegerField(_("seconds"))
     quantity = models.PositiveIntegerField(_("quantity"))
     compute_unit_milliseconds = models.BigIntegerField(_("compute unit-seconds (×1000)"))
+    # The rate its records were priced at; empty on the lines of invoices issued before it was
+    # kept (their page shows no unit price).
+    hourly_minor = models.DecimalField(
+        _("rate per hour (minor units)"), max_digits=20, decimal_places=6, null=True, blank=True
+    )
     amount_minor = models.BigIntegerField(_("amount (minor units)"))
 
     class Meta:
@@ -626,7 +633,7 @@ class VatInvoiceKind(models.TextChoices):
 
 class VatInvoiceState(models.TextChoices):
     REQUESTED = "requested", _("Requested")
-    ISSUED = "issued", _("Issued")
+    ISSUED = "issued", pgettext_lazy("VAT invoice state", "Issued")
     REJECTED = "rejected", _("Rejected")
     CANCELLED = "cancelled", _("Cancelled")
 

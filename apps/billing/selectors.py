@@ -12,6 +12,7 @@ from django.utils.translation import gettext as _
 from apps.billing.metering import amount_for, due, month_start, next_month_start
 from apps.billing.models import Invoice, InvoiceState, Meter, MeterKind, UsageRecord, Wallet
 from apps.catalog.models import Vendor
+from apps.core.money import format_money
 from apps.tenants.models import Organization
 
 
@@ -261,6 +262,71 @@ def outstanding_wallets(park):
 
 def invoices_for(organization: Organization):
     return Invoice.objects.filter(organization=organization).order_by("-period_start")
+
+
+@dataclass(frozen=True)
+class InvoiceItem:
+    """One line of an invoice as its page shows it: a flavor's hosts, a size of disk or of
+    bandwidth, or training tasks, at one rate; its hosts' and tasks' lines summed."""
+
+    label: str
+    kind: str
+    kind_label: str
+    seconds: int
+    hourly_minor: Decimal | None  # the rate per hour; None on lines issued before it was kept
+    amount_minor: int
+    currency: str
+
+    @property
+    def hours(self) -> Decimal:
+        return (Decimal(self.seconds) / 3600).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+
+    @property
+    def unit_price(self) -> str:
+        """The rate per hour in fen, or in ten-thousandths of a yuan where a disk's or a
+        bandwidth's monthly price makes it finer: ¥25.00, ¥0.0694."""
+        if self.hourly_minor is None:
+            return "—"
+        whole_fen = self.hourly_minor == self.hourly_minor.to_integral_value()
+        return format_money(self.hourly_minor, self.currency, places=2 if whole_fen else 4)
+
+
+def invoice_items(invoice: Invoice) -> list[InvoiceItem]:
+    """The invoice's lines summed per flavor (hosts), per size (disk, bandwidth) and per rate
+    (tasks), in the order of their first line; their amounts add up to the invoice's total."""
+    lines = invoice.lines.select_related("instance__flavor__family__accelerator_model").order_by(
+        "pk"
+    )
+    groups: dict[tuple, dict] = {}
+    for line in lines:
+        if line.kind == MeterKind.COMPUTE and line.instance_id:
+            flavor = line.instance.flavor
+            key = (line.kind, flavor.pk, line.hourly_minor)
+            label = f"{flavor.code} · {flavor.accelerator_count} × {flavor.accelerator_model}"
+        elif line.kind == MeterKind.DISK:
+            key, label = (line.kind, line.quantity, line.hourly_minor), f"{line.quantity} GB"
+        elif line.kind == MeterKind.BANDWIDTH:
+            key, label = (line.kind, line.quantity, line.hourly_minor), f"{line.quantity} Mbps"
+        else:
+            key, label = (line.kind, line.hourly_minor), line.get_kind_display()
+        group = groups.setdefault(
+            key,
+            {"label": label, "line": line, "seconds": 0, "amount_minor": 0},
+        )
+        group["seconds"] += line.seconds
+        group["amount_minor"] += line.amount_minor
+    return [
+        InvoiceItem(
+            label=group["label"],
+            kind=group["line"].kind,
+            kind_label=group["line"].get_kind_display(),
+            seconds=group["seconds"],
+            hourly_minor=group["line"].hourly_minor,
+            amount_minor=group["amount_minor"],
+            currency=invoice.currency,
+        )
+        for group in groups.values()
+    ]
 
 
 # --- Monitoring ----------------------------------------------------------------------------

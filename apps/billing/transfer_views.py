@@ -24,7 +24,7 @@ from apps.billing.models import (
     VatInvoiceState,
 )
 from apps.billing.services import wallet_of
-from apps.core.money import to_major
+from apps.core.money import format_money, to_major
 from apps.core.numbers import parse_id
 from apps.core.web import refusals
 from apps.tenants.decorators import operator_view, organization_view
@@ -98,14 +98,17 @@ def vat_invoices(request):
     wallet = wallet_of(organization)
     may_manage = can(request.membership.role, Action.MANAGE_BILLING)
     left = transfers.invoiceable_minor(organization)
+    used = transfers.used_not_invoiced_minor(organization)
     form = VatInvoiceForm(
         request.POST if request.POST.get("action") == "request" else None,
         initial={  # a verified enterprise's registered name and code
             "title": organization.legal_name or organization.name,
             "taxpayer_id": organization.credit_code,
             "email": request.user.email,
-            "amount": to_major(left, wallet.currency),
+            "amount": to_major(used, wallet.currency) if used else None,
         },
+        used_not_invoiced=format_money(used, wallet.currency),
+        invoiceable=format_money(left, wallet.currency),
     )
     if request.method == "POST":
         if not may_manage:

@@ -27,6 +27,7 @@ from apps.billing.models import (
     EntryKind,
     Payment,
     PaymentState,
+    UsageRecord,
     VatInvoiceKind,
     VatInvoiceRequest,
     VatInvoiceState,
@@ -204,12 +205,28 @@ def paid_in_minor(organization) -> int:
     return (online or 0) + (transfers or 0)
 
 
-def invoiceable_minor(organization) -> int:
-    """What may still be invoiced: paid in, less what is requested or issued already."""
+def vat_invoiced_minor(organization) -> int:
+    """What VAT invoices cover already: the requests pending and those issued."""
     invoiced = VatInvoiceRequest.objects.filter(
         organization=organization, state__in=VAT_INVOICE_HOLDING_STATES
     ).aggregate(total=Sum("amount_minor"))["total"]
-    return max(0, paid_in_minor(organization) - (invoiced or 0))
+    return invoiced or 0
+
+
+def invoiceable_minor(organization) -> int:
+    """What may still be invoiced: paid in, less what is requested or issued already."""
+    return max(0, paid_in_minor(organization) - vat_invoiced_minor(organization))
+
+
+def used_not_invoiced_minor(organization) -> int:
+    """What the organization used (its metered usage, tax included) that no VAT invoice covers
+    yet, within what may be invoiced: a request's suggested amount. Money paid in and not yet
+    used is left out, as a prepayment is usually invoiced once it is spent."""
+    used = UsageRecord.objects.filter(organization=organization).aggregate(
+        total=Sum("amount_minor")
+    )["total"]
+    invoiced = vat_invoiced_minor(organization)
+    return max(0, min((used or 0) - invoiced, paid_in_minor(organization) - invoiced))
 
 
 @transaction.atomic(durable=True)

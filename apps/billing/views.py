@@ -91,7 +91,11 @@ def invoice_detail(request, invoice_id):
 
 
 def _invoice_context(invoice):
-    return {"invoice": invoice, "lines": invoice.lines.select_related("instance", "task")}
+    return {
+        "invoice": invoice,
+        "items": selectors.invoice_items(invoice),
+        "lines": invoice.lines.select_related("instance", "task"),
+    }
 
 
 @csrf_exempt

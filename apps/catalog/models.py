@@ -62,7 +62,9 @@ class Region(models.Model):
 
 
 class Vendor(models.TextChoices):
-    NVIDIA = "nvidia", "NVIDIA"
+    # What each vendor is called in the display language (英伟达, 华为昇腾); VENDOR_BRANDS keeps
+    # the brands as the vendors write them.
+    NVIDIA = "nvidia", _("NVIDIA")
     HUAWEI = "huawei", _("Huawei")
     HYGON = "hygon", _("Hygon")
     CAMBRICON = "cambricon", _("Cambricon")
@@ -178,6 +180,17 @@ class FlavorFamily(models.Model):
         ]
 
     def __str__(self):
+        return self.name
+
+    @property
+    def display_name(self) -> str:
+        """The name in the display language: a name that begins with its accelerator's brand
+        (as the demo's and the host agents' proposed families do: "NVIDIA H200 SXM · h200")
+        begins with the vendor's name in that language instead (英伟达 H200 SXM · h200)."""
+        model = self.accelerator_model
+        brand = model.vendor_name
+        if self.name.startswith(f"{brand} "):
+            return f"{model.get_vendor_display()}{self.name[len(brand) :]}"
         return self.name
 
 

@@ -2,7 +2,7 @@
 capacity free for them right now (through `FREE_ROOM`)."""
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 
@@ -27,6 +27,27 @@ class NodeRoom:
 # Free room lives in the nodes, which the orchestration app (a floor above) owns and plugs in:
 # a callable (park or None) -> {accelerator model id: [NodeRoom, …]}.
 FREE_ROOM = ExtensionPoint("free room of schedulable nodes, by accelerator model")
+
+# Whether an organization may order a flavor now is decided by its quotas, a floor above: a
+# callable (organization, [(flavor, hourly price in minor units or None), …]) -> {flavor id:
+# why ordering one host of it now would be refused}.
+ORDER_REFUSALS = ExtensionPoint("why ordering a flavor now would be refused")
+
+
+def with_order_refusals(organization, cards: list["FlavorCard"]) -> list["FlavorCard"]:
+    """`cards`, each that `organization` could not order one host of now with its `refusal`
+    (the catalog says so on the card, before the order form)."""
+    offers = [
+        (card.flavor, card.cheapest.amount_minor if card.cheapest else None) for card in cards
+    ]
+    refusals = {}
+    for provider in ORDER_REFUSALS.providers():
+        refusals.update(provider(organization, offers))
+    return [
+        replace(card, refusal=refusals[card.flavor.pk]) if card.flavor.pk in refusals else card
+        for card in cards
+    ]
+
 
 # The catalog of every park (a visitor's, or anyone's without an organization) reads free room
 # from the cache, measured at most this many seconds ago, and says when it was measured: anyone
@@ -119,6 +140,7 @@ class FlavorCard:
     flavor: Flavor
     prices: list[Price]  # in force, in the regions the filters allow
     rooms: list[NodeRoom]  # free room on nodes of those regions
+    refusal: str = ""  # why the tenant's quotas would refuse one host of it now
 
     @property
     def cheapest(self) -> Price | None:

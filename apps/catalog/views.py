@@ -9,6 +9,7 @@ from apps.catalog.selectors import (
     current_flavor_prices,
     free_room,
     price_sheet,
+    with_order_refusals,
 )
 
 
@@ -22,7 +23,10 @@ def flavor_list(request):
     form = CatalogFilterForm(request.GET or None, park=park)
     # Every park's catalog (no organization: a visitor's) counts free hosts from the cache.
     room = free_room(park, cached=park is None)
-    context = {"form": form, "cards": catalog_flavors(form.filters(), room=room), "room": room}
+    cards = catalog_flavors(form.filters(), room=room)
+    if request.organization:
+        cards = with_order_refusals(request.organization, cards)
+    context = {"form": form, "cards": cards, "room": room}
     template = "catalog/partials/_flavor_list.html" if request.htmx else "catalog/flavor_list.html"
     return render(request, template, context)
 

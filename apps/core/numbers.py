@@ -1,8 +1,10 @@
 """Ids and counts read from text (a query value, a posted field), by one rule for the whole
 site: ASCII digits only. `str.isdigit()` is no such test: "²" and "٣" are digits to it but not
-to `int()`, and a 30-digit id overflows a bigint column inside the database driver."""
+to `int()`, and a 30-digit id overflows a bigint column inside the database driver. And
+measures written for a reader (`figure`)."""
 
 import re
+from decimal import ROUND_HALF_UP, Decimal
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -38,3 +40,12 @@ class IdsField(forms.ModelMultipleChoiceField):
                     params={"pk": each},
                 )
         return super()._check_values(value)
+
+
+def figure(value, places: int = 2) -> str:
+    """A measure as a reader reads it: at most `places` decimals, no trailing zeros, thousands
+    grouped as money is (`core.money.format_money`): 39.560 compute units reads "39.56",
+    158.240 "158.24", 12000 "12,000"."""
+    rounded = Decimal(str(value)).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+    decimals = max(0, -rounded.normalize().as_tuple().exponent)
+    return f"{rounded:,.{decimals}f}"

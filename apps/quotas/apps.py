@@ -7,7 +7,9 @@ class QuotasConfig(AppConfig):
     verbose_name = _("Quotas")
 
     def ready(self):
-        from apps.quotas.services import apply_default_limits
+        from apps.catalog.selectors import ORDER_REFUSALS
+        from apps.quotas.services import apply_default_limits, flavor_refusals
         from apps.tenants.services import TIER_ENTERED
 
         TIER_ENTERED.plug(apply_default_limits)
+        ORDER_REFUSALS.plug(flavor_refusals)

@@ -16,6 +16,7 @@ same locks as the other limits, so concurrent orders are counted one after the o
 hosts are never stopped for it.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -31,6 +32,7 @@ from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.extensions import ExtensionPoint
 from apps.core.money import format_money
+from apps.core.numbers import figure
 from apps.core.transactions import lock
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.tenants.access import require_operator
@@ -248,31 +250,71 @@ def reserve(*, organization: Organization, demand: Usage) -> None:
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("reserve() must run inside the transaction that holds the demand")
-    _refuse_over_limits(organization, demand, *lock_quota_scope(organization))
+    _refuse_over_limits(
+        organization, demand, _Standing(organization, *lock_quota_scope(organization))
+    )
 
 
 def quota_refusal(*, organization: Organization, demand: Usage) -> str | None:
     """What `reserve` would refuse `demand` with now (None: it fits), read without its locks:
     for a quote, warning before the order is sent. The order is checked again under them."""
-    try:
-        _refuse_over_limits(organization, demand, *_limits(organization))
-    except QuotaExceeded as refusal:
-        return refusal.message
-    return None
+    return quota_refusals(organization=organization, demands={None: demand}).get(None)
 
 
-def _refuse_over_limits(
-    organization: Organization, demand: Usage, org_limits: list, park_limits: list
-) -> None:
-    checks = []
-    if org_limits:
-        held = organization_usage(organization)
-        checks += [(limit, held) for limit in org_limits]
-    if park_limits:
-        held = park_usage(organization.park)
-        checks += [(limit, held) for limit in park_limits]
+def quota_refusals(*, organization: Organization, demands: Mapping) -> dict:
+    """`quota_refusal` for each of `demands` ({key: Usage}): {key: refusal} for those that
+    would not fit. What the quotas stand at is read once for all of them (the catalog asks
+    for each of its cards)."""
+    standing = _Standing(organization, *_limits(organization))
+    refusals = {}
+    for key, demand in demands.items():
+        try:
+            _refuse_over_limits(organization, demand, standing)
+        except QuotaExceeded as refusal:
+            refusals[key] = refusal.message
+    return refusals
+
+
+def flavor_refusals(organization: Organization, offers: list) -> dict[int, str]:
+    """{flavor id: the quota refusal} for the offers ([(flavor, hourly price or None), …]) of
+    which one host with the flavor's system disk would not fit the organization's quotas now:
+    the catalog's `ORDER_REFUSALS`."""
+    demands = {
+        flavor.pk: demand_for(
+            flavor=flavor,
+            system_disk_gb=flavor.system_disk_gb,
+            data_disk_gb=0,
+            hourly_minor=hourly_minor,
+        )
+        for flavor, hourly_minor in offers
+    }
+    return quota_refusals(organization=organization, demands=demands)
+
+
+class _Standing:
+    """An organization's limits with what each counts against: the organization's or its
+    park's holdings (each read once), and a spend limit's committed spend (read when first
+    asked)."""
+
+    def __init__(self, organization: Organization, org_limits: list, park_limits: list):
+        self.checks = []
+        if org_limits:
+            held = organization_usage(organization)
+            self.checks += [(limit, held) for limit in org_limits]
+        if park_limits:
+            held = park_usage(organization.park)
+            self.checks += [(limit, held) for limit in park_limits]
+        self._spent = {}
+
+    def spent(self, limit: QuotaLimit) -> int:
+        if limit.pk not in self._spent:
+            self._spent[limit.pk] = committed_spend(spend_scope(limit))
+        return self._spent[limit.pk]
+
+
+def _refuse_over_limits(organization: Organization, demand: Usage, standing: _Standing) -> None:
     spend_wanted = None
-    for limit, held in checks:
+    for limit, held in standing.checks:
         if limit.resource == QuotaResource.MONTHLY_SPEND:
             if spend_wanted is None:
                 spend_wanted = demand.spend_minor()
@@ -281,7 +323,7 @@ def _refuse_over_limits(
                 limit,
                 spend_wanted,
                 asks=demand.asks_anything(),
-                used=committed_spend(spend_scope(limit)),
+                used=standing.spent(limit),
             )
             continue
         wanted = demand.amount(limit)
@@ -325,8 +367,17 @@ def _quota_message(limit: QuotaLimit, used, wanted, *, shown_limit=None) -> str:
         if limit.resource == QuotaResource.MODEL_ACCELERATORS
         else str(limit.get_resource_display())
     )
-    shown_limit = limit.limit if shown_limit is None else shown_limit
-    values = {"what": what, "used": used, "wanted": wanted, "limit": shown_limit}
+    values = {
+        "what": what,
+        **{
+            name: value if isinstance(value, str) else figure(value)  # money comes formatted
+            for name, value in (
+                ("used", used),
+                ("wanted", wanted),
+                ("limit", limit.limit if shown_limit is None else shown_limit),
+            )
+        },
+    }
     if limit.organization_id:
         text = _(
             "Over your organization's quota for %(what)s: %(used)s in use + %(wanted)s asked "

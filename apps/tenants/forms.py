@@ -1,4 +1,6 @@
 from django import forms
+from django.urls import reverse
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from apps.tenants.credit_code import validate_credit_code
@@ -10,6 +12,16 @@ from apps.tenants.roles import roles_assignable_by
 class OrganizationForm(forms.Form):
     name = forms.CharField(label=_("Organization name"), max_length=120)
     park = forms.ModelChoiceField(label=_("Park"), queryset=Park.objects.all(), empty_label=None)
+    accept_terms = forms.BooleanField(
+        error_messages={"required": _("Accept the terms of service to create your enterprise.")}
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["accept_terms"].label = format_html(
+            _('I accept the <a href="{}" target="_blank">terms of service</a>.'),
+            reverse("portal:terms"),
+        )
 
 
 class VerificationForm(forms.Form):

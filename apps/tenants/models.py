@@ -113,6 +113,9 @@ class Organization(models.Model):
     licence = models.FileField(_("business licence"), upload_to=licence_path, blank=True)
     verification_submitted_at = models.DateTimeField(_("submitted at"), null=True, blank=True)
     verification_decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
+    # When its creator accepted the terms of service (/terms/) for it; empty for the
+    # organizations created before sign-up asked, and those made by operators' scripts.
+    terms_accepted_at = models.DateTimeField(_("terms accepted at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:

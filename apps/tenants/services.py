@@ -58,8 +58,11 @@ def _hash(secret: str) -> str:
 
 
 @transaction.atomic(durable=True)
-def create_organization(*, user, park: Park, name: str) -> Organization:
-    """A signed-up user creates an enterprise in a park and becomes its owner."""
+def create_organization(
+    *, user, park: Park, name: str, accepted_terms: bool = False
+) -> Organization:
+    """A signed-up user creates an enterprise in a park and becomes its owner; `accepted_terms`:
+    they accepted the terms of service for it, now."""
     name = name.strip()
     if not name:
         raise DomainError(_("Give the organization a name."), code="name_required")
@@ -68,7 +71,12 @@ def create_organization(*, user, park: Park, name: str) -> Organization:
     while Organization.objects.filter(park=park, slug=slug).exists():
         n += 1
         slug = f"{base}-{n}"
-    organization = Organization.objects.create(park=park, name=name, slug=slug)
+    organization = Organization.objects.create(
+        park=park,
+        name=name,
+        slug=slug,
+        terms_accepted_at=timezone.now() if accepted_terms else None,
+    )
     Membership.objects.create(organization=organization, user=user, role=Role.OWNER)
     _enter_tier(organization, "unverified")
     record_event(action="organization.created", actor=user, target=organization)

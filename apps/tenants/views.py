@@ -5,12 +5,11 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404
 from django.shortcuts import redirect, render
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from apps.core.numbers import parse_id
-from apps.core.web import refusals
+from apps.core.web import back_to, refusals
 from apps.tenants import services
 from apps.tenants.decorators import organization_view
 from apps.tenants.forms import (
@@ -35,7 +34,10 @@ def organization_create(request):
     if request.method == "POST" and form.is_valid():
         with refusals(request, form) as outcome:
             organization = services.create_organization(
-                user=request.user, park=form.cleaned_data["park"], name=form.cleaned_data["name"]
+                user=request.user,
+                park=form.cleaned_data["park"],
+                name=form.cleaned_data["name"],
+                accepted_terms=form.cleaned_data["accept_terms"],
             )
         if not outcome.refused:
             request.session[SESSION_KEY] = organization.pk
@@ -57,13 +59,7 @@ def organization_switch(request):
     if membership is None:
         raise Http404
     request.session[SESSION_KEY] = membership.organization_id
-    target = request.POST.get("next", "")
-    # A path on this site only: redirect() would read "x" without a "/" as a URL name, and fail.
-    if not target.startswith("/") or not url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        target = "tenants:organization"
-    return redirect(target)
+    return redirect(back_to(request, "tenants:organization"))
 
 
 @organization_view()

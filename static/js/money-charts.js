@@ -3,6 +3,7 @@
 document.addEventListener("DOMContentLoaded", function () {
   var locale = document.documentElement.lang.indexOf("zh") === 0 ? "ZH" : "EN";
   var major = function (minor) { return (minor / 100).toFixed(2); };
+  var axes = loamAxes(document.documentElement.lang);
   document.querySelectorAll("[data-money-chart]").forEach(function (element) {
     var data = JSON.parse(document.getElementById(element.dataset.moneyChart).textContent);
     var chart = echarts.init(element, null, {locale: locale});
@@ -10,7 +11,7 @@ document.addEventListener("DOMContentLoaded", function () {
       tooltip: {trigger: "axis", valueFormatter: major},
       legend: {top: 0, type: "scroll"},
       grid: {left: 64, right: 16, top: 40, bottom: 32},
-      xAxis: {type: "category", data: data.x},
+      xAxis: {type: "category", data: data.x, axisLabel: {formatter: axes.isoDate}},
       yAxis: {type: "value", axisLabel: {formatter: major}},
       series: data.series.map(function (s) {
         return {name: s.name, type: "bar", stack: "total", data: s.data};

@@ -9,11 +9,16 @@ document.addEventListener("DOMContentLoaded", function () {
   var locale = document.documentElement.lang.indexOf("zh") === 0 ? "ZH" : "EN";
   var times = data.times.map(function (t) { return new Date(t); });
   function pairs(values) { return values.map(function (v, i) { return [times[i], v]; }); }
+  var axes = loamAxes(document.documentElement.lang);
+  var span = times.length ? times[times.length - 1] - times[0] : 0;
   var base = {
     tooltip: {trigger: "axis"},
     legend: {top: 0},
     grid: {left: 48, right: 16, top: 36, bottom: 40},
-    xAxis: {type: "time"},
+    xAxis: {
+      type: "time",
+      axisLabel: {hideOverlap: true, formatter: function (value) { return axes.time(value, span); }}
+    },
     dataZoom: [{type: "inside"}]
   };
   var utilization = echarts.init(utilizationElement, null, {locale: locale});

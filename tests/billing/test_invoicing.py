@@ -14,7 +14,7 @@ import pytest
 from django.db.models import Sum
 from django.utils import timezone
 
-from apps.billing import invoicing
+from apps.billing import invoicing, selectors
 from apps.billing.models import (
     BillingMode,
     Invoice,
@@ -255,3 +255,29 @@ def test_an_issued_invoice_is_sent_to_subscribed_webhooks(march, world):
     ) == (2052, 123, 2175)
     assert payload["data"]["currency"] == "CNY"
     assert payload["data"]["state"] == InvoiceState.PAID
+
+
+def test_the_invoice_reads_one_item_per_flavor_and_per_size_summing_to_its_total(march):
+    """Issue 35: hosts A and B, both of the one-card flavor, are one item of their hours and
+    rate; A's 100 GB disk another; the items' amounts add up to the total exactly."""
+    _clock, a, _b = march
+    (invoice,) = invoicing.issue_due_invoices(now=timezone.now())
+    assert [line.hourly_minor for line in invoice.lines.all()] == [
+        Decimal(1000),  # ¥10.00 an hour
+        Decimal(5),  # 100 GB at ¥0.36 a GB a month: ¥0.05 an hour
+        Decimal(1000),
+    ]
+    items = selectors.invoice_items(invoice)
+    flavor = a.flavor
+    assert [(i.label, i.kind, i.seconds, i.hours, i.unit_price, i.amount_minor) for i in items] == [
+        (
+            f"{flavor.code} · 1 × {flavor.accelerator_model}",
+            MeterKind.COMPUTE,
+            3870 + 3600,
+            Decimal("2.08"),
+            "¥10.00",
+            1075 + 1000,
+        ),
+        ("100 GB", MeterKind.DISK, 72000, Decimal("20.00"), "¥0.05", 100),
+    ]
+    assert sum(item.amount_minor for item in items) == invoice.total_minor

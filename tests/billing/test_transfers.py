@@ -30,7 +30,12 @@ from apps.billing.services import wallet_of
 from apps.core.errors import InvalidTransition, PermissionDenied
 from apps.core.models import AuditEvent
 from apps.core.transitions import transition
-from tests.factories import OrganizationFactory, ParkFactory, ParkOperatorFactory
+from tests.factories import (
+    OrganizationFactory,
+    ParkFactory,
+    ParkOperatorFactory,
+    UsageRecordFactory,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
 
@@ -1016,7 +1021,35 @@ def test_the_form_starts_from_the_organization_and_the_users_email(
     assert f'value="{organization.legal_name}"' in html  # the registered name, not the short one
     assert f'value="{organization.credit_code}"' in html
     assert f'value="{owner.email}"' in html
-    assert 'name="amount" value="2000"' in html  # what may still be invoiced
+
+
+def test_the_amount_starts_from_what_was_used_and_not_yet_invoiced(
+    paying_tenant, organization, owner
+):
+    """¥2,000.00 paid in, ¥300.00 used, ¥100.00 of it invoiced already: the form suggests the
+    ¥200.00 used and not invoiced, not the ¥1,900.00 still unspent or uninvoiced (issue 35)."""
+    UsageRecordFactory(organization=organization, amount_minor=10_000)
+    UsageRecordFactory(organization=organization, amount_minor=20_000)
+    transfers.request_vat_invoice(
+        organization=organization, actor=owner, **invoice_fields(amount_minor=10_000)
+    )
+    assert transfers.used_not_invoiced_minor(organization) == 20_000
+
+    html = paying_tenant.get(reverse("billing:vat_invoices")).content.decode()
+    assert 'name="amount" value="200"' in html
+    assert "what you used and have not had invoiced yet (¥200.00)" in html
+    assert "You may ask for up to ¥1,900.00" in html
+
+
+def test_nothing_used_leaves_the_amount_empty(paying_tenant):
+    html = paying_tenant.get(reverse("billing:vat_invoices")).content.decode()
+    assert re.search(r'<input type="number" name="amount"(?![^>]*value=)', html)
+
+
+def test_the_suggestion_never_exceeds_what_was_paid_in(organization, owner):
+    paid_in(organization, 5_000)
+    UsageRecordFactory(organization=organization, amount_minor=20_000)  # postpaid, in debt
+    assert transfers.used_not_invoiced_minor(organization) == 5_000
 
 
 # --- VAT invoices: who may do what -----------------------------------------------------------

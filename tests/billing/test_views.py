@@ -407,3 +407,22 @@ def test_issuing_with_nothing_to_invoice_says_so(as_user, organization, operator
 def test_an_unknown_action_is_not_found(as_user, organization, operator):
     response = as_user(operator).post(ops_organization(organization), {"action": "steal"})
     assert response.status_code == 404
+
+
+def test_an_invoice_page_has_an_item_per_flavor_with_hours_and_unit_price(
+    clock, world, running_host, operator, owner, as_user, settings
+):
+    """Issue 35: two hosts of one flavor are one item, not one line per host only."""
+    from apps.billing import invoicing
+
+    settings.LOAM_INVOICE_TAX_RATE = "0.06"
+    first = running_host(1, name="trainer")
+    running_host(1, name="tester")
+    clock.shift(7200)
+    issued = invoicing.issue_on_demand(organization=world.organization, operator=operator)
+    page = as_user(owner).get(reverse("billing:invoice_detail", kwargs={"invoice_id": issued.pk}))
+    html = page.content.decode()
+    (item,) = re.findall(r'<tr class="invoice-item" data-kind="compute">(.*?)</tr>', html, re.S)
+    assert first.flavor.code in item
+    assert "4.00" in item and "¥10.00" in item and "¥40.00" in item
+    assert [line.description for line in page.context["lines"]] == ["trainer", "tester"]

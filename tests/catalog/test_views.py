@@ -21,6 +21,8 @@ from apps.catalog.models import AcceleratorModel, Flavor, Region, ResourceType
 from apps.catalog.selectors import CatalogFilters, catalog_flavors
 from apps.operations import demo
 from apps.orchestration.models import Node
+from apps.quotas.models import QuotaLimit, QuotaResource
+from apps.quotas.services import organization_usage
 from apps.tenants.models import Membership, Park
 from tests.factories import (
     AllocationFactory,
@@ -60,7 +62,7 @@ def english(client):
 def demo_park(db, settings):
     # A fast hasher: seeding hashes three demo passwords.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    call_command("seed_demo", stdout=io.StringIO())
+    call_command("seed_demo", "--no-life", stdout=io.StringIO())
     return Park.objects.get(slug=demo.PARK["slug"])
 
 
@@ -399,6 +401,43 @@ def test_a_visitor_sees_every_parks_flavors(client, demo_park, organization):
     PriceFactory(region=region, flavor__code="elsewhere.1x")
 
     assert set(card_codes(catalog(client))) == ALL | {"elsewhere.1x"}
+
+
+def card_of(html: str, code: str) -> str:
+    start = html.index(f'data-flavor="{code}"')
+    return html[start : html.index("</div></div>", start)]
+
+
+def test_a_card_the_tenants_quota_would_refuse_says_so_instead_of_order_now(client, demo_park):
+    """The demo enterprise may hold 60 compute units more than it holds: an h200.8x (8 × 9.89)
+    would pass that, an h200.4x would not; the card says it in the words the order would be
+    refused with."""
+    membership = Membership.objects.select_related("organization").get(
+        organization__slug=demo.ENTERPRISE["slug"]
+    )
+    held = organization_usage(membership.organization).compute_units
+    QuotaLimit.objects.filter(organization=membership.organization).delete()
+    QuotaLimit.objects.create(
+        park=demo_park,
+        organization=membership.organization,
+        resource=QuotaResource.COMPUTE_UNITS,
+        limit=int(held) + 60,
+    )
+    client.force_login(membership.user)
+
+    html = html_of(catalog(client))
+
+    over, within = card_of(html, "h200.8x"), card_of(html, "h200.4x")
+    assert "quota-refusal" in over and "Normalized compute units" in over
+    assert "Order now" not in over
+    assert "quota-refusal" not in within and "Order now" in within
+    table = html_of(catalog(client, view="table"))
+    row = table[table.index('data-flavor="h200.8x"') :].split("</tr>")[0]
+    assert "Over your quota" in row and "Order now" not in row
+
+
+def test_a_visitor_sees_no_quota_on_the_cards(client, demo_park):
+    assert "quota-refusal" not in html_of(catalog(client))
 
 
 # --- The flavor page -------------------------------------------------------------------------

@@ -2,12 +2,15 @@
 verification and the licence, members and invitations, and API keys."""
 
 import re
+from datetime import UTC, datetime
 from hashlib import sha256
 
 import pytest
+import time_machine
 from django.core import mail
 from django.core.files.base import ContentFile
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
 from django.utils.html import escape
 
 from apps.tenants import services
@@ -63,7 +66,10 @@ def test_create_makes_the_user_owner_and_switches_to_the_new_organization(
     client, owner, organization
 ):
     client.force_login(owner)
-    response = client.post("/org/new/", {"name": "Acme Robotics", "park": organization.park.pk})
+    response = client.post(
+        "/org/new/",
+        {"name": "Acme Robotics", "park": organization.park.pk, "accept_terms": "on"},
+    )
 
     assert response.status_code == 302
     assert response["Location"] == "/org/"
@@ -90,10 +96,32 @@ def test_create_with_an_empty_name_is_422_with_the_error(client, park):
 def test_create_with_a_blank_name_is_refused_by_the_service(client, park):
     user = UserFactory()
     client.force_login(user)
-    response = client.post("/org/new/", {"name": "   ", "park": park.pk})
+    response = client.post("/org/new/", {"name": "   ", "park": park.pk, "accept_terms": "on"})
 
     assert response.status_code == 422
     assert not Organization.objects.exists()
+
+
+def test_create_asks_for_the_terms_and_records_when_they_were_accepted(client, park):
+    user = UserFactory()
+    client.force_login(user)
+    form = client.get("/org/new/")
+    assert f'href="{reverse("portal:terms")}"' in html_of(form)
+
+    refused = client.post("/org/new/", {"name": "Acme Robotics", "park": park.pk})
+    assert refused.status_code == 422
+    assert "Accept the terms of service to create your enterprise." in html_of(refused)
+    assert not Organization.objects.exists()
+
+    with time_machine.travel(datetime(2026, 12, 4, 9, tzinfo=UTC), tick=False):
+        client.post("/org/new/", {"name": "Acme Robotics", "park": park.pk, "accept_terms": "on"})
+    accepted = Organization.objects.get().terms_accepted_at
+    assert accepted == datetime(2026, 12, 4, 9, tzinfo=UTC)
+
+
+def test_the_terms_page_is_public_and_says_it_is_a_placeholder(client):
+    html = html_of(client.get(reverse("portal:terms")))
+    assert "Terms of service" in html and 'id="terms-placeholder"' in html
 
 
 def test_switch_to_an_organization_of_the_user(client, owner, organization, park):

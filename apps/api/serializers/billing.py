@@ -51,6 +51,9 @@ class InvoiceLineSerializer(serializers.ModelSerializer):
             "quantity",
             "seconds",
             "compute_unit_milliseconds",
+            # The rate its records were priced at, as a usage record's (null on lines issued
+            # before it was kept); a line is still one host's or task's, as before.
+            "hourly_minor",
             "amount_minor",
         ]
         read_only_fields = fields

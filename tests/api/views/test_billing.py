@@ -68,6 +68,7 @@ def test_invoice_carries_its_lines_and_tax_rate(client, organization, read_key):
         seconds=3600,
         quantity=1,
         compute_unit_milliseconds=3600_000,
+        hourly_minor=10_000,
         amount_minor=10_000,
     )
 
@@ -83,6 +84,7 @@ def test_invoice_carries_its_lines_and_tax_rate(client, organization, read_key):
             "quantity": 1,
             "seconds": 3600,
             "compute_unit_milliseconds": 3600_000,
+            "hourly_minor": "10000.000000",
             "amount_minor": 10_000,
         }
     ]
