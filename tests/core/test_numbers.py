@@ -1,11 +1,15 @@
-"""Ids and counts read from text are ASCII digits only, and fit a bigint."""
+"""Ids and counts read from text are ASCII digits only, and fit a bigint; measures are written
+as people read them."""
+
+from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.template import Context, Template
 from django.test import Client
 
 from apps.catalog.models import AcceleratorModel, Region
-from apps.core.numbers import IdsField, parse_id
+from apps.core.numbers import IdsField, figure, parse_id
 from apps.orders.models import InstanceState
 from tests.factories import InstanceFactory, RegionFactory
 
@@ -78,3 +82,25 @@ def test_a_choice_by_code_takes_codes_that_are_no_ids():
     with pytest.raises(ValidationError) as refused:
         field.clean(["atlantis"])
     assert refused.value.code == "invalid_choice"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (Decimal("158.240"), "158.24"),
+        (Decimal("39.560"), "39.56"),
+        (Decimal("79.120"), "79.12"),
+        (12000, "12,000"),
+        (Decimal("60.000"), "60"),
+        (Decimal("0.005"), "0.01"),
+        (-3, "-3"),
+        (1234567.891, "1,234,567.89"),
+    ],
+)
+def test_a_measure_is_written_as_people_read_it(value, shown):
+    assert figure(value) == shown
+
+
+def test_the_quota_rows_show_compute_units_as_figures():
+    template = Template("{% load numbers %}{{ used|figure }} / {{ limit|figure }}")
+    assert template.render(Context({"used": Decimal("158.240"), "limit": 200})) == "158.24 / 200"
