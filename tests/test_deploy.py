@@ -348,9 +348,17 @@ def test_the_migration_job_is_named_after_its_spec_so_applying_again_changes_no_
 # --- deploy/run-local.sh: the port it serves on ------------------------------------------------
 
 
-def run_local(tmp_path: Path, **env: str) -> tuple[str, list[str]]:
-    """Run deploy/run-local.sh in a copy of the tree whose setup, python and celery are stubs:
-    the LOAM_BASE_URL the development server got, and its arguments."""
+def run_local(tmp_path: Path, *args: str, **env: str) -> tuple[str, list[str]]:
+    """Run deploy/run-local.sh (with `args`) in a copy of the tree whose setup, python and
+    celery are stubs: the LOAM_BASE_URL the development server got, and its arguments."""
+    _calls, runserver = run_local_calls(tmp_path, *args, **env)
+    base_url, *server_args = runserver.split()
+    return base_url, server_args
+
+
+def run_local_calls(tmp_path: Path, *args: str, **env: str) -> tuple[list[str], str]:
+    """Every python call of run-local.sh ("<its LOAM_BASE_URL> <arguments>"), and the one that
+    runs the development server."""
     tree = tmp_path / "tree"
     (tree / "deploy").mkdir(parents=True)
     (tree / "deploy" / "run-local.sh").write_text((DEPLOY / "run-local.sh").read_text())
@@ -365,14 +373,14 @@ def run_local(tmp_path: Path, **env: str) -> tuple[str, list[str]]:
         (stubs / stub).chmod(0o755)
     # Its status is left unread: the EXIT trap's kill finds the stub worker already gone.
     subprocess.run(
-        ["bash", str(tree / "deploy" / "run-local.sh")],
+        ["bash", str(tree / "deploy" / "run-local.sh"), *args],
         env={"PATH": "/usr/bin:/bin", **env},
         capture_output=True,
         timeout=30,
     )
-    [runserver] = [line for line in calls.read_text().splitlines() if " runserver " in line]
-    base_url, *args = runserver.split()
-    return base_url, args
+    lines = calls.read_text().splitlines()
+    [runserver] = [line for line in lines if " runserver " in line]
+    return lines, runserver
 
 
 @pytest.mark.parametrize(
@@ -390,6 +398,28 @@ def run_local(tmp_path: Path, **env: str) -> tuple[str, list[str]]:
 )
 def test_run_local_serves_on_loam_port_and_links_follow_it(tmp_path, env, base_url, address):
     assert run_local(tmp_path, **env) == (base_url, ["manage.py", "runserver", address])
+
+
+def test_run_local_takes_the_port_as_its_argument_too(tmp_path):
+    assert run_local(tmp_path, "8124", LOAM_PORT="8123") == (
+        "http://127.0.0.1:8124",
+        ["manage.py", "runserver", "127.0.0.1:8124"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "base_url"),
+    [
+        ((), {}, "http://127.0.0.1:8000"),
+        ((), {"LOAM_PORT": "8123"}, "http://127.0.0.1:8123"),
+        (("8124",), {}, "http://127.0.0.1:8124"),
+    ],
+    ids=["default", "loam-port", "argument"],
+)
+def test_run_local_has_the_demo_print_its_links_on_its_port(tmp_path, args, env, base_url):
+    calls, _runserver = run_local_calls(tmp_path, *args, **env)
+    [seed] = [line for line in calls if " seed_demo" in line]
+    assert seed == f"{base_url} manage.py seed_demo --base-url {base_url}"
 
 
 def fresh_database(url: str, suffix: str) -> str:

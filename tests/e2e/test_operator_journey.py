@@ -99,7 +99,7 @@ def park_with_work(park):
 def test_operator_journey(page: Page, live_server, screenshot, settings, tmp_path):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.MEDIA_ROOT = tmp_path
-    call_command("seed_demo", stdout=io.StringIO())
+    call_command("seed_demo", "--no-life", stdout=io.StringIO())
     park = Park.objects.get(slug=demo.PARK["slug"])
     newco, order = park_with_work(park)
     expect.set_options(timeout=TIMEOUT_MS)

@@ -39,7 +39,7 @@ def card_codes(page: Page) -> set[str]:
 @pytest.mark.django_db(transaction=True)
 def test_tenant_journey(page: Page, live_server, screenshot, settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    call_command("seed_demo", stdout=io.StringIO())
+    call_command("seed_demo", "--no-life", stdout=io.StringIO())
     # The operators drained the H200 nodes: H200 flavors are listed but not available now.
     Node.objects.filter(pool__accelerator_model__name="H200 SXM").update(is_drained=True)
     expect.set_options(timeout=TIMEOUT_MS)

@@ -28,6 +28,8 @@ def recorded_actions() -> list[str]:
         for node in ast.walk(ast.parse(source.read_text())):
             if not isinstance(node, ast.Call):
                 continue
+            if getattr(node.func, "attr", None) == "add_argument":
+                continue  # a command's option (argparse's action="store_true"), not an audit
             given = [k.value for k in node.keywords if k.arg == "action"]
             if getattr(node.func, "id", None) == "_audit" and node.args:
                 given.append(node.args[0])

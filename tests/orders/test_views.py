@@ -89,7 +89,7 @@ def english_pages(client):
 @pytest.fixture
 def demo_park(db, settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    call_command("seed_demo", stdout=io.StringIO())
+    call_command("seed_demo", "--no-life", stdout=io.StringIO())
     Backend.objects.update(config={})  # the simulator answers at once
     return Park.objects.get(slug=demo.PARK["slug"])
 

@@ -17,6 +17,13 @@ Config (all optional):
     task_seconds: float           how long a training task runs (default 0: done at the first poll)
     task_failure_rate: 0.0..1.0   share of training tasks that exit with an error; which ones is
                                   a stable draw per task (seed, node, name, command)
+    tasks: {name: {"seconds": s, "exit_code": n}}  scripted runs: how long the training task of
+                                  that name runs and how it exits (the demo's history), instead
+                                  of task_seconds and the draw
+
+It keeps time by the portal's clock (django.utils.timezone.now), as the rest of the portal does:
+whatever runs the portal at another moment (a test's frozen clock, the demo's history written
+at past moments) runs its simulated backend there too.
 
 Its hosts' networks (`set_network`) are simulated too: a host's forwarded ports are the same
 ports of its own made-up address, and nothing refuses them (nor takes an injected failure).
@@ -27,9 +34,11 @@ Tests inject failures precisely with `SimulatorDriver.fail_next(...)`.
 import hashlib
 import random
 import threading
-import time
 from collections import deque
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+
+from django.utils import timezone
 
 from apps.orchestration.backends.base import (
     PURPOSE_MAPPING,
@@ -59,6 +68,11 @@ _injected_lock = threading.Lock()
 # One random stream per seed for the whole process: drivers are built per call, and a fresh
 # Random(seed) each time would draw the same first number forever (all calls fail, or none).
 _streams: dict = {}
+
+
+def _now() -> float:
+    """The portal's clock, in epoch seconds."""
+    return timezone.now().timestamp()
 
 
 class SimulatorDriver:
@@ -200,7 +214,7 @@ class SimulatorDriver:
         if failure is not None and failure.transient:
             raise failure  # not accepted: the job asks again
         outcome = "fault" if failure is not None else "ok"
-        return f"simhost:{operation}:{time.time() + latency!r}:{outcome}:{host}"
+        return f"simhost:{operation}:{_now() + latency!r}:{outcome}:{host}"
 
     def provision(self, spec: HostSpec) -> str:
         digest = hashlib.sha256(f"{spec.node}/{spec.name}".encode()).hexdigest()
@@ -233,7 +247,7 @@ class SimulatorDriver:
             kind = ""
         if kind != "simhost":
             raise BackendError(f"simulator: no host request {request!r}")
-        if time.time() < done_at:
+        if _now() < done_at:
             return HostRequestStatus(done=False)
         if outcome == "fault":
             raise BackendError(f"simulator: {operation} failed (simulated hardware fault)")
@@ -268,7 +282,8 @@ class SimulatorDriver:
 
     # --- training tasks --------------------------------------------------------------------------
     # The handle carries what a later look needs (drivers are built per call and keep nothing):
-    # "simtask-<digest>-<start, epoch seconds>-<run seconds>".
+    # "simtask-<digest>-<start, epoch seconds>-<run seconds>", and "-x<exit code>" after it for a
+    # scripted run (`tasks`).
 
     TASK_STEPS = 3
 
@@ -277,44 +292,59 @@ class SimulatorDriver:
         digest = hashlib.sha256(
             f"{self.config.get('seed')}/{spec.node}/{spec.name}/{spec.command}".encode()
         ).hexdigest()[:12]
-        seconds = float(self.config.get("task_seconds", 0))
-        return f"simtask-{digest}-{int(time.time())}-{seconds:g}"
-
-    def _run_of(self, handle: str) -> tuple[str, bool, int, bool]:
-        """(digest, done, steps printed, failed) of a simulated run, read off its handle."""
+        script = (self.config.get("tasks") or {}).get(spec.name)
         try:
-            _, digest, started, seconds = handle.split("-")
+            seconds = float((script or {}).get("seconds", self.config.get("task_seconds", 0)))
+            exit_code = "" if script is None else f"-x{int(script.get('exit_code', 0))}"
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise BackendError(f"Simulator config is invalid: {exc!r}") from exc
+        return f"simtask-{digest}-{int(_now())}-{seconds:g}{exit_code}"
+
+    def _run_of(self, handle: str) -> tuple[str, float, float, int, int | None]:
+        """(digest, start and run seconds, steps printed, exit code once done) of a simulated
+        run, read off its handle."""
+        try:
+            _, digest, started, seconds, *scripted = handle.split("-")
             started, seconds = int(started), float(seconds)
             draw = int(digest[:4], 16) / 0xFFFF
+            if scripted:
+                (code,) = scripted
+                exit_code = int(code.removeprefix("x"))
+            else:
+                exit_code = int(draw < float(self.config.get("task_failure_rate", 0)))
         except ValueError as exc:
             raise BackendError(f"simulator: no task {handle!r}") from exc
-        elapsed = time.time() - started
+        elapsed = _now() - started
         done = elapsed >= seconds
         steps = self.TASK_STEPS if done else int(self.TASK_STEPS * elapsed / seconds)
-        failed = done and draw < float(self.config.get("task_failure_rate", 0))
-        return digest, done, steps, failed
+        return digest, started, seconds, steps, exit_code if done else None
 
     def task_status(self, handle: str) -> TaskStatus:
+        """With the run's own start and end, as a batch system's accounting gives them."""
         self._call("task_status")
-        _digest, done, _steps, failed = self._run_of(handle)
-        if not done:
-            return TaskStatus(TASK_RUNNING)
-        if failed:
+        _digest, started, seconds, _steps, exit_code = self._run_of(handle)
+        started_at = datetime.fromtimestamp(started, UTC)
+        if exit_code is None:
+            return TaskStatus(TASK_RUNNING, started_at=started_at)
+        times = {"started_at": started_at, "finished_at": started_at + timedelta(seconds=seconds)}
+        if exit_code:
             return TaskStatus(
                 TASK_FAILED,
-                message="simulator: the task exited with code 1 (simulated)",
-                exit_code=1,
+                message=f"simulator: the task exited with code {exit_code} (simulated)",
+                exit_code=exit_code,
+                **times,
             )
-        return TaskStatus(TASK_SUCCEEDED, exit_code=0)
+        return TaskStatus(TASK_SUCCEEDED, exit_code=0, **times)
 
     def task_logs(self, handle: str) -> str:
-        digest, done, steps, failed = self._run_of(handle)
+        digest, _started, _seconds, steps, exit_code = self._run_of(handle)
+        done = exit_code is not None
         lines = [f"[simulator] task {digest} started"]
         for step in range(1, steps + 1):
             loss = 2.0 / (step + int(digest[4:6], 16) / 255)
             lines.append(f"[simulator] step {step}/{self.TASK_STEPS} loss={loss:.4f}")
         if done:
-            lines.append(f"[simulator] exit code {1 if failed else 0}")
+            lines.append(f"[simulator] exit code {exit_code}")
         return "\n".join(lines)
 
     def cancel_task(self, handle: str) -> None:

@@ -2,11 +2,12 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from allauth.account.models import EmailAddress
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.utils import timezone
 
-from apps.billing.models import EntryKind, LedgerEntry, Wallet
 from apps.catalog.models import (
     TFLOPS_PER_COMPUTE_UNIT,
     AcceleratorModel,
@@ -19,6 +20,12 @@ from apps.catalog.models import (
     ResourceType,
 )
 from apps.operations import demo
+from apps.operations.demo_life import (
+    Cast,
+    give_opening_balance,
+    write_capacity_samples,
+    write_story,
+)
 from apps.orchestration.models import Backend, Pool
 from apps.orchestration.services import register_node
 from apps.quotas.models import QuotaLimit
@@ -28,24 +35,41 @@ PRICES_EFFECTIVE_FROM = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 class Command(BaseCommand):
-    help = "Create (or bring up to date) the demo park, its catalog, capacity and logins."
+    help = (
+        "Create (or bring up to date) the demo park: its catalog, capacity and logins, and a "
+        "month of life (hosts, tasks, usage, invoices, transfers, capacity samples)."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("--base-url", default="http://127.0.0.1:8000")
-
-    @transaction.atomic
-    def handle(self, *args, base_url, **options):
-        park, _ = Park.objects.update_or_create(
-            slug=demo.PARK["slug"], defaults={"name": demo.PARK["name"]}
+        # The portal's own base URL by default: deploy/run-local.sh sets it from its port.
+        parser.add_argument("--base-url", default=settings.LOAM_BASE_URL)
+        parser.add_argument(
+            "--no-life",
+            action="store_true",
+            help="Only the park, its catalog, capacity and logins (for tests that build their "
+            "own world on it).",
         )
-        models = self._accelerator_models()
-        regions = self._regions(park)
-        families = self._families(park, models)
-        self._images(park, models)
-        self._capacity(park, regions, models)
-        self._prices(regions, families)
-        self._people(park)
-        self._report(base_url)
+
+    def handle(self, *args, base_url, no_life=False, **options):
+        with transaction.atomic():
+            park, _created = Park.objects.update_or_create(
+                slug=demo.PARK["slug"], defaults={"name": demo.PARK["name"]}
+            )
+            models = self._accelerator_models()
+            regions = self._regions(park)
+            families = self._families(park, models)
+            self._images(park, models)
+            backend = self._capacity(park, regions, models)
+            self._prices(regions, families)
+            cast = self._people(park, backend)
+        # Through the services, each use case in its own transaction.
+        if no_life:
+            give_opening_balance(cast)
+        else:
+            now = timezone.now()
+            write_story(cast, now=now)
+            write_capacity_samples(park, now=now)
+        self._report(base_url.rstrip("/"))
 
     def _accelerator_models(self):
         models = {}
@@ -127,10 +151,12 @@ class Command(BaseCommand):
             image.compatible_accelerators.set(models[m] for m in model_names if m in models)
 
     def _capacity(self, park, regions, models):
-        backend, _ = Backend.objects.update_or_create(
+        backend, _created = Backend.objects.update_or_create(
             park=park,
             name="simulator-demo",
-            defaults={"driver": "simulator", "config": {"latency_seconds": [1, 3]}},
+            defaults={"driver": "simulator"},
+            # The story sets its config (demo_life: how it answers, which cards idle).
+            create_defaults={"driver": "simulator", "config": demo.LIVE_SIMULATOR},
         )
         for region_code, model_name, node_count, cards in demo.POOLS:
             prefix, vcpu, ram, _price = demo.FAMILIES[model_name]
@@ -155,6 +181,7 @@ class Command(BaseCommand):
                     vcpu=vcpu * cards + 8,
                     ram_gb=ram * cards + 64,
                 )
+        return backend
 
     def _prices(self, regions, families):
         for region_code, model_name, _nodes, _cards in demo.POOLS:
@@ -185,7 +212,7 @@ class Command(BaseCommand):
                     defaults={"amount_minor": amount, "currency": region.park.currency},
                 )
 
-    def _people(self, park):
+    def _people(self, park, backend) -> Cast:
         _user(demo.PLATFORM_ADMIN, is_superuser=True)
         operator = _user(demo.OPERATOR)
         ParkOperator.objects.get_or_create(park=park, user=operator)
@@ -207,19 +234,18 @@ class Command(BaseCommand):
             QuotaLimit.objects.get_or_create(
                 park=park, organization=organization, resource=resource, defaults={"limit": limit}
             )
-        wallet, created = Wallet.objects.get_or_create(
-            organization=organization, defaults={"currency": park.currency}
+        # Its wallet and the money in it are the story's (demo_life).
+        return Cast(
+            park=park,
+            backend=backend,
+            enterprise=organization,
+            owner=owner,
+            operator=operator,
+            tenant_owners={
+                tenant.owner_email: _user({"email": tenant.owner_email})
+                for tenant in demo.OTHER_TENANTS
+            },
         )
-        if created:
-            wallet.balance_minor = demo.ENTERPRISE_OPENING_BALANCE_MINOR
-            wallet.save(update_fields=["balance_minor"])
-            LedgerEntry.objects.create(
-                wallet=wallet,
-                kind=EntryKind.TOP_UP,
-                amount_minor=demo.ENTERPRISE_OPENING_BALANCE_MINOR,
-                balance_after_minor=wallet.balance_minor,
-                description="Demo opening balance",
-            )
 
     def _report(self, base_url):
         out = self.stdout
@@ -248,7 +274,8 @@ def _user(spec, *, is_superuser=False):
         defaults={"email": spec["email"], "is_staff": is_superuser, "is_superuser": is_superuser},
     )
     if created:
-        user.set_password(spec["password"])
+        # Without a password in the spec, no one signs in as it (the story's other tenants).
+        user.set_password(spec.get("password"))
         user.save(update_fields=["password"])
     EmailAddress.objects.update_or_create(
         user=user, email=spec["email"], defaults={"verified": True, "primary": True}
