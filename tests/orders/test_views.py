@@ -897,7 +897,7 @@ def test_expanding_past_the_quota_is_refused(tenant, running, act):
 
     # 100 GB system disk + 20000 > the demo enterprise's 20000 GB of disk.
     (refused,) = messages_of(response, "error")
-    assert english(QuotaResource.DISK_GB.label) in refused and "20000" in refused
+    assert english(QuotaResource.DISK_GB.label) in refused and "20,000" in refused
     instance.refresh_from_db()
     assert instance.data_disk_gb == 0
 
@@ -1077,8 +1077,8 @@ def test_quota_page_shows_used_and_limit(tenant, running, act):
         "accelerators": "0 / 16",
         "compute_units": "0 / 60",
         "vcpu": "0 / 512",
-        "ram_gb": "0 / 4096",
-        "disk_gb": "0 / 20000",
+        "ram_gb": "0 / 4,096",
+        "disk_gb": "0 / 20,000",
         "instances": "0 / 10",
     }
 
@@ -1087,8 +1087,8 @@ def test_quota_page_shows_used_and_limit(tenant, running, act):
 
     assert rows["accelerators"] == "2 / 16"
     assert rows["vcpu"] == "48 / 512"
-    assert rows["ram_gb"] == "480 / 4096"
-    assert rows["disk_gb"] == "300 / 20000"  # 100 GB system disk + 200 GB cloud disk
+    assert rows["ram_gb"] == "480 / 4,096"
+    assert rows["disk_gb"] == "300 / 20,000"  # 100 GB system disk + 200 GB cloud disk
     assert rows["instances"] == "1 / 10"
     used, limit = rows["compute_units"].split(" / ")
     assert (Decimal(used), limit) == (Decimal("19.78"), "60")  # 2 × 989 TFLOPS / 100
