@@ -257,6 +257,9 @@ CELERY_BEAT_SCHEDULE = {
     # Host agents: silent servers marked down; old card samples and orphaned hosts cleared.
     "mark-silent-agent-servers": {"task": "apps.agents.tasks.mark_silent_servers", "schedule": 10},
     "tidy-agent-state": {"task": "apps.agents.tasks.tidy_agent_state", "schedule": 300},
+    # Hosts' monitoring: a sample a minute of each running host whose backend has METRICS (the
+    # simulator's model; agents send theirs), and samples past LOAM_HOST_SAMPLES_KEPT_S pruned.
+    "sample-hosts": {"task": "apps.orders.tasks.sample_hosts", "schedule": 60},
 }
 # How long a host, an operation, a task hand-over or a webhook attempt may wait for its job
 # before the reconciliation sweep sends it again.
@@ -430,6 +433,9 @@ LOAM_BACKEND_DRIVERS = env.list(
 LOAM_AGENT_SILENT_AFTER_S = env.int("LOAM_AGENT_SILENT_AFTER_S", default=20)
 LOAM_AGENT_SAMPLES_KEPT_S = env.int("LOAM_AGENT_SAMPLES_KEPT_S", default=3600)
 LOAM_AGENT_TOKEN_HOURS = env.int("LOAM_AGENT_TOKEN_HOURS", default=24)
+# Hosts' monitoring charts (1 h, 24 h, 7 d): a sample per host and minute, kept a week and a
+# day (the 7-day chart, and a margin for a late prune).
+LOAM_HOST_SAMPLES_KEPT_S = env.int("LOAM_HOST_SAMPLES_KEPT_S", default=8 * 24 * 3600)
 # The ports of a server's public address the portal hands out (each host's SSH port, port
 # mappings), inclusive, where the server's agent names no range of its own: "first-last".
 _public_ports = env.str("LOAM_AGENT_PUBLIC_PORTS", default="20000-29999")

@@ -85,6 +85,7 @@ from apps.orchestration.models import (
 )
 from apps.orders.models import (
     ApprovalPolicy,
+    HostSample,
     IdlePolicy,
     Instance,
     InstanceState,
@@ -490,6 +491,28 @@ class InstanceFactory(Factory):
     def image_fits_flavor(self, create, extracted, **kwargs):
         if create:
             self.image.compatible_accelerators.add(self.flavor.family.accelerator_model)
+
+
+class HostSampleFactory(Factory):
+    """A running host's monitoring sample of this minute: two cards half busy."""
+
+    class Meta:
+        model = HostSample
+
+    instance = factory.SubFactory(InstanceFactory, running=True)
+    at = factory.LazyFunction(lambda: timezone.now().replace(second=0, microsecond=0))
+    gpu_count = 2
+    gpu_utilization_pct = 50.0
+    gpu_memory_used_mib = 40_960
+    gpu_memory_total_mib = 163_840
+    power_w = 800.0
+    cpu_pct = 25.0
+    memory_used_mib = 65_536
+    memory_limit_mib = 262_144
+    disk_used_mib = 102_400
+    disk_size_mib = 512_000
+    net_rx_bytes_per_s = 1_250_000.0
+    net_tx_bytes_per_s = 250_000.0
 
 
 class OrderFactory(Factory):

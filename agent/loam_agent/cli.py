@@ -204,6 +204,7 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
             full_report_s=config.sample_interval_s,
             sequence=ReportSequence(config.state_dir / REPORT_SEQUENCE_FILE),
             stop=stop,
+            usage=runtime.usage,
         )
         threading.Thread(target=hosts.run, name="hosts", daemon=True).start()
     try:

@@ -350,6 +350,11 @@ class AgentHost(models.Model):
         _("public IP"), protocol="IPv4", null=True, blank=True, unique=True
     )
     reported_at = models.DateTimeField(_("reported at"), null=True, blank=True)
+    # The host's usage counters as its last monitoring sample read them ({"taken_at",
+    # "cpu_usage_usec", "net_rx_bytes", "net_tx_bytes"}), which the next sample's rates are
+    # taken from, and when that sample was recorded (`usage.record_host_usage`).
+    usage_counters = models.JSONField(_("usage counters"), default=dict, blank=True)
+    usage_sampled_at = models.DateTimeField(_("usage sampled at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 

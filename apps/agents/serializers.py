@@ -154,6 +154,21 @@ class HeartbeatSerializer(InventorySerializer):
         return attrs
 
 
+class HostUsageSerializer(serializers.Serializer):
+    """A running host's own figures as its agent read them (docs/agent-protocol.md): gauges,
+    and counters that only grow while the host runs, which the portal turns into rates. Every
+    figure is optional and may be null (the agent could not read it)."""
+
+    taken_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    cpu_usage_usec = _figure(serializers.IntegerField, min_value=0, max_value=INT63)
+    memory_used_mib = _figure(serializers.IntegerField, min_value=0, max_value=INT63)
+    memory_limit_mib = _figure(serializers.IntegerField, min_value=0, max_value=INT63)
+    disk_used_mib = _figure(serializers.IntegerField, min_value=0, max_value=INT63)
+    disk_size_mib = _figure(serializers.IntegerField, min_value=0, max_value=INT63)
+    net_rx_bytes = _figure(serializers.IntegerField, min_value=0, max_value=INT63)
+    net_tx_bytes = _figure(serializers.IntegerField, min_value=0, max_value=INT63)
+
+
 class HostReportSerializer(serializers.Serializer):
     id = serializers.CharField(max_length=40)
     generation = serializers.IntegerField(min_value=0, max_value=INT32)
@@ -167,6 +182,8 @@ class HostReportSerializer(serializers.Serializer):
     message = serializers.CharField(
         max_length=2000, allow_blank=True, required=False, default="", trim_whitespace=True
     )
+    # Sent by agents that read their hosts' usage, for running hosts; older agents send none.
+    usage = HostUsageSerializer(required=False, allow_null=True, default=None)
 
 
 class HostReportsSerializer(serializers.Serializer):

@@ -32,6 +32,7 @@ from apps.agents.models import (
     TokenState,
     WantedState,
 )
+from apps.agents.usage import record_host_usage
 from apps.core.audit import record_event
 from apps.core.errors import DomainError, InvalidTransition
 from apps.core.transactions import lock
@@ -556,7 +557,9 @@ def record_host_reports(
     not newer than the report applied last to that host (a retry whose first attempt got
     through, a full report that crossed a newer change on the way) or older than the
     generation the host reported before. A stopped host growing its disk is started once the
-    stop is reported. Returns how many hosts changed."""
+    stop is reported. A running host reported gets its monitoring sample of the minute, once a
+    minute (`usage.record_host_usage`: its cards' figures, and its `usage` where the agent sent
+    it). Returns how many hosts changed."""
     now = now or timezone.now()
     lock(AgentServer, server.pk)
     hosts = {
@@ -565,7 +568,7 @@ def record_host_reports(
             server=server, handle__in=[report["id"] for report in reports]
         )
     }
-    changed, restarted = [], False
+    changed, restarted, running = [], False, []
     for report in reports:
         host = hosts.get(report["id"])
         generation = report["generation"]
@@ -583,10 +586,12 @@ def record_host_reports(
         host.reported_generation = generation
         host.reported_state = report["state"]
         host.reported_message = report.get("message") or ""
-        running = report["state"] == ReportedState.RUNNING
-        host.address = (report.get("address") or "") if running else ""
-        host.ssh_port = report.get("ssh_port") if running else None
+        is_running = report["state"] == ReportedState.RUNNING
+        host.address = (report.get("address") or "") if is_running else ""
+        host.ssh_port = report.get("ssh_port") if is_running else None
         host.reported_at = now
+        if is_running and host.state == WantedState.RUNNING:
+            running.append((host, report.get("usage")))
         if (
             host.start_after is not None
             and generation >= host.start_after
@@ -620,6 +625,8 @@ def record_host_reports(
     )
     if restarted:
         bump_hosts_version(server)
+    if running:
+        record_host_usage(server=server, reports=running, now=now)
     return len(changed)
 
 

@@ -641,11 +641,13 @@ def register_backend(
 def probe_backend(*, backend: Backend, operator=None, now=None) -> Backend:
     """Ask a backend for its capacity and telemetry and record what it said.
 
-    The nodes of its registered pools follow the capacity report (`register_node`); each node's
-    telemetry becomes `Node.telemetry` = {"accelerators": {"<index>": {"util": pct,
-    "idle_since": iso or null}}, "updated_at": iso, "simulated": bool}, where `idle_since` is
-    kept from reading to reading while the device stays under IDLE_BELOW_PCT. A node the driver
-    no longer sees is marked down. Errors are kept on the backend (`last_error`), not raised.
+    The driver is told which accelerators the portal has given to work (the simulator's model
+    reads a card nobody holds as idle). The nodes of its registered pools follow the capacity
+    report (`register_node`); each node's telemetry becomes `Node.telemetry` =
+    {"accelerators": {"<index>": {"util": pct, "idle_since": iso or null}}, "updated_at": iso,
+    "simulated": bool}, where `idle_since` is kept from reading to reading while the device
+    stays under IDLE_BELOW_PCT. A node the driver no longer sees is marked down. Errors are
+    kept on the backend (`last_error`), not raised.
     """
 
     if operator is not None:
@@ -657,11 +659,14 @@ def probe_backend(*, backend: Backend, operator=None, now=None) -> Backend:
         .annotate(devices=Count("accelerators"))
         .order_by("pk")
     )
+    held = _held_devices(nodes)
     try:
         driver = driver_of(backend)
         reported = driver.capacity()
         measure = getattr(driver, "telemetry", None)
-        readings = measure({n.hostname: n.devices for n in nodes}) if callable(measure) else None
+        readings = (
+            measure({n.hostname: n.devices for n in nodes}, held) if callable(measure) else None
+        )
     except BackendError as exc:
         return _backend_checked(backend, error=str(exc), now=now)
     # The backend asked with no row locked; now its nodes, in id order as placement takes
@@ -671,6 +676,19 @@ def probe_backend(*, backend: Backend, operator=None, now=None) -> Backend:
     if readings is not None:
         _record_telemetry(backend, nodes, readings, now)
     return _backend_checked(backend, error="; ".join(problems), now=now)
+
+
+def _held_devices(nodes) -> dict[str, frozenset[int]]:
+    """Hostname -> the indices of its accelerators given to work (a host's or a task's, a
+    task's share of one included), as the simulator's model reads them: one query."""
+    held: dict[str, set[int]] = {node.hostname: set() for node in nodes}
+    names = {node.pk: node.hostname for node in nodes}
+    pairs = Accelerator.objects.filter(
+        node_id__in=list(names), allocation__isnull=False
+    ).values_list("node_id", "index")
+    for node_id, index in pairs:
+        held[names[node_id]].add(index)
+    return {hostname: frozenset(indices) for hostname, indices in held.items()}
 
 
 def _sync_reported_nodes(backend: Backend, reported: list[ReportedPool]) -> list[str]:

@@ -501,3 +501,66 @@ class IdlePolicy(models.Model):
 
     def __str__(self):
         return f"{self.park}"
+
+
+class HostSample(models.Model):
+    """One host's figures over one minute: what the monitoring charts of its page draw over
+    1 h, 24 h or 7 d, averaged per bucket in the database (`monitoring.host_series`).
+
+    Written from two sources: the host agent's reports on agent servers (`apps.agents.usage`,
+    the cards' figures with the host's CPU, memory, disk and network), and, for the backends
+    whose driver has METRICS (the simulator's model), by `tasks.sample_hosts` every minute.
+    One row per host and minute: `at` is the portal's clock at the minute. Only running hosts
+    are sampled, so a stopped host shows a gap. Pruned after LOAM_HOST_SAMPLES_KEPT_S
+    (`monitoring.prune_samples`). A figure its source cannot tell is null, never 0, and is
+    left out of an average."""
+
+    instance = models.ForeignKey(
+        Instance, on_delete=models.CASCADE, related_name="samples", verbose_name=_("instance")
+    )
+    at = models.DateTimeField(_("at"))
+    gpu_count = models.PositiveSmallIntegerField(_("accelerators held"), default=0)
+    gpu_utilization_pct = models.FloatField(_("GPU utilization (%)"), null=True, blank=True)
+    gpu_memory_used_mib = models.PositiveBigIntegerField(
+        _("GPU memory used (MiB)"), null=True, blank=True
+    )
+    gpu_memory_total_mib = models.PositiveBigIntegerField(
+        _("GPU memory (MiB)"), null=True, blank=True
+    )
+    power_w = models.FloatField(_("power (W)"), null=True, blank=True)
+    cpu_pct = models.FloatField(_("CPU (%)"), null=True, blank=True)
+    memory_used_mib = models.PositiveBigIntegerField(_("memory used (MiB)"), null=True, blank=True)
+    memory_limit_mib = models.PositiveBigIntegerField(_("memory (MiB)"), null=True, blank=True)
+    disk_used_mib = models.PositiveBigIntegerField(_("disk used (MiB)"), null=True, blank=True)
+    disk_size_mib = models.PositiveBigIntegerField(_("disk size (MiB)"), null=True, blank=True)
+    net_rx_bytes_per_s = models.FloatField(_("received (bytes/s)"), null=True, blank=True)
+    net_tx_bytes_per_s = models.FloatField(_("sent (bytes/s)"), null=True, blank=True)
+    simulated = models.BooleanField(_("simulated"), default=False)
+
+    class Meta:
+        verbose_name = _("host sample")
+        verbose_name_plural = _("host samples")
+        ordering = ["instance", "at"]
+        constraints = [
+            # Also the index a chart's range read walks: one host, from a time on.
+            models.UniqueConstraint(fields=["instance", "at"], name="host_sample_one_a_minute"),
+            models.CheckConstraint(
+                condition=(
+                    Q(gpu_utilization_pct__isnull=True)
+                    | Q(gpu_utilization_pct__gte=0, gpu_utilization_pct__lte=100)
+                )
+                & (Q(cpu_pct__isnull=True) | Q(cpu_pct__gte=0, cpu_pct__lte=100)),
+                name="host_sample_percentages",
+            ),
+            models.CheckConstraint(
+                condition=(Q(power_w__isnull=True) | Q(power_w__gte=0))
+                & (Q(net_rx_bytes_per_s__isnull=True) | Q(net_rx_bytes_per_s__gte=0))
+                & (Q(net_tx_bytes_per_s__isnull=True) | Q(net_tx_bytes_per_s__gte=0)),
+                name="host_sample_not_negative",
+            ),
+        ]
+        # Pruning walks this one.
+        indexes = [models.Index(fields=["at"], name="host_sample_at")]
+
+    def __str__(self):
+        return f"{self.instance_id} @ {self.at:%Y-%m-%d %H:%M}"

@@ -1,5 +1,6 @@
 """Jobs that call a host's backend driver and report the outcome to the order services, the
-idle policy's pass (beat, every 5 minutes) and the owners' notices about their hosts.
+idle policy's pass (beat, every 5 minutes), the hosts' monitoring samples (beat, every minute)
+and the owners' notices about their hosts.
 
 A driver call only makes a request (backends.base.HostDriver): the job that made it looks at it
 once at once, and while the backend works, a follow-up job looks again after a short countdown
@@ -25,7 +26,7 @@ from django.utils.translation import gettext as _
 
 from apps.orchestration.backends.base import BackendError, HostDriver, HostRequestStatus
 from apps.orchestration.tasks import MAX_RETRIES, retry_if_transient
-from apps.orders import idle, operations, services
+from apps.orders import idle, monitoring, operations, services
 from apps.orders.hosts import host_driver, host_spec
 from apps.orders.models import Instance, InstanceState, Order, OrderKind, OrderState
 from apps.tenants.models import Role
@@ -244,6 +245,13 @@ def reconcile_hosts() -> int:
 def enforce_idle_policies() -> int:
     """Stop hosts idle past their park's threshold where its idle policy says so."""
     return len(idle.enforce_idle_policies())
+
+
+@shared_task
+def sample_hosts() -> dict:
+    """Beat, every minute: a monitoring sample of each running host whose backend's driver has
+    METRICS, and samples past LOAM_HOST_SAMPLES_KEPT_S pruned (`monitoring.sample_hosts`)."""
+    return monitoring.sample_hosts()
 
 
 @shared_task(autoretry_for=(OSError,), retry_backoff=True, max_retries=5)

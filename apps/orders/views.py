@@ -1,11 +1,11 @@
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from apps.billing.selectors import instance_cost, wallet_for
 from apps.billing.services import funds_needed
@@ -13,7 +13,7 @@ from apps.catalog.models import Flavor
 from apps.core.errors import DomainError
 from apps.core.numbers import parse_id
 from apps.core.web import back_to, refusals
-from apps.orders import operations, services
+from apps.orders import monitoring, operations, services
 from apps.orders.forms import (
     BandwidthForm,
     DiskForm,
@@ -193,10 +193,36 @@ def instance_detail(request, instance_id):
         "disk_form": DiskForm(initial={"data_disk_gb": instance.data_disk_gb + 100}),
         "bandwidth_form": BandwidthForm(initial={"bandwidth_mbps": instance.bandwidth_mbps}),
         "network": network_context(request, instance),
+        "monitoring": {
+            "url": reverse("orders:instance_monitoring", kwargs={"instance_id": instance.pk}),
+            "ranges": list(monitoring.RANGES.values()),
+            "default_range": monitoring.DEFAULT_RANGE,
+        },
     }
     if request.htmx:
         return render(request, "orders/partials/_instance_status.html", context)
     return render(request, "orders/instance_detail.html", context)
+
+
+@organization_view()
+@require_GET
+def instance_monitoring(request, instance_id):
+    """The host's monitoring charts over `?range=` (1h, 24h or 7d; 1h by default) as JSON: a
+    point per bucket, averaged in the database. Another organization's host is a 404; an
+    unknown range a 400 that names the ones there are."""
+    instance = get_for_organization(
+        Instance.objects.select_related("pool__backend"), request.organization, pk=instance_id
+    )
+    try:
+        chart = monitoring.chart_range(request.GET.get("range"))
+    except monitoring.UnknownRange as exc:
+        return JsonResponse(
+            {"error": exc.code, "detail": exc.message, "ranges": list(monitoring.RANGES)},
+            status=exc.status,
+        )
+    response = JsonResponse(monitoring.monitoring(instance, chart=chart))
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 OPERATION_FORMS = {

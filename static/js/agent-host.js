@@ -15,6 +15,8 @@ document.addEventListener("DOMContentLoaded", function () {
     xAxis: {type: "time"},
     animation: false
   };
+  // Times of day, and the date at midnight (chart-axes.js), not ECharts' bare day numbers.
+  var axes = typeof loamAxes === "function" ? loamAxes(document.documentElement.lang) : null;
   function chart(id, yAxis) {
     var element = document.getElementById(id);
     var instance = echarts.init(element, null, {locale: locale});
@@ -45,6 +47,10 @@ document.addEventListener("DOMContentLoaded", function () {
       // The window the figures cover, not a range ECharts guesses from one or two points.
       var xAxis = {type: "time", max: new Date(data.updated_at)};
       if (data.since) xAxis.min = new Date(data.since);
+      if (axes) {
+        var span = data.since ? xAxis.max - xAxis.min : 0;
+        xAxis.axisLabel = {hideOverlap: true, formatter: function (value) { return axes.time(value, span); }};
+      }
       charts[figure].setOption({xAxis: xAxis, series: series}, {replaceMerge: ["series"]});
     });
     var text;

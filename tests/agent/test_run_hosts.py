@@ -79,6 +79,11 @@ def test_run_creates_the_listed_host_and_removes_it_when_unlisted(
             last_report(portal, host_id)
         )
         assert ssh_answers(last_report(portal, host_id)["address"], wait_s=2)
+        # Its full reports carry what it uses, read off its cgroups, data disk and veth.
+        wait_for(lambda: last_report(portal, host_id).get("usage"))
+        usage = last_report(portal, host_id)["usage"]
+        assert usage["memory_limit_mib"] == 256 and usage["disk_size_mib"] > 0, usage
+        assert usage["net_rx_bytes"] is not None and usage["net_tx_bytes"] is not None, usage
 
         # The host outlives the agent; the next agent adopts it without restarting it.
         pid = int((state_dir / "hosts" / host_id / "pid").read_text())

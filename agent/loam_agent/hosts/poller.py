@@ -1,7 +1,8 @@
 """The hosts thread of `loam-agent run`: poll the desired hosts, converge, report.
 
 Changes are reported as they happen (from the host workers); the full list goes out at least
-every `full_report_s`, so a report the portal missed heals by itself.
+every `full_report_s`, so a report the portal missed heals by itself, each running host in it
+with what it uses (`usage`: CPU, memory, data disk, network) for the portal's charts.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from loam_agent.client import HostsNotSupported, PortalClient, PortalError, Rejected
 from loam_agent.hosts.model import DesiredHost, HostError, HostStatus
@@ -28,8 +30,10 @@ class HostsPoller:
         full_report_s: float,
         sequence: ReportSequence,
         stop: threading.Event,
+        usage: Callable[[str], dict | None] | None = None,
     ) -> None:
         self._client = client
+        self._usage = usage
         self._poll_interval_s = poll_interval_s
         self._full_report_s = full_report_s
         self._stop = stop
@@ -47,7 +51,7 @@ class HostsPoller:
                 if hosts is not None:
                     self.reconciler.apply(self._parse(hosts))
                 if time.monotonic() - last_full_report >= self._full_report_s:
-                    self._client.report_hosts(*self.reconciler.full_report())
+                    self._client.report_hosts(*self._full_report())
                     last_full_report = time.monotonic()
                 if failing:
                     logger.info("hosts poll works again")
@@ -62,6 +66,22 @@ class HostsPoller:
                 logger.warning("hosts poll failed: %s", error)
                 failing = True
             self._stop.wait(max(0.0, self._poll_interval_s - (time.monotonic() - started)))
+
+    def _full_report(self) -> tuple[int, list[dict]]:
+        """The full list, each running host with its `usage` (CPU, memory, disk, network)."""
+        sequence, hosts = self.reconciler.full_report()
+        if self._usage is not None:
+            for host in hosts:
+                if host["state"] != "running":
+                    continue
+                try:
+                    usage = self._usage(host["id"])
+                except Exception:  # a figure the agent can't read mustn't stop the report
+                    logger.debug("host %s: usage not read", host["id"], exc_info=True)
+                    continue
+                if usage is not None:
+                    host["usage"] = usage
+        return sequence, hosts
 
     @staticmethod
     def _parse(hosts: list[dict]) -> list[DesiredHost]:

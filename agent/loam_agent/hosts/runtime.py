@@ -41,6 +41,7 @@ from loam_agent.hosts.idmap import IDS, bind_shifted, shift_tree
 from loam_agent.hosts.image import is_built, rootfs
 from loam_agent.hosts.model import HOST_ID, ActualHost, DesiredHost, HostError, HostNetwork
 from loam_agent.hosts.network import AttachedHost, Firewall, ServerNetwork, resolv_conf
+from loam_agent.hosts.usage import host_usage
 
 STOP_TIMEOUT_S = 10.0
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -140,6 +141,15 @@ class Cgroups:
             allowed.append(f"{kind} {os.major(info.st_rdev)}:{os.minor(info.st_rdev)} rw")
         for entry in allowed:
             (devices / "devices.allow").write_text(entry)
+
+    @property
+    def cpu_dir(self) -> Path:
+        """Where the host's CPU time is counted (v1: cpuacct, which shares cpu's hierarchy)."""
+        return self.dirs[0] if self.v2 else self.v1["cpu"]
+
+    @property
+    def memory_dir(self) -> Path:
+        return self.dirs[0] if self.v2 else self.v1["memory"]
 
     def memory_limit_file(self) -> Path:
         return self.dirs[0] / ("memory.max" if self.v2 else "memory.limit_in_bytes")
@@ -243,6 +253,22 @@ class HostRuntime:
 
     def cgroups(self, host_id: str) -> Cgroups:
         return Cgroups(host_key(host_id))
+
+    def usage(self, host_id: str) -> dict | None:
+        """What the host uses now (`usage.host_usage`: CPU, memory, data disk, network), or
+        None when it isn't running."""
+        state = self._state(host_id)
+        if state is None or not self._pid(host_id):
+            return None
+        cgroups = self.cgroups(host_id)
+        data = self.folder(host_id) / "data"
+        return host_usage(
+            v2=cgroups.v2,
+            cpu_dir=cgroups.cpu_dir,
+            memory_dir=cgroups.memory_dir,
+            data_mount=data if _mounted(data) else None,
+            veth=state["veth"],
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -96,9 +96,12 @@ class AgentDriver:
             ]
         return self._store().capacity(pools)
 
-    def telemetry(self, hosts: Mapping[str, int]) -> list[NodeTelemetry]:
-        """What the agents measured last: utilization and power per card; a silent or revoked
-        server reads unhealthy."""
+    def telemetry(
+        self, hosts: Mapping[str, int], held: Mapping[str, frozenset[int]] | None = None
+    ) -> list[NodeTelemetry]:
+        """What the agents measured last: utilization and power per card (measured, so `held`
+        is not needed); a silent or revoked server reads unhealthy. Each host's own figures
+        (CPU, memory, disk, network) come in its agent's host reports: no METRICS here."""
         return self._store().telemetry(hosts)
 
     # No scheduler of its own on a server: a drain lives in the portal alone.

@@ -3,7 +3,9 @@
 A driver declares which it has (`capabilities`): every driver reports its inventory; a driver
 with HOSTS runs GPU cloud hosts, one with BATCH runs training tasks (a Slurm cluster has only
 INVENTORY and BATCH). A driver with NETWORK also forwards ports of the server's public address to
-its hosts and filters what reaches them (port mappings, security groups). The portal asks a
+its hosts and filters what reaches them (port mappings, security groups); one with METRICS
+reports each host's figures (GPU, CPU, memory, disk, network) for its monitoring charts, where
+nothing pushes them to the portal (the host agent does, in its host reports). The portal asks a
 pool's driver only for what it declares, and refuses an order its pool's driver cannot do
 before anything is reserved.
 
@@ -11,7 +13,7 @@ Drivers take plain values (specs, handles), never model objects, so a job can ca
 what it reloaded from the database and a driver can be tested without Django.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -23,6 +25,7 @@ class Capability(StrEnum):
     HOSTS = "hosts"  # provision, start/stop, resize, disk, bandwidth, release
     BATCH = "batch"  # submit, status, logs, cancel
     NETWORK = "network"  # hosts' forwarded ports, private networks and ingress rules
+    METRICS = "metrics"  # each host's figures for its monitoring charts, asked every minute
 
 
 # The transport protocols a forwarded port or an ingress rule names.
@@ -74,6 +77,44 @@ class NodeTelemetry:
     hostname: str
     healthy: bool = True
     accelerators: tuple[AcceleratorReading, ...] = ()
+    simulated: bool = False
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """A running host a METRICS driver is asked about: where it runs and what it holds, as the
+    portal allocated it. `card_memory_mib` and `card_tdp_w` are one card's, from the catalog."""
+
+    handle: str
+    node: str
+    accelerator_indices: tuple[int, ...]
+    vcpu: int
+    ram_gb: int
+    disk_gb: int  # the cloud (data) disk, or the system disk of a host without one
+    bandwidth_mbps: int  # 0: unshaped
+    card_memory_mib: int = 0
+    card_tdp_w: int = 0
+
+
+@dataclass(frozen=True)
+class HostMetrics:
+    """One host's figures over the last minute: its cards' mean utilization, their memory used
+    and power summed; CPU busy as a share of its vCPUs; memory, disk and network. A figure the
+    backend cannot tell is None, never 0."""
+
+    handle: str
+    gpu_count: int = 0
+    gpu_utilization_pct: float | None = None
+    gpu_memory_used_mib: float | None = None
+    gpu_memory_total_mib: int | None = None
+    power_w: float | None = None
+    cpu_pct: float | None = None
+    memory_used_mib: float | None = None
+    memory_limit_mib: int | None = None
+    disk_used_mib: float | None = None
+    disk_size_mib: int | None = None
+    net_rx_bytes_per_s: float | None = None
+    net_tx_bytes_per_s: float | None = None
     simulated: bool = False
 
 
@@ -237,9 +278,14 @@ class InventoryDriver(Driver, Protocol):
         """The pools and nodes the backend has. Raises BackendError when unreachable."""
         ...
 
-    def telemetry(self, hosts: Mapping[str, int]) -> list[NodeTelemetry]:
+    def telemetry(
+        self, hosts: Mapping[str, int], held: Mapping[str, frozenset[int]] | None = None
+    ) -> list[NodeTelemetry]:
         """Readings for the given hosts (hostname -> accelerator count the portal knows); a host
-        the driver cannot see is left out. Raises BackendError when the backend is unreachable."""
+        the driver cannot see is left out. `held`: the indices of each host's accelerators the
+        portal has given to work (a host or a training task); a driver that measures ignores
+        it, the simulator's model follows it (a card nobody holds reads idle). Raises
+        BackendError when the backend is unreachable."""
         ...
 
     def drain_node(self, hostname: str, reason: str) -> None:
@@ -294,6 +340,13 @@ class NetworkDriver(Driver, Protocol):
     def set_network(self, handle: str, network: HostNetwork) -> HostPorts:
         """Make `network` the host's. Raises BackendError when it cannot be done (no free
         port left on the server: nothing is changed then)."""
+        ...
+
+
+class MetricsDriver(Driver, Protocol):
+    def host_metrics(self, hosts: Sequence[HostLoad], at: datetime) -> list[HostMetrics]:
+        """The figures of the given running hosts over the minute up to `at`; a host the
+        backend cannot see is left out. Raises BackendError when the backend is unreachable."""
         ...
 
 

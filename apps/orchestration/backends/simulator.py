@@ -10,9 +10,11 @@ Config (all optional):
     seed: int                     makes the random draws reproducible
     pools: [...]                  the capacity it reports (see `capacity`)
     utilization: {host: {index: pct}}  the utilization `telemetry` reports for those devices
-    idle_share: 0.0..1.0          share of the other devices reported idle (default 0.2); the
-                                  choice is stable per device (seed, host, index), so an idle
-                                  device stays idle from one reading to the next
+                                  (held or not), and the hosts holding them
+    idle_share: 0.0..1.0          share of the other held devices reported idle (default 0.2);
+                                  the choice is stable per device (seed, host, index), so an
+                                  idle device stays idle from one reading to the next; a device
+                                  nothing holds reads 0 % (`simulated_load` has the model)
     unhealthy: [host, ...]        hosts reported unhealthy
     task_seconds: float           how long a training task runs (default 0: done at the first poll)
     task_failure_rate: 0.0..1.0   share of training tasks that exit with an error; which ones is
@@ -25,6 +27,9 @@ It keeps time by the portal's clock (django.utils.timezone.now), as the rest of 
 whatever runs the portal at another moment (a test's frozen clock, the demo's history written
 at past moments) runs its simulated backend there too.
 
+Its hosts' figures (`host_metrics`: GPU, CPU, memory, disk, network) come from the same model as
+its nodes' telemetry, so a host's GPU utilization is the mean of what its cards read there.
+
 Its hosts' networks (`set_network`) are simulated too: a host's forwarded ports are the same
 ports of its own made-up address, and nothing refuses them (nor takes an injected failure).
 
@@ -35,7 +40,7 @@ import hashlib
 import random
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
@@ -52,6 +57,8 @@ from apps.orchestration.backends.base import (
     Capability,
     ForwardedPort,
     HostAccess,
+    HostLoad,
+    HostMetrics,
     HostNetwork,
     HostPorts,
     HostRequestStatus,
@@ -62,6 +69,7 @@ from apps.orchestration.backends.base import (
     TaskSpec,
     TaskStatus,
 )
+from apps.orchestration.backends.simulated_load import LoadModel
 
 _injected: deque = deque()
 _injected_lock = threading.Lock()
@@ -79,7 +87,13 @@ class SimulatorDriver:
     name = "simulator"
     is_simulator = True
     capabilities = frozenset(
-        {Capability.INVENTORY, Capability.HOSTS, Capability.BATCH, Capability.NETWORK}
+        {
+            Capability.INVENTORY,
+            Capability.HOSTS,
+            Capability.BATCH,
+            Capability.NETWORK,
+            Capability.METRICS,
+        }
     )
     config_example = {
         "pools": [
@@ -157,26 +171,42 @@ class SimulatorDriver:
         except (KeyError, TypeError, ValueError) as exc:
             raise BackendError(f"Simulator config is invalid: {exc!r}") from exc
 
-    def telemetry(self, hosts: Mapping[str, int]) -> list[NodeTelemetry]:
-        """Simulated readings: the configured `utilization`, else a stable draw per device."""
-        self._call("telemetry")
+    def _model(self) -> LoadModel:
         try:
             scripted = {
                 str(host): {int(index): float(pct) for index, pct in devices.items()}
                 for host, devices in (self.config.get("utilization") or {}).items()
             }
             idle_share = float(self.config.get("idle_share", 0.2))
-            unhealthy = {str(host) for host in self.config.get("unhealthy", [])}
         except (AttributeError, TypeError, ValueError) as exc:
             raise BackendError(f"Simulator config is invalid: {exc!r}") from exc
+        return LoadModel(seed=self.config.get("seed"), idle_share=idle_share, scripted=scripted)
+
+    def telemetry(
+        self, hosts: Mapping[str, int], held: Mapping[str, frozenset[int]] | None = None
+    ) -> list[NodeTelemetry]:
+        """Simulated readings of the model (`simulated_load`): a device nothing holds reads
+        0 %, a held one its stable draw; the configured `utilization` wins. Without `held`
+        (a caller that does not say) every device counts as held."""
+        self._call("telemetry")
+        model = self._model()
+        try:
+            unhealthy = {str(host) for host in self.config.get("unhealthy", [])}
+        except TypeError as exc:
+            raise BackendError(f"Simulator config is invalid: {exc!r}") from exc
+        minute = int(_now() // 60)
         readings = []
         for host, count in hosts.items():
-            devices = []
-            for index in range(int(count)):
-                pct = scripted.get(host, {}).get(index)
-                if pct is None:
-                    pct = self._steady_utilization(host, index, idle_share)
-                devices.append(AcceleratorReading(index=index, utilization_pct=pct))
+            busy = None if held is None else held.get(host, frozenset())
+            devices = [
+                AcceleratorReading(
+                    index=index,
+                    utilization_pct=model.card_utilization(
+                        host, index, held=busy is None or index in busy, minute=minute
+                    ),
+                )
+                for index in range(int(count))
+            ]
             readings.append(
                 NodeTelemetry(
                     hostname=host,
@@ -187,19 +217,19 @@ class SimulatorDriver:
             )
         return readings
 
+    def host_metrics(self, hosts: Sequence[HostLoad], at: datetime) -> list[HostMetrics]:
+        """Each host's figures at `at`'s minute, from the cards it holds (the model's)."""
+        self._call("host_metrics")
+        model = self._model()
+        minute = int(at.timestamp() // 60)
+        return [model.host_figures(load, minute) for load in hosts]
+
     # The simulated cluster has no scheduler of its own: a drain lives in the portal alone.
     def drain_node(self, hostname: str, reason: str) -> None:
         pass
 
     def resume_node(self, hostname: str) -> None:
         pass
-
-    def _steady_utilization(self, host: str, index: int, idle_share: float) -> float:
-        digest = hashlib.sha256(f"{self.config.get('seed')}/{host}/{index}".encode()).digest()
-        draw, spread = digest[0] / 255, digest[1] / 255
-        if draw < idle_share:
-            return round(spread * 2, 1)  # 0-2 %: idle
-        return round(35 + spread * 60, 1)  # 35-95 %: busy
 
     # --- hosts -----------------------------------------------------------------------------------
     # A host request completes `latency_seconds` after it was made, with the outcome drawn when

@@ -11,6 +11,7 @@ from apps.orchestration.backends.base import (
     Capability,
     HostDriver,
     InventoryDriver,
+    MetricsDriver,
     NetworkDriver,
 )
 
@@ -19,6 +20,7 @@ PROTOCOLS = {
     Capability.HOSTS: HostDriver,
     Capability.BATCH: BatchDriver,
     Capability.NETWORK: NetworkDriver,
+    Capability.METRICS: MetricsDriver,
 }
 
 

@@ -140,9 +140,12 @@ class SlurmDriver:
             for gres_type, nodes in sorted(by_model.items())
         ]
 
-    def telemetry(self, hosts: Mapping[str, int]) -> list[NodeTelemetry]:
+    def telemetry(
+        self, hosts: Mapping[str, int], held: Mapping[str, frozenset[int]] | None = None
+    ) -> list[NodeTelemetry]:
         """Health from Slurm's node state. Slurm measures no GPU utilization, so no card
-        reading is reported (idle detection never calls a Slurm card idle or busy)."""
+        reading is reported (idle detection never calls a Slurm card idle or busy); `held` is
+        not needed."""
         return [
             NodeTelemetry(hostname=node.name, healthy=_healthy(node))
             for node in self._call("nodes")
