@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from apps.orchestration.backends.base import (
     PORT_PROTOCOLS,
@@ -47,7 +48,7 @@ class JoinToken(models.Model):
         related_name="+",
         verbose_name=_("issued by"),
     )
-    created_at = models.DateTimeField(_("issued at"), auto_now_add=True)
+    created_at = models.DateTimeField(pgettext_lazy("join token", "issued at"), auto_now_add=True)
     expires_at = models.DateTimeField(_("expires at"))
     used_at = models.DateTimeField(_("used at"), null=True, blank=True)
     revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)

@@ -53,7 +53,8 @@ from apps.orchestration.models import (
 )
 from apps.orchestration.services import live_allocation, probe_backend
 from apps.orchestration.tasks import follow_task, run_task
-from apps.orders.models import Instance, InstanceState
+from apps.orders.models import HostSample, Instance, InstanceState
+from apps.orders.monitoring import sample_past
 from apps.orders.operations import request_operation
 from apps.orders.services import HostRequest, submit_create
 from apps.orders.tasks import fulfil_order, provision_instance
@@ -429,6 +430,21 @@ def licence_pdf(credit_code: str) -> bytes:
         xref,
     )
     return bytes(out)
+
+
+# --- host samples -----------------------------------------------------------------------------
+
+HOST_SAMPLE_EVERY = timedelta(minutes=5)
+
+
+def write_host_samples(*, now: datetime) -> int:
+    """The running demo hosts' monitoring samples every 5 minutes over the charts' longest range
+    (7 days), from the simulator's model, as its minute job would have taken them (each from
+    when the host took the cards it holds), so the host pages chart a past on first sign-in; a
+    later run adds only what is newer than the newest sample. Returns how many it wrote."""
+    newest = HostSample.objects.aggregate(at=Max("at"))["at"]
+    since = newest + HOST_SAMPLE_EVERY if newest else now - timedelta(days=7)
+    return sample_past(since=since, every=HOST_SAMPLE_EVERY, now=now)
 
 
 # --- capacity samples -------------------------------------------------------------------------

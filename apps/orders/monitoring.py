@@ -39,7 +39,7 @@ from apps.orchestration.backends.base import (
     MetricsDriver,
 )
 from apps.orchestration.backends.registry import driver_of, supports
-from apps.orchestration.models import Accelerator
+from apps.orchestration.models import Accelerator, Allocation
 from apps.orders.models import HostSample, Instance, InstanceState
 
 logger = logging.getLogger(__name__)
@@ -214,30 +214,32 @@ def record_host_metrics(readings: Sequence[tuple[int, HostMetrics]], *, at: date
     """One sample per (instance id, figures) at `at`'s minute, in one statement; a host that
     has its sample for that minute already keeps it. Returns how many were given."""
     at = minute_of(at)
-    HostSample.objects.bulk_create(
-        [
-            HostSample(
-                instance_id=instance_id,
-                at=at,
-                gpu_count=metrics.gpu_count,
-                gpu_utilization_pct=_percent(metrics.gpu_utilization_pct),
-                gpu_memory_used_mib=_whole(metrics.gpu_memory_used_mib),
-                gpu_memory_total_mib=_whole(metrics.gpu_memory_total_mib),
-                power_w=_rate(metrics.power_w),
-                cpu_pct=_percent(metrics.cpu_pct),
-                memory_used_mib=_whole(metrics.memory_used_mib),
-                memory_limit_mib=_whole(metrics.memory_limit_mib),
-                disk_used_mib=_whole(metrics.disk_used_mib),
-                disk_size_mib=_whole(metrics.disk_size_mib),
-                net_rx_bytes_per_s=_rate(metrics.net_rx_bytes_per_s),
-                net_tx_bytes_per_s=_rate(metrics.net_tx_bytes_per_s),
-                simulated=metrics.simulated,
-            )
-            for instance_id, metrics in readings
-        ],
-        ignore_conflicts=True,
-    )
+    _insert([_sample(instance_id, at, metrics) for instance_id, metrics in readings])
     return len(readings)
+
+
+def _sample(instance_id: int, at: datetime, metrics: HostMetrics) -> HostSample:
+    return HostSample(
+        instance_id=instance_id,
+        at=at,
+        gpu_count=metrics.gpu_count,
+        gpu_utilization_pct=_percent(metrics.gpu_utilization_pct),
+        gpu_memory_used_mib=_whole(metrics.gpu_memory_used_mib),
+        gpu_memory_total_mib=_whole(metrics.gpu_memory_total_mib),
+        power_w=_rate(metrics.power_w),
+        cpu_pct=_percent(metrics.cpu_pct),
+        memory_used_mib=_whole(metrics.memory_used_mib),
+        memory_limit_mib=_whole(metrics.memory_limit_mib),
+        disk_used_mib=_whole(metrics.disk_used_mib),
+        disk_size_mib=_whole(metrics.disk_size_mib),
+        net_rx_bytes_per_s=_rate(metrics.net_rx_bytes_per_s),
+        net_tx_bytes_per_s=_rate(metrics.net_tx_bytes_per_s),
+        simulated=metrics.simulated,
+    )
+
+
+def _insert(samples: list[HostSample]) -> None:
+    HostSample.objects.bulk_create(samples, batch_size=2000, ignore_conflicts=True)
 
 
 def prune_samples(*, now=None) -> int:
@@ -274,13 +276,9 @@ def _loads(instances: list[Instance]) -> dict[int, HostLoad]:
     return loads
 
 
-def sample_hosts(*, now=None) -> dict:
-    """A sample of each running host whose backend's driver has METRICS, for this minute
-    (a second run in the same minute adds nothing), then the old samples pruned. A backend that
-    cannot answer is skipped this minute (its hosts show a gap). No row is locked: each driver
-    is asked outside any transaction, and the samples are one insert."""
-    now = now or timezone.now()
-    running = list(
+def _metered_hosts() -> list[list[Instance]]:
+    """The running hosts whose backend's driver has METRICS, a list per backend."""
+    running = (
         Instance.objects.filter(state=InstanceState.RUNNING, node__isnull=False)
         .exclude(backend_handle="")
         .select_related("pool__backend", "node", "flavor__family__accelerator_model")
@@ -291,18 +289,63 @@ def sample_hosts(*, now=None) -> dict:
         backend = instance.pool.backend
         if backend.is_enabled and supports(backend.driver, Capability.METRICS):
             by_backend[backend.pk].append(instance)
+    return list(by_backend.values())
+
+
+def _figures(hosts: list[Instance], loads: dict, at: datetime) -> list[tuple[int, HostMetrics]]:
+    """(instance id, figures) of `hosts` (one backend's) at `at`, from their driver."""
+    ids = {instance.backend_handle: instance.pk for instance in hosts}
+    driver: MetricsDriver = driver_of(hosts[0].pool.backend)
+    figures = driver.host_metrics([loads[instance.pk] for instance in hosts], at)
+    return [(ids[m.handle], m) for m in figures if m.handle in ids]
+
+
+def sample_hosts(*, now=None) -> dict:
+    """A sample of each running host whose backend's driver has METRICS, for this minute
+    (a second run in the same minute adds nothing), then the old samples pruned. A backend that
+    cannot answer is skipped this minute (its hosts show a gap). No row is locked: each driver
+    is asked outside any transaction, and the samples are one insert."""
+    now = now or timezone.now()
+    groups = _metered_hosts()
+    loads = _loads([instance for hosts in groups for instance in hosts])
     recorded = 0
-    loads = _loads([instance for hosts in by_backend.values() for instance in hosts])
-    for hosts in by_backend.values():
-        backend = hosts[0].pool.backend
-        ids = {instance.backend_handle: instance.pk for instance in hosts}
+    for hosts in groups:
         try:
-            driver: MetricsDriver = driver_of(backend)
-            figures = driver.host_metrics([loads[instance.pk] for instance in hosts], now)
+            readings = _figures(hosts, loads, now)
         except BackendError as exc:
-            logger.warning("%s: no host figures this minute: %s", backend.name, exc)
+            logger.warning("%s: no host figures this minute: %s", hosts[0].pool.backend, exc)
             continue
-        recorded += record_host_metrics(
-            [(ids[m.handle], m) for m in figures if m.handle in ids], at=now
-        )
+        recorded += record_host_metrics(readings, at=now)
     return {"recorded": recorded, "pruned": prune_samples(now=now)}
+
+
+def sample_past(*, since: datetime, every: timedelta, now=None) -> int:
+    """The samples `sample_hosts` would have taken every `every` from `since` to `now`, for the
+    hosts running now on a METRICS driver, each from when it took the cards it holds (before
+    that it held others, or none): a park seeded a moment ago (the demo) charts its past at
+    once. One insert; minutes sampled already keep their samples. Returns how many."""
+    now = now or timezone.now()
+    groups = _metered_hosts()
+    hosts = [instance for group in groups for instance in group]
+    loads = _loads(hosts)
+    held_since = dict(
+        Allocation.objects.filter(
+            instance__in=[instance.pk for instance in hosts], released_at__isnull=True
+        ).values_list("instance_id", "created_at")
+    )
+    samples = []
+    at = minute_of(since)
+    while at <= now:
+        for group in groups:
+            try:
+                readings = _figures(group, loads, at)
+            except BackendError:
+                continue  # a gap, as the minute's job would have left
+            samples += [
+                _sample(instance_id, at, metrics)
+                for instance_id, metrics in readings
+                if held_since.get(instance_id, at) <= at
+            ]
+        at += every
+    _insert(samples)
+    return len(samples)

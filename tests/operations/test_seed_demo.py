@@ -30,7 +30,7 @@ from apps.core.models import AuditEvent
 from apps.operations import demo
 from apps.operations.demo_life import story_start
 from apps.orchestration.models import CapacitySample, Pool, Task, TaskState
-from apps.orders.models import Instance, InstanceState, Order, OrderState
+from apps.orders.models import HostSample, Instance, InstanceState, Order, OrderState
 from apps.tenants.models import Organization, Park, VerificationState
 
 pytestmark = pytest.mark.django_db
@@ -145,6 +145,20 @@ def test_the_host_list_has_running_and_stopped_hosts_and_leaves_the_released_out
     assert set(
         Instance.objects.filter(state=InstanceState.RELEASED).values_list("name", flat=True)
     ) == {"pretrain-h200", "dcu-eval"}
+
+
+def test_a_running_hosts_charts_show_its_past_week(tenant, enterprise):
+    """The simulator's model sampled every 5 minutes back over the charts' week: the 7 d chart
+    is drawn on first sign-in, and the host's busy cards read busy."""
+    host = Instance.objects.get(organization=enterprise, name="llm-sft-a100")
+
+    week = tenant.get(f"/instances/{host.pk}/monitoring/", {"range": "7d"}).json()
+
+    assert week["has_data"] and week["simulated"]
+    utilization = [value for value in week["series"]["gpu_utilization_pct"] if value is not None]
+    assert len(utilization) >= 350  # of the 360 points of a week (it ran all week)
+    assert max(utilization) > 30
+    assert HostSample.objects.filter(instance=host).count() >= 7 * 24 * 12
 
 
 def test_the_task_list_has_finished_failed_and_running_tasks(tenant):

@@ -226,6 +226,27 @@ def test_a_backend_that_cannot_answer_leaves_a_gap(world, running_host):
     assert not HostSample.objects.exists()
 
 
+def test_the_past_is_sampled_from_when_each_host_took_its_cards(world, running_host):
+    """sample_past (the demo's first charts): every 5 minutes, each host only since it took
+    the cards it holds; a second call adds nothing."""
+    with time_machine.travel(NOW - timedelta(hours=2), tick=False):
+        older = running_host(1, name="older")
+    newer = running_host(1, name="newer")
+
+    written = monitoring.sample_past(
+        since=NOW - timedelta(hours=3), every=timedelta(minutes=5), now=NOW
+    )
+
+    older_at = list(HostSample.objects.filter(instance=older).values_list("at", flat=True))
+    # Its cards were taken at 08:30:20: from 08:35 to 10:30, every 5 minutes.
+    assert len(older_at) == 24
+    assert min(older_at) == NOW.replace(second=0) - timedelta(hours=2) + timedelta(minutes=5)
+    assert not HostSample.objects.filter(instance=newer).exists()  # taken after 10:30:00
+    assert written == 24
+    monitoring.sample_past(since=NOW - timedelta(hours=3), every=timedelta(minutes=5), now=NOW)
+    assert HostSample.objects.count() == 24
+
+
 # --- the page and its endpoint -------------------------------------------------------------------
 
 

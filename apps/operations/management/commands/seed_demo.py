@@ -24,6 +24,7 @@ from apps.operations.demo_life import (
     Cast,
     give_opening_balance,
     write_capacity_samples,
+    write_host_samples,
     write_story,
 )
 from apps.orchestration.models import Backend, Pool
@@ -69,6 +70,7 @@ class Command(BaseCommand):
             now = timezone.now()
             write_story(cast, now=now)
             write_capacity_samples(park, now=now)
+            write_host_samples(now=now)
         self._report(base_url.rstrip("/"))
 
     def _accelerator_models(self):
