@@ -1,14 +1,17 @@
 """Metering: one pass over N running hosts, its wall time and query count.
 
-    python bench/metering.py [--instances 10000,20000] [--per-organization 5] [--fresh] [--json]
+    python bench/metering.py [--hosts 10000,20000] [--per-organization 5] [--fresh] [--json]
 
 Builds running hosts in a throwaway SQLite database (or DATABASE_URL's, if set, which must be
 an empty scratch database): `--per-organization` hosts per organization, each with a compute
 meter and a cloud disk meter, running for a day and metered up to now, their first hour's hold
 drawn; with `--fresh`, ordered just now, so that the pass also draws every host's hold. For
-each size in `--instances` it adds hosts up to that many, moves the clock on by one metering
+each size in `--hosts` it adds hosts up to that many, moves the clock on by one metering
 interval and runs the beat's metering job once, as a worker would. The pass must stay well
-inside the interval, and its query count must not grow with the hosts.
+inside the interval, and its query count must not grow with the hosts. Statements are counted
+as they go, without Django's debug cursor (which writes out every statement's parameters and
+took a fifth of a pass). On PostgreSQL it then runs pgbench's TPC-B on the same server
+(bench/load.py's), so that a figure can be read against how fast the machine was.
 """
 
 import argparse
@@ -34,14 +37,16 @@ DISK_HOURLY_MINOR = Decimal(5)  # 100 GB at 36 fen a GB-month
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--instances", default="10000,20000", help="sizes, comma-separated")
+    parser.add_argument(
+        "--hosts", "--instances", dest="hosts", default="10000,20000", help="sizes, comma-separated"
+    )
     parser.add_argument("--per-organization", type=int, default=5)
     parser.add_argument("--fresh", action="store_true", help="hosts ordered just now")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    sizes = [int(size) for size in args.instances.split(",")]
+    sizes = [int(size) for size in args.hosts.split(",")]
     if sizes != sorted(sizes) or args.per_organization < 1:
-        parser.error("--instances must not shrink and --per-organization be at least 1")
+        parser.error("--hosts must not shrink and --per-organization be at least 1")
 
     scratch = tempfile.mkdtemp(prefix="loam-bench-")
     os.environ.setdefault("DATABASE_URL", f"sqlite:///{scratch}/bench.sqlite3")
@@ -55,7 +60,6 @@ def main():
     from django.conf import settings
     from django.core.management import call_command
     from django.db import connection
-    from django.test.utils import CaptureQueriesContext
 
     from apps.billing.models import UsageRecord
     from apps.billing.tasks import meter_usage
@@ -69,7 +73,8 @@ def main():
             world.grow_to(size)
             clock.shift(interval)
             records_before = UsageRecord.objects.count()
-            with CaptureQueriesContext(connection) as queries:
+            statements = StatementCounter()
+            with connection.execute_wrapper(statements):
                 started, cpu_started = time.perf_counter(), time.process_time()
                 charged = meter_usage()
                 wall = time.perf_counter() - started
@@ -83,16 +88,22 @@ def main():
                     # This process's CPU time: on a busy machine, what wall time would be alone
                     # less PostgreSQL's share.
                     "cpu_seconds": round(cpu, 3),
-                    "queries": len(queries),
+                    "queries": statements.count,
                     "usage_records": UsageRecord.objects.count() - records_before,
                     "charged_minor": charged,
                 }
             )
 
+    tps = same_server_pgbench() if connection.vendor == "postgresql" else None
     if args.json:
         print(
             json.dumps(
-                {"database": connection.vendor, "interval_s": interval, "passes": results},
+                {
+                    "database": connection.vendor,
+                    "interval_s": interval,
+                    "passes": results,
+                    "pgbench_tps": tps,
+                },
                 indent=2,
             )
         )
@@ -107,6 +118,29 @@ def main():
             f"{row['instances']:>10}{row['organizations']:>7}{row['meters']:>8}"
             f"{row['seconds']:>9}{row['cpu_seconds']:>7}{row['queries']:>9}{row['usage_records']:>9}"
         )
+    if tps is not None:
+        print(f"pgbench TPC-B, -T 10 -c 8 -j 2, same server: {tps} TPS")
+
+
+class StatementCounter:
+    """Counts the statements run through it (BEGIN and COMMIT are not statements here)."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        self.count += 1
+        return execute(sql, params, many, context)
+
+
+def same_server_pgbench() -> float | None:
+    """TPC-B TPS on DATABASE_URL's server, right after the passes (bench/load.py's run)."""
+    from urllib.parse import urlparse
+
+    from bench.load import pgbench
+
+    server = urlparse(os.environ["DATABASE_URL"])
+    return pgbench(server, server._replace(path="/postgres").geturl())
 
 
 class World:

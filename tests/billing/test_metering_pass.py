@@ -16,7 +16,7 @@ from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from apps.billing import metering
+from apps.billing import metering, services
 from apps.billing.models import EntryKind, LedgerEntry, Meter, UsageRecord, Wallet
 from apps.billing.tasks import meter_usage
 from tests.factories import FUNDED_BALANCE_MINOR, MeterFactory, OrganizationFactory
@@ -104,14 +104,15 @@ def test_metering_in_groups_charges_each_organization_exactly_once(clock, monkey
 def test_a_failing_organization_stops_only_itself_in_its_group(clock, monkeypatch, caplog):
     first, broken, last = organizations_with_meters(3)
     clock.shift(3600)
-    real_measure = metering._measure
+    real_charge = services.charge_wallets
 
-    def measure(meter, until, zone):
-        if meter.organization_id == broken.pk:
+    def charge_wallets(wallets, **amounts):
+        # After the group's meters are measured and recorded: all of it must roll back.
+        if any(wallet.organization_id == broken.pk for wallet in wallets):
             raise RuntimeError("a bad row in one organization")
-        return real_measure(meter, until, zone)
+        return real_charge(wallets, **amounts)
 
-    monkeypatch.setattr(metering, "_measure", measure)
+    monkeypatch.setattr(services, "charge_wallets", charge_wallets)
     with caplog.at_level(logging.ERROR, logger="apps.billing.tasks"):
         assert meter_usage() == 2 * 2500
     assert f"metering organization {broken.pk} failed" in caplog.text
@@ -120,7 +121,7 @@ def test_a_failing_organization_stops_only_itself_in_its_group(clock, monkeypatc
         last.pk,
     }
     assert not LedgerEntry.objects.filter(wallet__organization=broken).exists()
-    monkeypatch.setattr(metering, "_measure", real_measure)
+    monkeypatch.setattr(services, "charge_wallets", real_charge)
     assert meter_usage() == 2500  # the next pass catches up, the others owe nothing more
     assert UsageRecord.objects.filter(organization=broken).get().seconds == 3600
 
