@@ -18,6 +18,7 @@ from apps.orders.forms import (
     PortMappingForm,
     SecurityGroupForm,
     SecurityGroupRuleForm,
+    security_groups_choice,
 )
 from apps.orders.models import (
     Instance,
@@ -76,7 +77,13 @@ def network_context(request, instance: Instance, *, mapping_form=None, group_for
         and instance.state in networking.MAPPABLE_STATES
         and len(mappings) < settings.LOAM_MAX_PORT_MAPPINGS,
         "can_unmap": may_change and networked and instance.state in networking.MAPPABLE_STATES,
-        "can_switch": may_change and (networked or instance.pool is None),
+        # Only when there is another group to move to (an organization's default group is
+        # made when it first lists its groups): an empty choice would refuse every submit.
+        "can_switch": may_change
+        and (networked or instance.pool is None)
+        and security_groups_choice(request.organization)
+        .exclude(pk=group.pk if group else None)
+        .exists(),
         "mapping_form": mapping_form or PortMappingForm(),
         "group_form": group_form
         or InstanceSecurityGroupForm(

@@ -123,6 +123,24 @@ def test_the_host_moves_to_another_group_from_its_page(browser, order_host, agen
     assert ">office</a>" in response.content.decode()
 
 
+def test_the_move_form_is_offered_only_when_there_is_another_group(
+    browser, order_host, agent_world
+):
+    """With no group but the one it is in, the page offers to create one, not an empty choice
+    that every submit would refuse."""
+    instance = order_host()
+    SecurityGroup.objects.filter(organization=agent_world.organization).exclude(
+        is_default=True
+    ).delete()
+
+    html = page(browser, instance)
+    assert 'id="security-group-form"' not in html and 'id="security-group-create"' in html
+
+    SecurityGroupFactory(organization=agent_world.organization, name="office")
+    html = page(browser, instance)
+    assert 'id="security-group-form"' in html and ">office</option>" in html
+
+
 def test_a_viewer_sees_the_network_but_no_form_and_may_not_post(
     client, order_host, member_of, agent_world
 ):
