@@ -291,12 +291,16 @@ class InvoiceItem:
         return format_money(self.hourly_minor, self.currency, places=2 if whole_fen else 4)
 
 
-def invoice_items(invoice: Invoice) -> list[InvoiceItem]:
-    """The invoice's lines summed per flavor (hosts), per size (disk, bandwidth) and per rate
-    (tasks), in the order of their first line; their amounts add up to the invoice's total."""
-    lines = invoice.lines.select_related("instance__flavor__family__accelerator_model").order_by(
-        "pk"
-    )
+def invoice_lines(invoice: Invoice) -> list:
+    """The invoice's lines in order, with their hosts' flavors and their tasks: what its page
+    lists one by one and sums (`invoice_items`)."""
+    return list(invoice.lines.select_related("instance__flavor__family__accelerator_model", "task"))
+
+
+def invoice_items(invoice: Invoice, lines: list) -> list[InvoiceItem]:
+    """The invoice's `lines` (`invoice_lines`) summed per flavor (hosts), per size (disk,
+    bandwidth) and per rate (tasks), in the order of their first line; their amounts add up to
+    the invoice's total."""
     groups: dict[tuple, dict] = {}
     for line in lines:
         if line.kind == MeterKind.COMPUTE and line.instance_id:

@@ -91,11 +91,8 @@ def invoice_detail(request, invoice_id):
 
 
 def _invoice_context(invoice):
-    return {
-        "invoice": invoice,
-        "items": selectors.invoice_items(invoice),
-        "lines": invoice.lines.select_related("instance", "task"),
-    }
+    lines = selectors.invoice_lines(invoice)
+    return {"invoice": invoice, "items": selectors.invoice_items(invoice, lines), "lines": lines}
 
 
 @csrf_exempt

@@ -267,7 +267,7 @@ def test_the_invoice_reads_one_item_per_flavor_and_per_size_summing_to_its_total
         Decimal(5),  # 100 GB at ¥0.36 a GB a month: ¥0.05 an hour
         Decimal(1000),
     ]
-    items = selectors.invoice_items(invoice)
+    items = selectors.invoice_items(invoice, selectors.invoice_lines(invoice))
     flavor = a.flavor
     assert [(i.label, i.kind, i.seconds, i.hours, i.unit_price, i.amount_minor) for i in items] == [
         (
