@@ -3,14 +3,17 @@
     python bench/scale.py [--scale 100] [--repeat 5] [--json]
 
 Builds the demo park (`seed_demo`) in a throwaway SQLite database, or in DATABASE_URL's if set
-(it must be an empty scratch database), adds one "copy" of activity to it (10 organizations, 50
-instances in mixed states holding accelerators, their orders, meters and daily usage records,
-20 training tasks, 500 audit events, 30 days of capacity samples every 5 minutes) and renders
-each page through the test client as the role that sees it: a visitor (the catalog), the demo
-enterprise's owner (its hosts, billing, tasks) and the park's operator (/ops/ and its pages).
-Then it grows the park to `--scale` copies: regions and pools ten times over, nodes, their
-accelerators, organizations, instances, tasks and events `--scale` times (the default makes about
-1,300 nodes, 70 pools, 1,000 organizations and 5,000 instances), and renders every page again.
+(it must be an empty scratch database), adds one "copy" of activity to it (10 organizations, 150
+instances in mixed states holding accelerators, two thirds of them running, their orders, meters
+and daily usage records, 20 training tasks, 500 audit events, 30 days of capacity samples every 5
+minutes) and renders each page through the test client as the role that sees it: a visitor (the
+catalog), the demo enterprise's owner (its hosts, billing, tasks) and the park's operator (/ops/
+and its pages). Then it grows the park to `--scale` copies: regions and pools ten times over,
+nodes (of 16 cards), their accelerators, organizations, instances, tasks and events `--scale`
+times (the default makes about 1,300 nodes, 70 pools, 1,000 organizations and 15,000 instances,
+10,000 of them running), and renders every page again. Pages over 100 ms are named at the end;
+on PostgreSQL, pgbench's TPC-B on the same server follows (bench/load.py's run), so that the
+figures can be read against how fast the machine was.
 
 Rows are written with bulk_create, not through the services: this builds a world to read, and
 its invariants (one live allocation per instance, accelerators held only by live allocations,
@@ -40,8 +43,11 @@ REGION_COPIES = 10  # at full scale, each demo region and its pools exist ten ti
 # H200 and A100 ones): 11 nodes at 1x, about 1,300 at 100x, as issue 15 measured.
 EXTRA_NODE_POOLS = 2
 ORGANIZATIONS_PER_COPY = 10
-INSTANCES_PER_COPY = 50
-TENANT_INSTANCES_PER_COPY = 2  # of those, the demo enterprise's (200 at 100x)
+# A copy's nodes have twice the demo's cards (and vCPU and RAM): 16-card servers, so that
+# 100 copies hold about 10,000 running hosts, mostly of one card, on about 1,300 nodes.
+CARDS_FACTOR = 2
+INSTANCES_PER_COPY = 150
+TENANT_INSTANCES_PER_COPY = 10  # of those, the demo enterprise's (1,000 at 100x)
 TASKS_PER_COPY = 20
 TENANT_TASKS_PER_COPY = 2
 AUDIT_EVENTS_PER_COPY = 500
@@ -50,15 +56,16 @@ SAMPLED_FOR = timedelta(days=30)  # the overview's longest period
 USAGE_DAYS = 30
 # (state, share) of instances; those that hold resources get an allocation.
 INSTANCE_STATES = [
-    ("running", 50),
-    ("stopped", 10),
-    ("released", 25),
-    ("error", 5),
-    ("pending", 5),
-    ("provisioning", 5),
+    ("running", 67),
+    ("stopped", 5),
+    ("released", 20),
+    ("error", 4),
+    ("pending", 2),
+    ("provisioning", 2),
 ]
-FLAVOR_SIZES = [(1, 50), (2, 25), (4, 15), (8, 10)]
+FLAVOR_SIZES = [(1, 75), (2, 15), (4, 7), (8, 3)]
 TASK_STATES = [("queued", 15), ("placed", 5), ("running", 20), ("succeeded", 45), ("failed", 10)]
+SLOW_MS = 100  # issue 37: every console page within this at the large point
 AUDIT_ACTIONS = ["instance.running", "order.created", "instance.stopped", "login", "quota.changed"]
 
 
@@ -77,6 +84,8 @@ def main():
     os.environ.setdefault("CELERY_BROKER_URL", "memory://")
     warnings.filterwarnings("ignore", "No directory at")  # WhiteNoise: no collectstatic here
     import django
+
+    from bench.metering import same_server_pgbench
 
     django.setup()
     from django.conf import settings
@@ -105,6 +114,7 @@ def main():
 
     report = {
         "database": connection.vendor,
+        "pgbench_tps": same_server_pgbench() if connection.vendor == "postgresql" else None,
         "repeat": args.repeat,
         "build_seconds": built,
         "worlds": world.sizes,
@@ -165,12 +175,15 @@ class World:
     def add_copies(self, copies):
         from django.db import transaction
 
+        from apps.orchestration import capacity
+
         with transaction.atomic(), _historic_timestamps():
             for copy in copies:
                 self._add_copy(copy)
                 if copy % 10 == 9:
                     print(f"built {copy + 1} copies", file=sys.stderr)
             self._sample_capacity()
+        capacity.sample_capacity(now=self.now)  # a durable transaction of its own
         self.sizes.append(self._count())
 
     def _add_copy(self, copy):
@@ -228,7 +241,7 @@ class World:
     def _nodes(self, copy, pools):
         """The demo's nodes again in this copy's pools (copy 0: the seeded ones), each with
         telemetry: most cards busy, a fifth of them idle for hours."""
-        from apps.orchestration.models import Accelerator, Node
+        from apps.orchestration.models import Accelerator, Allocation, Node
 
         nodes = []
         for n, (base_pool, pool) in enumerate(zip(self.base_pools, pools, strict=True)):
@@ -236,23 +249,30 @@ class World:
             if copy and n < EXTRA_NODE_POOLS:
                 like = [*like, like[0]]
             for extra, base in enumerate(like):
-                cards = base.cards
                 if copy == 0:
-                    node = base
+                    node, cards = base, base.cards
                 else:
+                    cards = base.cards * CARDS_FACTOR
                     node = Node(
                         pool=pool,
                         hostname=f"{base.hostname}-c{copy:03d}-{extra}",
-                        vcpu_total=base.vcpu_total,
-                        ram_gb_total=base.ram_gb_total,
+                        vcpu_total=base.vcpu_total * CARDS_FACTOR,
+                        ram_gb_total=base.ram_gb_total * CARDS_FACTOR,
                     )
                 node.telemetry = self._telemetry(cards)
                 node.last_seen_at = self.now
                 node.cards = cards
                 nodes.append(node)
+        held = {}  # node id -> (vCPU, RAM) its live allocations hold: the demo's own hosts
         if copy == 0:
             Node.objects.bulk_update(nodes, ["telemetry", "last_seen_at"])
-            accelerators = Accelerator.objects.filter(node__in=nodes).order_by("index")
+            accelerators = Accelerator.objects.filter(
+                node__in=nodes, allocation__isnull=True
+            ).order_by("index")
+            live = Allocation.objects.filter(node__in=nodes, released_at__isnull=True)
+            for node_id, vcpu, ram_gb in live.values_list("node_id", "vcpu", "ram_gb"):
+                before = held.get(node_id, (0, 0))
+                held[node_id] = (before[0] + vcpu, before[1] + ram_gb)
         else:
             Node.objects.bulk_create(nodes)
             accelerators = Accelerator.objects.bulk_create(
@@ -264,8 +284,9 @@ class World:
         for accelerator in accelerators:
             by_node.setdefault(accelerator.node_id, []).append(accelerator)
         for node in nodes:
-            node.free = by_node[node.pk]
-            node.vcpu_free, node.ram_free = node.vcpu_total, node.ram_gb_total
+            node.free = by_node.get(node.pk, [])
+            vcpu, ram_gb = held.get(node.pk, (0, 0))
+            node.vcpu_free, node.ram_free = node.vcpu_total - vcpu, node.ram_gb_total - ram_gb
         return nodes
 
     def _telemetry(self, cards):
@@ -322,12 +343,11 @@ class World:
         return organizations
 
     def _instances(self, copy, organizations, nodes):
-        """50 instances of this copy's organizations (2 of the demo enterprise), on this copy's
+        """150 instances of this copy's organizations (10 of the demo enterprise), on this copy's
         nodes; those in a holding state hold an allocation and its accelerators."""
         from apps.orchestration.models import Accelerator, Allocation
         from apps.orders.models import INSTANCE_HOLDING_STATES, Instance
 
-        owners = [self.tenant] * TENANT_INSTANCES_PER_COPY + organizations
         planned = []
         for n in range(INSTANCES_PER_COPY):
             node = self.rng.choice(nodes)
@@ -352,8 +372,12 @@ class World:
             created = self.now - timedelta(hours=self.rng.randint(1, 24 * USAGE_DAYS))
             holding = state in INSTANCE_HOLDING_STATES
             instance = Instance(
-                organization=owners[n % len(owners)],
-                name=f"host-{copy:03d}-{n:02d}",
+                organization=(
+                    self.tenant
+                    if n < TENANT_INSTANCES_PER_COPY
+                    else organizations[n % len(organizations)]
+                ),
+                name=f"host-{copy:03d}-{n:03d}",
                 flavor=flavor,
                 image=self.images[node.pool.accelerator_model_id],
                 region=node.pool.region,
@@ -569,7 +593,7 @@ class World:
                     action=AUDIT_ACTIONS[n % len(AUDIT_ACTIONS)],
                     object_type="instance",
                     object_id=str(n),
-                    object_repr=f"host-{copy:03d}-{n % INSTANCES_PER_COPY:02d}",
+                    object_repr=f"host-{copy:03d}-{n % INSTANCES_PER_COPY:03d}",
                     data={"from": "pending", "to": "running"},
                     created_at=self.now - timedelta(minutes=self.rng.randint(1, 60 * 24 * 60)),
                 )
@@ -580,8 +604,8 @@ class World:
 
     def _sample_capacity(self):
         """Every pool's samples every 5 minutes over the last 30 days, as beat would have written
-        them (a steady allocation with a daily swing), then what the sampling job keeps of them."""
-        from apps.orchestration import capacity
+        them (a steady allocation with a daily swing); the sampling job then keeps what it keeps of
+        them (`add_copies`)."""
         from apps.orchestration.models import CapacitySample, Pool
 
         pools = Pool.objects.filter(backend=self.backend).exclude(capacity_samples__isnull=False)
@@ -610,7 +634,6 @@ class World:
                 at += SAMPLE_EVERY
                 step += 1
             CapacitySample.objects.bulk_create(samples, batch_size=5000)
-        capacity.sample_capacity(now=self.now)
 
     def _count(self):
         from apps.billing.models import UsageRecord
@@ -620,17 +643,18 @@ class World:
         from apps.tenants.models import Organization
 
         counted = {
-            "pools": Pool,
-            "nodes": Node,
-            "accelerators": Accelerator,
-            "organizations": Organization,
-            "instances": Instance,
-            "tasks": Task,
-            "usage_records": UsageRecord,
-            "audit_events": AuditEvent,
-            "capacity_samples": CapacitySample,
+            "pools": Pool.objects.all(),
+            "nodes": Node.objects.all(),
+            "accelerators": Accelerator.objects.all(),
+            "organizations": Organization.objects.all(),
+            "instances": Instance.objects.all(),
+            "running_instances": Instance.objects.filter(state="running"),
+            "tasks": Task.objects.all(),
+            "usage_records": UsageRecord.objects.all(),
+            "audit_events": AuditEvent.objects.all(),
+            "capacity_samples": CapacitySample.objects.all(),
         }
-        return {name: model.objects.count() for name, model in counted.items()}
+        return {name: rows.count() for name, rows in counted.items()}
 
 
 @contextmanager
@@ -804,6 +828,12 @@ def print_table(report):
             row = figures.get(world)
             line += f"{row['median_ms']:>11}{row['queries']:>9}{row['kb']:>8}" if row else ""
         print(line)
+    slow = [row for row in report["pages"] if row["median_ms"] > SLOW_MS]
+    for world in worlds:
+        over = [f"{row['path']} ({row['median_ms']})" for row in slow if row["world"] == world]
+        print(f"over {SLOW_MS} ms at {world}: {', '.join(over) or 'none'}")
+    if report["pgbench_tps"] is not None:
+        print(f"pgbench TPC-B, -T 10 -c 8 -j 2, same server: {report['pgbench_tps']} TPS")
 
 
 if __name__ == "__main__":
