@@ -3,14 +3,14 @@
     python bench/scale.py [--scale 100] [--repeat 5] [--json]
 
 Builds the demo park (`seed_demo`) in a throwaway SQLite database, or in DATABASE_URL's if set
-(it must be an empty scratch database), adds one "copy" of activity to it (10 organizations, 150
+(it must be an empty scratch database), adds one "copy" of activity to it (10 organizations, 160
 instances in mixed states holding accelerators, two thirds of them running, their orders, meters
 and daily usage records, 20 training tasks, 500 audit events, 30 days of capacity samples every 5
 minutes) and renders each page through the test client as the role that sees it: a visitor (the
 catalog), the demo enterprise's owner (its hosts, billing, tasks) and the park's operator (/ops/
 and its pages). Then it grows the park to `--scale` copies: regions and pools ten times over,
 nodes (of 16 cards), their accelerators, organizations, instances, tasks and events `--scale`
-times (the default makes about 1,300 nodes, 70 pools, 1,000 organizations and 15,000 instances,
+times (the default makes about 1,300 nodes, 70 pools, 1,000 organizations and 16,000 instances,
 10,000 of them running), and renders every page again. Pages over 100 ms are named at the end;
 on PostgreSQL, pgbench's TPC-B on the same server follows (bench/load.py's run), so that the
 figures can be read against how fast the machine was.
@@ -46,7 +46,7 @@ ORGANIZATIONS_PER_COPY = 10
 # A copy's nodes have twice the demo's cards (and vCPU and RAM): 16-card servers, so that
 # 100 copies hold about 10,000 running hosts, mostly of one card, on about 1,300 nodes.
 CARDS_FACTOR = 2
-INSTANCES_PER_COPY = 150
+INSTANCES_PER_COPY = 160
 TENANT_INSTANCES_PER_COPY = 10  # of those, the demo enterprise's (1,000 at 100x)
 TASKS_PER_COPY = 20
 TENANT_TASKS_PER_COPY = 2
@@ -343,7 +343,7 @@ class World:
         return organizations
 
     def _instances(self, copy, organizations, nodes):
-        """150 instances of this copy's organizations (10 of the demo enterprise), on this copy's
+        """160 instances of this copy's organizations (10 of the demo enterprise), on this copy's
         nodes; those in a holding state hold an allocation and its accelerators."""
         from apps.orchestration.models import Accelerator, Allocation
         from apps.orders.models import INSTANCE_HOLDING_STATES, Instance
