@@ -33,6 +33,7 @@ from apps.agents.models import (
     WantedState,
 )
 from apps.agents.usage import record_host_usage
+from apps.catalog.selectors import free_room_changed
 from apps.core.audit import record_event
 from apps.core.errors import DomainError, InvalidTransition
 from apps.core.transactions import lock
@@ -241,6 +242,7 @@ def enrol_server(
         health=NodeHealth.HEALTHY,
         last_seen_at=now,
     )
+    free_room_changed()
     credential = f"{CREDENTIAL_PREFIX}_{secrets.token_urlsafe(32)}"
     agent = AgentServer.objects.create(
         public_id=f"srv-{secrets.token_hex(8)}",
@@ -488,6 +490,8 @@ def _sync_cards(server: AgentServer, cards: list[dict], samples: dict, now) -> l
         Accelerator.objects.filter(pk__in=[pk for pk in flips if pk not in out]).update(
             out_of_service=False
         )
+    if new or flips:
+        free_room_changed()
     return changed
 
 
@@ -503,6 +507,7 @@ def _set_node_health(server: AgentServer, health: str, *, reason: str = "", park
     check_transition(NODE_HEALTH_TRANSITIONS, current, health, label=str(node), names=names)
     node.health = health
     node.save(update_fields=["health"])
+    free_room_changed()
     park = park or Pool.objects.select_related("backend__park").get(pk=node.pool_id).backend.park
     record_event(
         action="node.health_changed",

@@ -1,12 +1,13 @@
 """Catalog reads shared by the pages and the API: flavors with their prices in force and the
 capacity free for them right now (through `FREE_ROOM`)."""
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
-from datetime import datetime
 from decimal import Decimal
+from uuid import uuid4
 
 from django.core.cache import cache
+from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -16,12 +17,14 @@ from apps.core.extensions import ExtensionPoint
 
 @dataclass(frozen=True)
 class NodeRoom:
-    """What one schedulable node has free."""
+    """What one schedulable node has free (what `nodes` nodes each have free, once counted
+    together: most nodes of a pool have the same room)."""
 
     region_id: int
     accelerators: int
     vcpu: int
     ram_gb: int
+    nodes: int = 1
 
 
 # Free room lives in the nodes, which the orchestration app (a floor above) owns and plugs in:
@@ -49,35 +52,55 @@ def with_order_refusals(organization, cards: list["FlavorCard"]) -> list["Flavor
     ]
 
 
-# The catalog of every park (a visitor's, or anyone's without an organization) reads free room
-# from the cache, measured at most this many seconds ago, and says when it was measured: anyone
-# may load it as often as they like, and the count is a guide (an order checks room again under
-# the node's lock). A tenant's catalog of its park reads it exactly. A short time to live rather
-# than invalidation: free room changes with every placement and release, drain and probe, in
-# code of the apps above this one.
-FREE_ROOM_CACHED_FOR = 30
+# Free room is counted once per change, not once per reader: every catalog (the page, a visitor's
+# or a tenant's, and the API's) reads it from the cache, stored under a version that
+# `free_room_changed` replaces wherever allocations, nodes or pools change (in the transaction,
+# and again once it commits). The time to live only bounds a change made past the services
+# (the admin).
+FREE_ROOM_CACHED_FOR = 60
+FREE_ROOM_VERSION_KEY = "catalog:free-room:version"
 
 
-@dataclass(frozen=True)
-class FreeRoom:
-    by_model: dict[int, list[NodeRoom]]
-    measured_at: datetime
-    cached_for: int | None = None  # seconds, when read from the cache
-
-
-def free_room(park=None, *, cached: bool = False) -> FreeRoom:
-    if not cached:
-        return FreeRoom(by_model=FREE_ROOM.one()(park), measured_at=timezone.now())
+def free_room(park=None) -> dict[int, list[NodeRoom]]:
+    """The free room of `park`'s schedulable nodes (every park's when None) by accelerator
+    model id, as of the last change: one round trip to the cache, three queries after a change."""
     key = f"catalog:free-room:{park.pk if park is not None else 'all'}"
-    return cache.get_or_set(
-        key,
-        lambda: FreeRoom(
-            by_model=FREE_ROOM.one()(park),
-            measured_at=timezone.now(),
-            cached_for=FREE_ROOM_CACHED_FOR,
-        ),
-        timeout=FREE_ROOM_CACHED_FOR,
-    )
+    found = cache.get_many([FREE_ROOM_VERSION_KEY, key])
+    version = found.get(FREE_ROOM_VERSION_KEY)
+    if version is None:  # never changed since the cache started, or evicted
+        cache.add(FREE_ROOM_VERSION_KEY, uuid4().hex, timeout=None)
+        version = cache.get(FREE_ROOM_VERSION_KEY)
+    stored = found.get(key)
+    if stored is not None and stored[0] == version:
+        return stored[1]
+    rooms = _alike_together(FREE_ROOM.one()(park))
+    cache.set(key, (version, rooms), FREE_ROOM_CACHED_FOR)
+    return rooms
+
+
+def _alike_together(by_model: dict[int, list[NodeRoom]]) -> dict[int, list[NodeRoom]]:
+    """Nodes with the same room as one NodeRoom of their number: a park of thousands of nodes
+    has a few dozen rooms, which the cache stores and every reader unpickles."""
+    together = {}
+    for model_id, rooms in by_model.items():
+        counted = Counter(replace(room, nodes=1) for room in rooms)
+        together[model_id] = [replace(room, nodes=n) for room, n in counted.items()]
+    return together
+
+
+def free_room_changed() -> None:
+    """Say that free room changed (an allocation made, resized or released; a node added,
+    drained, marked down or back; a pool taken out of scheduling): every catalog counts it again.
+    Called inside the transaction that changes it, it moves the cache to a new version now (the
+    transaction's own reads count again) and once more when the transaction commits (a count
+    read meanwhile, without the change, is not kept)."""
+    _new_free_room_version()
+    if transaction.get_connection().in_atomic_block:
+        transaction.on_commit(_new_free_room_version, robust=True)
+
+
+def _new_free_room_version() -> None:
+    cache.set(FREE_ROOM_VERSION_KEY, uuid4().hex, timeout=None)
 
 
 def _in_force(*, kind: str, at=None, **filters):
@@ -160,7 +183,8 @@ class FlavorCard:
         """How many hosts of this flavor still fit; a host's accelerators sit on one node."""
         flavor = self.flavor
         return sum(
-            min(
+            room.nodes
+            * min(
                 room.accelerators // flavor.accelerator_count,
                 room.vcpu // flavor.vcpu,
                 room.ram_gb // flavor.ram_gb,
@@ -222,10 +246,7 @@ class CatalogFilters:
     park: object = None
 
 
-def catalog_flavors(
-    filters: CatalogFilters | None = None, *, room: FreeRoom | None = None
-) -> list[FlavorCard]:
-    """`room`: the free room to count hosts in (default: measured now, in the filters' park)."""
+def catalog_flavors(filters: CatalogFilters | None = None) -> list[FlavorCard]:
     f = filters or CatalogFilters()
     flavors = Flavor.objects.filter(is_active=True).select_related(
         "family__accelerator_model", "family__park"
@@ -250,7 +271,7 @@ def catalog_flavors(
         return not f.region_level or region.level == f.region_level
 
     prices = current_flavor_prices()
-    rooms = (room or free_room(f.park)).by_model
+    rooms = free_room(f.park)
     cards = []
     for flavor in flavors:
         allowed = [p for p in prices.get(flavor.pk, []) if region_allowed(p.region)]
@@ -288,7 +309,7 @@ def catalog_flavors(
 
 def catalog_summary(park=None) -> list[dict]:
     """Accelerator models side by side with their total and free counts, for the home page."""
-    rooms = FREE_ROOM.one()(park)
+    rooms = free_room(park)
     pools = Q(pools__is_schedulable=True)
     if park is not None:
         pools &= Q(pools__backend__park=park)
@@ -298,7 +319,11 @@ def catalog_summary(park=None) -> list[dict]:
         .order_by("domestic", "vendor", "name")
     )
     return [
-        {"model": m, "total": m.total, "free": sum(r.accelerators for r in rooms.get(m.pk, []))}
+        {
+            "model": m,
+            "total": m.total,
+            "free": sum(r.accelerators * r.nodes for r in rooms.get(m.pk, [])),
+        }
         for m in models
     ]
 

@@ -7,7 +7,6 @@ from apps.catalog.selectors import (
     catalog_flavors,
     compatible_images,
     current_flavor_prices,
-    free_room,
     price_sheet,
     with_order_refusals,
 )
@@ -21,12 +20,10 @@ def _park(request):
 def flavor_list(request):
     park = _park(request)
     form = CatalogFilterForm(request.GET or None, park=park)
-    # Every park's catalog (no organization: a visitor's) counts free hosts from the cache.
-    room = free_room(park, cached=park is None)
-    cards = catalog_flavors(form.filters(), room=room)
+    cards = catalog_flavors(form.filters())
     if request.organization:
         cards = with_order_refusals(request.organization, cards)
-    context = {"form": form, "cards": cards, "room": room}
+    context = {"form": form, "cards": cards}
     template = "catalog/partials/_flavor_list.html" if request.htmx else "catalog/flavor_list.html"
     return render(request, template, context)
 

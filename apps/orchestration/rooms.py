@@ -5,6 +5,7 @@ pass (`scheduling`) take cards the same way."""
 
 from dataclasses import dataclass
 
+from apps.catalog.selectors import free_room_changed
 from apps.orchestration import adapter
 from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth
 from apps.orchestration.scheduler import MILLI
@@ -94,4 +95,5 @@ class NodeRoom:
             return False
         allocation.save()
         Accelerator.objects.filter(pk__in=cards).update(allocation=allocation)
+        free_room_changed()
         return True

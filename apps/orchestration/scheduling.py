@@ -30,6 +30,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.catalog.models import Image
+from apps.catalog.selectors import free_room_changed
 from apps.core import sql
 from apps.core.audit import audit_identity, record_event
 from apps.core.bulk import update_rows
@@ -481,6 +482,7 @@ def _write_placements(placed: list[_Placed], *, park) -> None:
         [Accelerator(pk=card, allocation_id=p.allocation.pk) for p in placed for card in p.cards],
         ["allocation"],
     )
+    free_room_changed()
     _insert_placements(placed)
     names = dict(Task._meta.get_field("state").flatchoices)
     user, label = audit_identity(SCHEDULER)
@@ -738,6 +740,7 @@ def release_task_capacity(task) -> bool:
             Accelerator.objects.filter(pk=card).update(allocation=heir)
     else:
         Accelerator.objects.filter(allocation=allocation).update(allocation=None)
+    free_room_changed()
     return True
 
 

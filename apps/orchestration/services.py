@@ -11,7 +11,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from apps.catalog.models import AcceleratorModel
-from apps.catalog.selectors import prices_by_region
+from apps.catalog.selectors import free_room_changed, prices_by_region
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.extensions import ExtensionPoint
@@ -56,6 +56,7 @@ def register_node(*, pool: Pool, hostname: str, accelerators: int, vcpu: int, ra
     if surplus.filter(allocation__isnull=False).exists():
         raise ValueError(f"{hostname}: cannot remove accelerators that are allocated")
     surplus.delete()
+    free_room_changed()
     return node
 
 
@@ -431,6 +432,7 @@ def allocate_again(instance, shape: Shape) -> Allocation:
         node=node, instance=instance, vcpu=shape.vcpu, ram_gb=shape.ram_gb
     )
     _take_cards(node, allocation, shape.accelerators)
+    free_room_changed()
     return allocation
 
 
@@ -443,6 +445,7 @@ def release_capacity(instance) -> None:
     Accelerator.objects.filter(allocation=allocation).update(allocation=None)
     allocation.released_at = timezone.now()
     allocation.save(update_fields=["released_at"])
+    free_room_changed()
 
 
 def resize_capacity(instance, shape: Shape) -> None:
@@ -483,6 +486,7 @@ def resize_capacity(instance, shape: Shape) -> None:
         Accelerator.objects.filter(pk__in=surplus).update(allocation=None)
     allocation.vcpu, allocation.ram_gb = shape.vcpu, shape.ram_gb
     allocation.save(update_fields=["vcpu", "ram_gb"])
+    free_room_changed()
 
 
 def device_indices(instance) -> tuple[int, ...]:
@@ -722,7 +726,7 @@ def _record_telemetry(backend, nodes, readings: list[NodeTelemetry], now) -> Non
     lock_all(Node, [node.pk for node in nodes])
     by_host = {reading.hostname: reading for reading in readings}
     names = dict(Node._meta.get_field("health").flatchoices)
-    changed = []
+    changed, moved = [], False
     for node in nodes:
         reading = by_host.get(node.hostname)
         health = node.health
@@ -746,8 +750,11 @@ def _record_telemetry(backend, nodes, readings: list[NodeTelemetry], now) -> Non
                 data={"from": node.health, "to": health},
             )
             node.health = health
+            moved = True
         changed.append(node)
     Node.objects.bulk_update(changed, ["telemetry", "last_seen_at", "health"])
+    if moved:
+        free_room_changed()
 
 
 def merged_telemetry(previous: dict, reading: NodeTelemetry, now) -> dict:
@@ -829,6 +836,7 @@ def _record_drained(*, node: Node, operator, drained: bool, reason: str) -> Node
         return node
     node.is_drained = drained
     node.save(update_fields=["is_drained"])
+    free_room_changed()
     running = node.allocations.filter(released_at__isnull=True).count()
     record_event(
         action="node.drained" if drained else "node.undrained",
@@ -873,6 +881,8 @@ def update_pool(*, pool: Pool, operator, **changes) -> Pool:
     }
     if diff:
         record_event(action="pool.updated", actor=operator, target=pool, park=park, data=diff)
+    if {"region", "is_schedulable"} & set(diff):
+        free_room_changed()
     return pool
 
 

@@ -1,18 +1,30 @@
 """Free room in the catalog: counted in a fixed number of queries however many nodes the park
-has, and, in every park's catalog (a visitor's), read from the cache for at most
-FREE_ROOM_CACHED_FOR seconds, which the page states; a tenant's catalog counts it now."""
+has, kept in the cache for every catalog (a visitor's, a tenant's, the API's), and counted again
+as soon as an allocation is made, resized or released or a node is drained: no reader sees the
+count from before a change once it is committed."""
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from apps.catalog import selectors
-from apps.catalog.selectors import FREE_ROOM_CACHED_FOR, free_room
-from apps.orchestration.services import register_node
+from apps.catalog.selectors import FREE_ROOM, free_room, free_room_changed
+from apps.orchestration.services import (
+    Shape,
+    drain_node,
+    place,
+    register_node,
+    release_capacity,
+    resize_capacity,
+    shape_of,
+    undrain_node,
+)
+from apps.tenants.services import create_api_key
 from tests.factories import (
     AllocationFactory,
     FlavorFactory,
     FlavorFamilyFactory,
+    InstanceFactory,
+    OrderFactory,
     PoolFactory,
     PriceFactory,
     RegionFactory,
@@ -55,58 +67,123 @@ def test_free_room_takes_the_same_queries_for_3_nodes_as_for_60(park, sold):
     pool, _flavor = sold
     add_nodes(pool, 3)
     with CaptureQueriesContext(connection) as few:
-        rooms = free_room(park).by_model
-    assert sum(r.accelerators for r in rooms[pool.accelerator_model_id]) == 6
+        rooms = free_room(park)
+    assert sum(r.accelerators * r.nodes for r in rooms[pool.accelerator_model_id]) == 6
 
     add_nodes(pool, 57, start=3)
     AllocationFactory(node=pool.nodes.first(), vcpu=4, ram_gb=16)
+    free_room_changed()  # the factory wrote the allocation past the services
     with CaptureQueriesContext(connection) as many:
-        rooms = free_room(park).by_model
+        rooms = free_room(park)
     assert len(many) == len(few)
-    assert len(rooms[pool.accelerator_model_id]) == 60
-    held = [r for r in rooms[pool.accelerator_model_id] if r.vcpu == 60]
-    assert [(r.ram_gb, r.accelerators) for r in held] == [(240, 2)]
+    # Alike nodes are counted together: 59 untouched, and the one holding 4 vCPU and 16 GB.
+    assert sorted(
+        (r.vcpu, r.ram_gb, r.accelerators, r.nodes) for r in rooms[pool.accelerator_model_id]
+    ) == [
+        (60, 240, 2, 1),
+        (64, 256, 2, 59),
+    ]
 
 
-def test_a_visitor_reads_free_room_from_the_cache_and_is_told_when_it_was_counted(
-    client, park, sold
-):
+def test_a_second_read_takes_free_room_from_the_cache(client, park, sold):
     pool, flavor = sold
-    (node,) = add_nodes(pool, 1)
+    add_nodes(pool, 1)
     assert free_hosts(client, flavor) == 2
-
-    allocation = AllocationFactory(node=node, instance__flavor=flavor, vcpu=1, ram_gb=1)
-    node.accelerators.filter(index=0).update(allocation=allocation)
 
     with CaptureQueriesContext(connection) as cached:
-        response = client.get("/catalog/")
-    assert response.context["cards"][0].available_now == 2  # as counted a moment ago
-    assert response.context["room"].cached_for == FREE_ROOM_CACHED_FOR
-    assert "counted again every 30 seconds" in response.content.decode()
-    assert not any("orchestration_accelerator" in q["sql"] for q in cached.captured_queries)
+        assert free_hosts(client, flavor) == 2
+    counted = ("orchestration_node", "orchestration_accelerator", "orchestration_allocation")
+    assert not any(table in q["sql"] for q in cached.captured_queries for table in counted)
 
 
-def test_a_visitor_counts_again_once_the_cached_count_expires(client, park, sold, monkeypatch):
+@pytest.fixture
+def place_host(organization, sold):
+    """place_host() -> a host of the sold flavor placed through orchestration's services."""
+    _pool, flavor = sold
+
+    def place_one():
+        instance = InstanceFactory(organization=organization, flavor=flavor)
+        order = OrderFactory(organization=organization, instance=instance)
+        place(instance=instance, shape=shape_of(flavor), order=order)
+        return instance
+
+    return place_one
+
+
+@pytest.fixture(params=["visitor", "tenant", "api"])
+def free_hosts_seen(request, client, owner, organization, sold):
+    """free_hosts_seen() -> the hosts of the sold flavor free now, as a visitor's catalog page,
+    the tenant's, or the API's flavor list says."""
+    _pool, flavor = sold
+    if request.param == "tenant":
+        client.force_login(owner)
+    if request.param != "api":
+        return lambda: free_hosts(client, flavor)
+    _key, secret = create_api_key(organization=organization, actor=owner, name="r", scope="read")
+
+    def by_api():
+        response = client.get("/api/v1/flavors/", HTTP_AUTHORIZATION=f"Bearer {secret}")
+        assert response.status_code == 200, response.content
+        (card,) = [c for c in response.json() if c["flavor"]["code"] == flavor.code]
+        return card["available_now"]
+
+    return by_api
+
+
+def test_a_placement_and_a_release_show_at_once(
+    sold, place_host, free_hosts_seen, django_capture_on_commit_callbacks
+):
+    pool, _flavor = sold
+    add_nodes(pool, 1)
+    assert free_hosts_seen() == 2
+    assert free_hosts_seen() == 2  # from the cache
+
+    with django_capture_on_commit_callbacks(execute=True):
+        instance = place_host()
+    assert free_hosts_seen() == 1
+
+    with django_capture_on_commit_callbacks(execute=True):
+        release_capacity(instance)
+    assert free_hosts_seen() == 2
+
+
+def test_a_resize_shows_at_once(client, park, sold, place_host):
     pool, flavor = sold
-    (node,) = add_nodes(pool, 1)
-    monkeypatch.setattr(selectors, "FREE_ROOM_CACHED_FOR", 0)  # expired as soon as stored
-    assert free_hosts(client, flavor) == 2
-
-    allocation = AllocationFactory(node=node, instance__flavor=flavor, vcpu=1, ram_gb=1)
-    node.accelerators.filter(index=0).update(allocation=allocation)
-
+    add_nodes(pool, 1)
+    instance = place_host()
     assert free_hosts(client, flavor) == 1
 
+    shape = Shape(accelerator_model_id=pool.accelerator_model_id, accelerators=2, vcpu=2, ram_gb=2)
+    resize_capacity(instance, shape)
+    assert free_hosts(client, flavor) == 0
 
-def test_a_tenants_catalog_counts_free_room_now(client, park, sold, owner):
+
+def test_a_drained_node_leaves_the_count_at_once(client, park, sold, operator):
     pool, flavor = sold
-    (node,) = add_nodes(pool, 1)
-    client.force_login(owner)
+    node, _other = add_nodes(pool, 2)
+    assert free_hosts(client, flavor) == 4
+
+    drain_node(node=node, operator=operator)
     assert free_hosts(client, flavor) == 2
+    undrain_node(node=node, operator=operator)
+    assert free_hosts(client, flavor) == 4
 
-    allocation = AllocationFactory(node=node, instance__flavor=flavor, vcpu=1, ram_gb=1)
-    node.accelerators.filter(index=0).update(allocation=allocation)
 
-    response = client.get("/catalog/")
-    assert response.context["cards"][0].available_now == 1
-    assert 'id="free-room-age"' not in response.content.decode()
+def test_a_count_read_before_the_commit_is_not_kept_after_it(
+    park, sold, place_host, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Another connection reading while the placement's transaction is open counts without it
+    and caches what it counted; the commit moves the cache past that count."""
+    pool, flavor = sold
+    add_nodes(pool, 1)
+    before = free_room(park)
+    model = pool.accelerator_model_id
+
+    with django_capture_on_commit_callbacks(execute=True):
+        place_host()
+        # A reader that cannot see the uncommitted allocation yet, counting meanwhile.
+        monkeypatch.setattr(FREE_ROOM, "one", lambda: lambda _park: before)
+        assert free_room(park)[model][0].accelerators == 2
+        monkeypatch.undo()
+
+    assert [r.accelerators for r in free_room(park)[model]] == [1]
