@@ -1,25 +1,33 @@
 """The stack under load: orders and reads over HTTP against gunicorn on PostgreSQL, beside pgbench.
 
     python bench/load.py [--duration 10] [--clients 8] [--organizations 20] [--nodes 360]
-                         [--park-limit] [--json]
+                         [--workers 4] [--only orders,across,flavors,instances,catalog]
+                         [--cache-url redis://127.0.0.1:6379/9] [--park-limit] [--json]
 
-Creates a scratch PostgreSQL database (DATABASE_URL's server, database `loam_bench_load`,
-dropped first), migrates it, seeds the demo park (`seed_demo`) and adds `--organizations`
-verified, funded organizations, each with large quotas and one write API key per client, and
-`--nodes` 8-card simulator nodes in the demo's L40S pools (two regions), so orders do not run
-out (each order scenario says how many of the pools' cards were left idle after it; one that
-left fewer than it has clients ran out, and its req/s counts refusals' time: raise `--nodes`).
+Creates a scratch PostgreSQL database (DATABASE_URL's server, database `loam_bench_load` or
+`--scratch-db`, dropped first), migrates it, seeds the demo park (`seed_demo`) and adds
+`--organizations` verified, funded organizations, each with large quotas and one write API
+key per client, and `--nodes` 8-card simulator nodes in the demo's L40S pools (two regions), so
+orders do not run out (each order scenario says how many of the pools' cards were left idle
+after it; one that left fewer than it has clients ran out, and its req/s counts refusals' time:
+raise `--nodes`).
 With `--park-limit` the park also gets park-wide limits (high enough never to refuse), which
 makes every order take the park's lock.
 
-Starts gunicorn itself (4 workers; `deploy/gunicorn.conf.py` when present) with Celery on the
-in-memory broker and eager mode off: an order is placed synchronously, as the API does, and its
-provisioning job is only queued after commit (no worker runs it; the hosts stay provisioning,
-holding their cards). Then runs each scenario for `--duration` seconds:
+Starts gunicorn itself (`--workers`, 4 by default; `deploy/gunicorn.conf.py` when present) with
+Celery on the in-memory broker and eager mode off, and the cache production has with
+`--cache-url` (default: CACHE_URL from the environment; without it each worker keeps its own
+in-memory cache, which production never does with more than one worker). An order is placed
+synchronously, as the API does, and its provisioning job is only queued after commit (no worker
+runs it; the hosts stay provisioning, holding their cards). Then runs each scenario for
+`--duration` seconds:
 
 - POST /api/v1/orders/ for one organization, 1 client and `--clients` clients;
 - POST /api/v1/orders/ across organizations, `--clients` clients (each its own organization);
 - GET /api/v1/flavors/, /catalog/ (the public page) and /api/v1/instances/.
+
+`--only` runs some of them: `orders` (one organization, 1 and `--clients` clients), `across`,
+`flavors`, `instances`, `catalog`; e.g. `--only flavors,catalog --workers 2` for the reads.
 
 Orders leave the region to the scheduler (l40s.1x, scored over both regions). It prints req/s
 and p50/p95/p99 per scenario, pgbench's TPC-B TPS measured on the same server right after
@@ -56,6 +64,7 @@ L40S_REGIONS = ("js-nanjing", "js-suzhou-edge")
 NODE_CARDS, NODE_VCPU, NODE_RAM_GB = 8, 256, 2048
 HUGE_LIMIT = 10**9
 FUNDS_MINOR = 10**12
+SCENARIOS = ("orders", "across", "flavors", "instances", "catalog")
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGb0bbMkVQzCQ0yt4WzQp2jr0+Ir3ZXD9gDQsG2dLR5N bench"
 
 
@@ -67,16 +76,36 @@ def main():
     parser.add_argument("--nodes", type=int, default=360, help="8-card nodes added")
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument(
+        "--scratch-db",
+        default=SCRATCH_DB,
+        help="the database to seed (pgbench's is this name with _pgbench); another name lets "
+        "two runs share a server",
+    )
     parser.add_argument("--park-limit", action="store_true", help="park-wide limits too")
+    parser.add_argument(
+        "--only",
+        type=lambda text: set(text.split(",")),
+        default=set(SCENARIOS),
+        help=f"the scenarios to run, comma-separated, of {','.join(SCENARIOS)}",
+    )
+    parser.add_argument(
+        "--cache-url",
+        default=os.environ.get("CACHE_URL", ""),
+        help="the cache gunicorn's workers share, e.g. redis://127.0.0.1:6379/9",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if unknown := args.only - set(SCENARIOS):
+        parser.error(f"--only: no scenario {', '.join(sorted(unknown))}")
 
     static_root = tempfile.mkdtemp(prefix="loam-load-static-")
     server, env = scratch_database(
         "bench/load.py",
-        SCRATCH_DB,
+        args.scratch_db,
         ALLOWED_HOSTS="127.0.0.1,localhost",
         STATIC_ROOT=static_root,
+        CACHE_URL=args.cache_url,
     )
     admin_url = server._replace(path="/postgres").geturl()
     static_built = (
@@ -98,7 +127,7 @@ def main():
         gunicorn.send_signal(signal.SIGTERM)
         gunicorn.wait(30)
         shutil.rmtree(static_root, ignore_errors=True)
-    tps = pgbench(server, admin_url)
+    tps = pgbench(server, admin_url, database=f"{args.scratch_db}_pgbench")
     check = oversell_check()
     report(args, results, tps, check)
     if not check["ok"]:
@@ -196,12 +225,13 @@ def seed(args) -> list[dict]:
                     (QuotaResource.COMPUTE_UNITS, HUGE_LIMIT),
                 )
             )
-            keys = [
-                create_api_key(
-                    organization=organization, actor=owner, name=f"bench {i}", scope="write"
-                )[1]
-                for i in range(args.clients)
-            ]
+        # A use case of its own (a durable transaction), after the organization's.
+        keys = [
+            create_api_key(
+                organization=organization, actor=owner, name=f"bench {i}", scope="write"
+            )[1]
+            for i in range(args.clients)
+        ]
         organizations.append({"id": organization.pk, "keys": keys})
     # The planner's statistics, as autovacuum keeps them on a database in use: without them,
     # fresh from seeding, it reads a thousand cards as seven rows and picks slower plans.
@@ -248,9 +278,10 @@ def run_scenarios(args, base, organizations, static_built, gunicorn_pid: int) ->
     one = organizations[0]
     order = {"method": "POST", "path": "/api/v1/orders/"}
     scenarios = [
-        ("orders, one organization, 1 client", order, [one["keys"][0]]),
-        (f"orders, one organization, {args.clients} clients", order, one["keys"]),
+        ("orders", "orders, one organization, 1 client", order, [one["keys"][0]]),
+        ("orders", f"orders, one organization, {args.clients} clients", order, one["keys"]),
         (
+            "across",
             f"orders, across organizations, {args.clients} clients",
             order,
             [
@@ -259,11 +290,13 @@ def run_scenarios(args, base, organizations, static_built, gunicorn_pid: int) ->
             ],
         ),
         (
+            "flavors",
             f"GET /api/v1/flavors/, {args.clients} clients",
             {"method": "GET", "path": "/api/v1/flavors/"},
             one["keys"],
         ),
         (
+            "instances",
             f"GET /api/v1/instances/, {args.clients} clients",
             {"method": "GET", "path": "/api/v1/instances/"},
             one["keys"],
@@ -272,11 +305,13 @@ def run_scenarios(args, base, organizations, static_built, gunicorn_pid: int) ->
     if static_built:
         scenarios.append(
             (
+                "catalog",
                 f"GET /catalog/ (anonymous), {args.clients} clients",
                 {"method": "GET", "path": "/catalog/", "anonymous": True},
                 one["keys"],
             )
         )
+    scenarios = [scenario[1:] for scenario in scenarios if scenario[0] in args.only]
     results = []
     for name, request, keys in scenarios:
         before = cpu_seconds(gunicorn_pid)
@@ -405,8 +440,8 @@ def figures(latencies, elapsed, failures) -> dict:
 # --- pgbench and the oversell check ----------------------------------------------------------
 
 
-def pgbench(server, admin_url) -> float | None:
-    recreate_database(admin_url, PGBENCH_DB)
+def pgbench(server, admin_url, database: str = PGBENCH_DB) -> float | None:
+    recreate_database(admin_url, database)
     connection = [
         "-h",
         server.hostname or "127.0.0.1",
@@ -416,13 +451,13 @@ def pgbench(server, admin_url) -> float | None:
         server.username or "postgres",
     ]
     subprocess.run(
-        ["pgbench", *connection, "-i", "-q", PGBENCH_DB],
+        ["pgbench", *connection, "-i", "-q", database],
         check=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     run = subprocess.run(
-        ["pgbench", *connection, "-T", "10", "-c", "8", "-j", "2", PGBENCH_DB],
+        ["pgbench", *connection, "-T", "10", "-c", "8", "-j", "2", database],
         check=True,
         capture_output=True,
         text=True,
@@ -507,6 +542,7 @@ def report(args, results, tps, check) -> None:
                 f"{r['scenario']}: {r['idle_cards_after']} L40S cards idle after it"
                 + (" - RAN OUT: its req/s counts refusals; raise --nodes" if ran_out else "")
             )
+    print(f"gunicorn workers: {args.workers}; cache: {args.cache_url or 'in-memory, per worker'}")
     print(f"pgbench TPC-B, -T 10 -c 8 -j 2, same server: {tps} TPS")
     verdict = "no oversell" if check["ok"] else "OVERSOLD"
     print(
