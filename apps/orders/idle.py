@@ -10,22 +10,22 @@ any organization, so the checks, state moves, backend call and metering are exac
 tenant's. The operator and the reason are recorded in the audit log and mailed to the owners.
 """
 
-from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max, Prefetch
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
+from apps.core import sql
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.models import AuditEvent
 from apps.core.transactions import locked, on_commit_task
-from apps.orchestration.models import Accelerator, Allocation, Node
+from apps.orchestration.models import Accelerator, Allocation
 from apps.orchestration.services import TELEMETRY_FRESH_FOR
 from apps.orders.models import (
     INSTANCE_BUSY_STATES,
@@ -113,76 +113,146 @@ def idle_policies(parks) -> dict[int, IdlePolicy]:
 
 def idle_instances(parks, *, min_minutes: int | None = None, now=None) -> list[IdleInstance]:
     """Running instances of the parks idle for at least `min_minutes` (default: each park's
-    policy threshold), longest idle first, with when their owners were last told.
+    policy threshold), longest idle first, with when their owners were last told."""
+    return idle_rows(idle_candidates(parks, min_minutes=min_minutes, now=now))
 
-    Read as plain values first (a park may run thousands of hosts, few of them idle): the
-    nodes' telemetry once per node, the cards each running host holds; whole instances are
-    loaded only for the hosts found idle."""
+
+@dataclass(frozen=True)
+class IdleCandidate:
+    """A host found idle, before its instance is loaded (a page shows a few of thousands)."""
+
+    instance_id: int
+    idle_since: datetime
+    utilization_pct: float
+    threshold_minutes: int
+
+
+def idle_candidates(parks, *, min_minutes: int | None = None, now=None) -> list[IdleCandidate]:
+    """The running hosts of the parks whose cards all read idle, in fresh telemetry, for at
+    least `min_minutes` (default: each park's policy threshold), longest idle first: found in
+    the database (one statement), which reads each card's reading in its node's telemetry, so
+    that no busy host, nor any host on a node with stale telemetry, is read here at all."""
     now = now or timezone.now()
-    policies = idle_policies(parks)
-    running = Instance.objects.filter(
-        organization__park__in=parks, state=InstanceState.RUNNING, node__isnull=False
-    )
-    nodes = Node.objects.filter(pk__in=running.values("node_id")).values_list("pk", "telemetry")
-    fresh = {
-        node_id: cards
-        for node_id, telemetry in nodes
-        if (cards := _fresh_cards(telemetry, now)) is not None
+    park_ids = [getattr(park, "pk", park) for park in parks]
+    if not park_ids:
+        return []
+    policies = idle_policies(park_ids)
+    thresholds = {
+        park_id: policies[park_id].threshold_minutes
+        if park_id in policies
+        else DEFAULT_THRESHOLD_MINUTES
+        for park_id in park_ids
     }
-    held: dict[int, list[tuple[datetime, int]]] = defaultdict(list)
-    where: dict[int, tuple[int, int]] = {}  # instance -> (its node, its park)
-    for instance_id, node_id, park_id, created_at, index in (
-        Allocation.objects.filter(
-            released_at__isnull=True,
-            instance__in=running.filter(node_id__in=fresh),
-            accelerators__isnull=False,
+    # Each park's latest moment a host may have gone idle at, in seconds since the epoch.
+    stamp = now.timestamp()
+    cutoffs = {
+        park_id: stamp - 60 * (threshold if min_minutes is None else min_minutes)
+        for park_id, threshold in thresholds.items()
+    }
+    cutoff_sql = "CASE park_id {} END".format(" ".join(["WHEN %s THEN %s"] * len(cutoffs)))
+    spelled = _IDLE_SQL_SPELLINGS[connection.vendor]
+    statement = _IDLE_SQL.format(parks=sql.placeholders(park_ids), cutoff=cutoff_sql, **spelled)
+    params = [
+        *park_ids,
+        InstanceState.RUNNING,
+        stamp - TELEMETRY_FRESH_FOR.total_seconds(),
+        *[value for pair in cutoffs.items() for value in pair],
+    ]
+    return [
+        IdleCandidate(
+            instance_id=instance_id,
+            idle_since=datetime.fromtimestamp(float(since), tz=UTC),
+            utilization_pct=round(float(utilization), 1),
+            threshold_minutes=thresholds[park_id],
         )
-        .values_list(
-            "instance_id",
-            "instance__node_id",
-            "instance__organization__park_id",
-            "created_at",
-            "accelerators__index",
-        )
-        .order_by()
-    ):
-        held[instance_id].append((created_at, index))
-        where[instance_id] = (node_id, park_id)
-    found: dict[int, tuple[tuple[datetime, float], int]] = {}
-    for instance_id, cards in held.items():
-        node_id, park_id = where[instance_id]
-        reading = _reading(fresh[node_id], cards)
-        if reading is None:
-            continue
-        policy = policies.get(park_id)
-        threshold = policy.threshold_minutes if policy else DEFAULT_THRESHOLD_MINUTES
-        wanted = threshold if min_minutes is None else min_minutes
-        if now - reading[0] >= timedelta(minutes=wanted):
-            found[instance_id] = (reading, threshold)
-    instances = Instance.objects.filter(pk__in=found).select_related(
+        for instance_id, park_id, since, utilization in sql.fetch_all(Instance, statement, params)
+    ]
+
+
+# Each card a running host holds: since when it (and the host) has been idle, in seconds since
+# the epoch, NULL while it reads busy or is missing from its node's telemetry; only on nodes
+# whose telemetry is fresh. Grouped by host: those whose every card reads idle since the
+# park's cutoff.
+_IDLE_SQL = """
+SELECT instance_id, park_id, {greatest}(MAX(idle_from), MAX(held_from)) AS since, AVG(util)
+FROM (
+    SELECT i.id AS instance_id, o.park_id AS park_id,
+        {held_from} AS held_from, {idle_from} AS idle_from, COALESCE({util}, 0) AS util
+    FROM orders_instance i
+    JOIN tenants_organization o ON o.id = i.organization_id
+    JOIN orchestration_node n ON n.id = i.node_id
+    JOIN orchestration_allocation a ON a.instance_id = i.id AND a.released_at IS NULL
+    JOIN orchestration_accelerator acc ON acc.allocation_id = a.id
+    WHERE o.park_id IN ({parks}) AND i.state = %s AND {updated} >= %s
+) cards
+GROUP BY instance_id, park_id
+HAVING COUNT(*) = COUNT(idle_from)
+    AND {greatest}(MAX(idle_from), MAX(held_from)) <= {cutoff}
+ORDER BY since, instance_id
+"""
+
+# A timestamp written by `merged_telemetry` (an ISO 8601 string), as seconds since the epoch;
+# NULL for anything else, as `parse_datetime` reads it.
+_PG_ISO = (
+    r"CASE WHEN ({0}) ~ '^\d{{4}}-\d\d-\d\d[T ]\d\d:\d\d' "
+    "THEN EXTRACT(EPOCH FROM CAST({0} AS timestamptz)) END"
+)
+_PG_CARD = "n.telemetry -> 'accelerators' -> CAST(acc.\"index\" AS text)"
+_SQLITE_CARD = "'$.accelerators.\"' || acc.\"index\" || '\".{}'"
+_SQLITE_EPOCH = "(julianday({}) - 2440587.5) * 86400.0"
+_IDLE_SQL_SPELLINGS = {
+    "postgresql": {
+        "greatest": "GREATEST",
+        "held_from": "EXTRACT(EPOCH FROM a.created_at)",
+        "idle_from": _PG_ISO.format(f"{_PG_CARD} ->> 'idle_since'"),
+        "util": f"CAST({_PG_CARD} ->> 'util' AS double precision)",
+        "updated": _PG_ISO.format("n.telemetry ->> 'updated_at'"),
+    },
+    "sqlite": {
+        "greatest": "MAX",
+        "held_from": _SQLITE_EPOCH.format("a.created_at"),
+        "idle_from": _SQLITE_EPOCH.format(
+            f"json_extract(n.telemetry, {_SQLITE_CARD.format('idle_since')})"
+        ),
+        "util": f"json_extract(n.telemetry, {_SQLITE_CARD.format('util')})",
+        "updated": _SQLITE_EPOCH.format("json_extract(n.telemetry, '$.updated_at')"),
+    },
+}
+
+
+def idle_rows(candidates: list[IdleCandidate]) -> list[IdleInstance]:
+    """The candidates' instances (in the candidates' order) and when their owners were last
+    told: two queries, whatever their number."""
+    ids = [candidate.instance_id for candidate in candidates]
+    instances = Instance.objects.filter(pk__in=ids).select_related(
         "organization__park", "flavor", "region", "node__pool"
     )
-    notices = dict(
-        AuditEvent.objects.filter(
-            action="instance.idle_notice",
-            object_type=Instance._meta.label_lower,
-            object_id__in=[str(pk) for pk in found],
+    by_id = {instance.pk: instance for instance in instances} if ids else {}
+    notices = (
+        dict(
+            AuditEvent.objects.filter(
+                action="instance.idle_notice",
+                object_type=Instance._meta.label_lower,
+                object_id__in=[str(pk) for pk in ids],
+            )
+            .values_list("object_id")
+            .annotate(last=Max("created_at"))
+            .order_by()
         )
-        .values_list("object_id")
-        .annotate(last=Max("created_at"))
-        .order_by()
+        if ids
+        else {}
     )
-    rows = [
+    return [
         IdleInstance(
-            instance=instance,
-            idle_since=found[instance.pk][0][0],
-            utilization_pct=found[instance.pk][0][1],
-            threshold_minutes=found[instance.pk][1],
-            last_notice_at=notices.get(str(instance.pk)),
+            instance=by_id[candidate.instance_id],
+            idle_since=candidate.idle_since,
+            utilization_pct=candidate.utilization_pct,
+            threshold_minutes=candidate.threshold_minutes,
+            last_notice_at=notices.get(str(candidate.instance_id)),
         )
-        for instance in instances
+        for candidate in candidates
+        if candidate.instance_id in by_id  # released between the two reads
     ]
-    return sorted(rows, key=lambda row: (row.idle_since, row.instance.pk))
 
 
 # --- what the park does -----------------------------------------------------------------------

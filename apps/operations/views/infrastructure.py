@@ -20,8 +20,9 @@ from apps.orchestration import services as orchestration
 from apps.orchestration.models import Backend, Node, Pool
 from apps.orders.idle import (
     DEFAULT_THRESHOLD_MINUTES,
-    idle_instances,
+    idle_candidates,
     idle_policies,
+    idle_rows,
     send_idle_notice,
     set_idle_policy,
 )
@@ -209,13 +210,14 @@ def idle_capacity(request, park_id):
                 messages.success(request, _("Idle policy saved."))
                 return redirect("operations:idle_capacity", park_id=park.pk)
     filters = IdleFilterForm(request.GET)
-    page, query = page_of(request, idle_instances([park], **filters.values()), IDLE_PER_PAGE)
+    # Thousands of hosts may be idle: only the page's are loaded.
+    page, query = page_of(request, idle_candidates([park], **filters.values()), IDLE_PER_PAGE)
     context = {
         "park": park,
         "policy": policy,
         "policy_form": policy_form,
         "filters": filters,
-        "rows": page.object_list,
+        "rows": idle_rows(page.object_list),
         "page": page,
         "query": query,
         "threshold": policy.threshold_minutes if policy else DEFAULT_THRESHOLD_MINUTES,
