@@ -154,8 +154,9 @@ def idle_candidates(parks, *, min_minutes: int | None = None, now=None) -> list[
     statement = _IDLE_SQL.format(parks=sql.placeholders(park_ids), cutoff=cutoff_sql, **spelled)
     params = [
         *park_ids,
-        InstanceState.RUNNING,
         stamp - TELEMETRY_FRESH_FOR.total_seconds(),
+        *park_ids,
+        InstanceState.RUNNING,
         *[value for pair in cutoffs.items() for value in pair],
     ]
     return [
@@ -169,53 +170,73 @@ def idle_candidates(parks, *, min_minutes: int | None = None, now=None) -> list[
     ]
 
 
-# Each card a running host holds: since when it (and the host) has been idle, in seconds since
-# the epoch, NULL while it reads busy or is missing from its node's telemetry; only on nodes
-# whose telemetry is fresh. Grouped by host: those whose every card reads idle since the
-# park's cutoff.
+# The cards that read idle on the parks' nodes with fresh telemetry, read once per node
+# (materialized: each node's telemetry is decoded once), since when in seconds since the
+# epoch; then the running hosts holding them, grouped by host: those that hold no other card
+# and whose cards all read idle since the park's cutoff. A busy host is never joined.
 _IDLE_SQL = """
-SELECT instance_id, park_id, {greatest}(MAX(idle_from), MAX(held_from)) AS since, AVG(util)
-FROM (
-    SELECT i.id AS instance_id, o.park_id AS park_id,
-        {held_from} AS held_from, {idle_from} AS idle_from, COALESCE({util}, 0) AS util
-    FROM orders_instance i
-    JOIN tenants_organization o ON o.id = i.organization_id
-    JOIN orchestration_node n ON n.id = i.node_id
-    JOIN orchestration_allocation a ON a.instance_id = i.id AND a.released_at IS NULL
-    JOIN orchestration_accelerator acc ON acc.allocation_id = a.id
-    WHERE o.park_id IN ({parks}) AND i.state = %s AND {updated} >= %s
-) cards
-GROUP BY instance_id, park_id
-HAVING COUNT(*) = COUNT(idle_from)
-    AND {greatest}(MAX(idle_from), MAX(held_from)) <= {cutoff}
-ORDER BY since, instance_id
+WITH idle_cards AS MATERIALIZED (
+    SELECT n.id AS node_id, j.key AS card, {epoch_idle_since} AS idle_from, {util} AS util
+    FROM {cards_of_nodes}
+    WHERE n.pool_id IN (
+        SELECT p.id FROM orchestration_pool p
+        JOIN orchestration_backend b ON b.id = p.backend_id
+        WHERE b.park_id IN ({parks})
+    )
+    AND {epoch_updated_at} >= %s AND {reading_is_object} AND {idle_since} IS NOT NULL
+)
+SELECT i.id, o.park_id, {greatest}(MAX(c.idle_from), {epoch_held_from}) AS since,
+    AVG(COALESCE(c.util, 0))
+FROM idle_cards c
+JOIN orchestration_accelerator acc
+    ON acc.node_id = c.node_id AND CAST(acc."index" AS text) = c.card
+JOIN orchestration_allocation a ON a.id = acc.allocation_id AND a.released_at IS NULL
+JOIN orders_instance i ON i.id = a.instance_id AND i.node_id = c.node_id
+JOIN tenants_organization o ON o.id = i.organization_id
+WHERE o.park_id IN ({parks}) AND i.state = %s
+GROUP BY i.id, o.park_id, a.id, a.created_at
+HAVING COUNT(c.idle_from) = (
+        SELECT COUNT(*) FROM orchestration_accelerator held WHERE held.allocation_id = a.id
+    )
+    AND {greatest}(MAX(c.idle_from), {epoch_held_from}) <= {cutoff}
+ORDER BY since, i.id
 """
 
 # A timestamp written by `merged_telemetry` (an ISO 8601 string), as seconds since the epoch;
 # NULL for anything else, as `parse_datetime` reads it.
-_PG_ISO = (
+_PG_EPOCH = (
     r"CASE WHEN ({0}) ~ '^\d{{4}}-\d\d-\d\d[T ]\d\d:\d\d' "
     "THEN EXTRACT(EPOCH FROM CAST({0} AS timestamptz)) END"
 )
-_PG_CARD = "n.telemetry -> 'accelerators' -> CAST(acc.\"index\" AS text)"
-_SQLITE_CARD = "'$.accelerators.\"' || acc.\"index\" || '\".{}'"
+_PG_CARDS = "n.telemetry -> 'accelerators'"
 _SQLITE_EPOCH = "(julianday({}) - 2440587.5) * 86400.0"
 _IDLE_SQL_SPELLINGS = {
     "postgresql": {
+        "cards_of_nodes": (
+            "orchestration_node n CROSS JOIN LATERAL jsonb_each("
+            f"CASE WHEN jsonb_typeof({_PG_CARDS}) = 'object' THEN {_PG_CARDS} "
+            "ELSE '{}'::jsonb END) AS j"
+        ),
+        "reading_is_object": "jsonb_typeof(j.value) = 'object'",
+        "idle_since": "j.value ->> 'idle_since'",
+        "epoch_idle_since": _PG_EPOCH.format("j.value ->> 'idle_since'"),
+        "util": (
+            "CASE WHEN jsonb_typeof(j.value -> 'util') = 'number' "
+            "THEN CAST(j.value ->> 'util' AS double precision) END"
+        ),
+        "epoch_updated_at": _PG_EPOCH.format("n.telemetry ->> 'updated_at'"),
+        "epoch_held_from": "EXTRACT(EPOCH FROM a.created_at)",
         "greatest": "GREATEST",
-        "held_from": "EXTRACT(EPOCH FROM a.created_at)",
-        "idle_from": _PG_ISO.format(f"{_PG_CARD} ->> 'idle_since'"),
-        "util": f"CAST({_PG_CARD} ->> 'util' AS double precision)",
-        "updated": _PG_ISO.format("n.telemetry ->> 'updated_at'"),
     },
     "sqlite": {
+        "cards_of_nodes": "orchestration_node n, json_each(n.telemetry, '$.accelerators') AS j",
+        "reading_is_object": "j.type = 'object'",
+        "idle_since": "json_extract(j.value, '$.idle_since')",
+        "epoch_idle_since": _SQLITE_EPOCH.format("json_extract(j.value, '$.idle_since')"),
+        "util": "json_extract(j.value, '$.util')",
+        "epoch_updated_at": _SQLITE_EPOCH.format("json_extract(n.telemetry, '$.updated_at')"),
+        "epoch_held_from": _SQLITE_EPOCH.format("a.created_at"),
         "greatest": "MAX",
-        "held_from": _SQLITE_EPOCH.format("a.created_at"),
-        "idle_from": _SQLITE_EPOCH.format(
-            f"json_extract(n.telemetry, {_SQLITE_CARD.format('idle_since')})"
-        ),
-        "util": f"json_extract(n.telemetry, {_SQLITE_CARD.format('util')})",
-        "updated": _SQLITE_EPOCH.format("json_extract(n.telemetry, '$.updated_at')"),
     },
 }
 
