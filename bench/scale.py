@@ -173,7 +173,7 @@ class World:
     # --- growing ---------------------------------------------------------------------------
 
     def add_copies(self, copies):
-        from django.db import transaction
+        from django.db import connection, transaction
 
         from apps.orchestration import capacity
 
@@ -184,6 +184,11 @@ class World:
                     print(f"built {copy + 1} copies", file=sys.stderr)
             self._sample_capacity()
         capacity.sample_capacity(now=self.now)  # a durable transaction of its own
+        if connection.vendor == "postgresql":
+            # Fresh statistics, as autovacuum keeps them on a live site after bulk loads (without
+            # them the planner guesses one row a table and the pages' timings measure its guess).
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE")
         self.sizes.append(self._count())
 
     def _add_copy(self, copy):
