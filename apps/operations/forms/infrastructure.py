@@ -1,6 +1,8 @@
 import json
 
 from django import forms
+from django.forms.utils import flatatt
+from django.utils.html import format_html, format_html_join
 from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
@@ -36,12 +38,43 @@ class BackendForm(forms.Form):
         return {name: json.dumps(example, indent=2) for name, example in config_examples().items()}
 
 
+class RowSelect(forms.Select):
+    """A select written out in Python, for a table of forms: Django renders each option from a
+    template, and 20 rows of a select of 70 regions took most of the pools page (issue 37)."""
+
+    def render(self, name, value, attrs=None, renderer=None):
+        widget = self.get_context(name, value, attrs)["widget"]
+        options = format_html_join(
+            "",
+            '<option value="{}"{}>{}</option>',
+            (
+                (option["value"], flatatt(option["attrs"]), option["label"])
+                for _group, group_options, _index in widget["optgroups"]
+                for option in group_options
+            ),
+        )
+        attributes = flatatt(widget["attrs"])
+        return format_html('<select name="{}"{}>{}</select>', name, attributes, options)
+
+
+class RegionChoices:
+    """The park's regions as every row of the pools table offers them, read and labelled once
+    for the whole table (a ModelChoiceField would query them again for every row it renders,
+    and labelling them for each row translated each level 20 times)."""
+
+    def __init__(self, regions):
+        regions = list(regions)
+        self.by_pk = {region.pk: region for region in regions}
+        self.choices = [
+            (region.pk, f"{region} · {region.get_level_display()}") for region in regions
+        ]
+
+
 class PoolForm(forms.Form):
-    """One row of the pools table. `regions` is a list, read once for the whole table (a
-    ModelChoiceField would query it again for every row it renders)."""
+    """One row of the pools table; `regions` is a RegionChoices."""
 
     pool = forms.IntegerField(widget=forms.HiddenInput)
-    region = forms.TypedChoiceField(label=_("Region"), coerce=int, choices=())
+    region = forms.TypedChoiceField(label=_("Region"), coerce=int, choices=(), widget=RowSelect)
     pue = forms.DecimalField(
         label=_("PUE"), min_value=1, max_value=5, max_digits=4, decimal_places=2
     )
@@ -54,13 +87,11 @@ class PoolForm(forms.Form):
     )
     is_schedulable = forms.BooleanField(label=_("Schedulable"), required=False)
 
-    def __init__(self, *args, regions, currency: str, html_form: str = "", **kwargs):
+    def __init__(self, *args, regions: RegionChoices, currency: str, html_form: str = "", **kwargs):
         super().__init__(*args, **kwargs)
         self.currency = currency
-        self._regions = {region.pk: region for region in regions}
-        self.fields["region"].choices = [
-            (region.pk, f"{region} · {region.get_level_display()}") for region in regions
-        ]
+        self._regions = regions.by_pk
+        self.fields["region"].choices = regions.choices
         if html_form:  # one row of a table: the inputs name the <form> they belong to
             for field in self.fields.values():
                 field.widget.attrs["form"] = html_form

@@ -20,7 +20,7 @@ from django.utils import timezone
 from apps.catalog.models import Flavor, FlavorFamily, Image, Price
 from apps.core.models import AuditEvent
 from apps.core.numbers import parse_id
-from apps.orchestration.models import Backend, Node, Pool
+from apps.orchestration.models import Accelerator, Backend, Node, Pool
 from apps.orders.models import INSTANCE_HOLDING_STATES, Instance, Order
 from apps.tenants.models import Membership, Organization
 
@@ -129,17 +129,28 @@ def backends(park):
 
 
 def pools(park):
+    # Counted in subqueries, for the page's rows only: joining every node's every card to the
+    # pools and grouping them cost the page (and its paginator's COUNT) the whole park.
+    cards = Accelerator.objects.filter(node__pool=OuterRef("pk")).order_by()
+    nodes = Node.objects.filter(pool=OuterRef("pk")).order_by()
     return (
         Pool.objects.filter(backend__park=park)
         .select_related("backend", "region__parent", "accelerator_model")
         .annotate(
-            total=Count("nodes__accelerators"),
-            allocated=Count(
-                "nodes__accelerators", filter=Q(nodes__accelerators__allocation__isnull=False)
-            ),
-            node_count=Count("nodes", distinct=True),
+            total=_count(cards, "node__pool"),
+            allocated=_count(cards.filter(allocation__isnull=False), "node__pool"),
+            node_count=_count(nodes, "pool"),
         )
         .order_by("region__level", "region__name", "name", "pk")
+    )
+
+
+def _count(rows, group: str):
+    """How many of `rows` (filtered on an OuterRef) there are, as a subquery annotation."""
+    return Coalesce(
+        Subquery(rows.values(group).annotate(n=Count("pk")).values("n")),
+        0,
+        output_field=IntegerField(),
     )
 
 
@@ -155,11 +166,10 @@ def nodes(park, *, pool=None, health="", drained=None, query=""):
         rows = rows.filter(is_drained=drained)
     if query:
         rows = rows.filter(hostname__icontains=query)
+    cards = Accelerator.objects.filter(node=OuterRef("pk")).order_by()
     return rows.annotate(
-        accelerator_total=Count("accelerators"),
-        accelerator_allocated=Count(
-            "accelerators", filter=Q(accelerators__allocation__isnull=False)
-        ),
+        accelerator_total=_count(cards, "node"),
+        accelerator_allocated=_count(cards.filter(allocation__isnull=False), "node"),
     ).order_by("pool__region__name", "pool__name", "hostname", "pk")
 
 

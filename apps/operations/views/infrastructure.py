@@ -9,7 +9,12 @@ from apps.catalog.models import Region
 from apps.core.money import to_major
 from apps.core.web import refusals
 from apps.operations.forms.filters import IdleFilterForm, NodeFilterForm
-from apps.operations.forms.infrastructure import BackendForm, IdlePolicyForm, PoolForm
+from apps.operations.forms.infrastructure import (
+    BackendForm,
+    IdlePolicyForm,
+    PoolForm,
+    RegionChoices,
+)
 from apps.operations.selectors import lists
 from apps.operations.views._common import (
     outcome_of,
@@ -88,7 +93,7 @@ def backend_list(request, park_id):
 @operator_view
 def pool_list(request, park_id):
     park = operated_park(request.user, park_id)
-    regions = list(_regions(park))
+    regions = RegionChoices(_regions(park))
     failed = None
     if request.method == "POST":
         if request.POST.get("action") != "update":
