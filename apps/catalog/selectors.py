@@ -4,6 +4,7 @@ capacity free for them right now (through `FREE_ROOM`)."""
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from decimal import Decimal
+from functools import cached_property
 from uuid import uuid4
 
 from django.core.cache import cache
@@ -123,11 +124,16 @@ def prices_in_force(*, kind: str = PriceKind.FLAVOR_HOUR, at=None, **filters) ->
     return current
 
 
-def current_flavor_prices(at=None) -> dict[int, list[Price]]:
-    """The flavor-hour prices in force, per flavor."""
-    by_flavor = defaultdict(list)
-    for price in prices_in_force(at=at):
-        by_flavor[price.flavor_id].append(price)
+def current_flavor_prices(at=None, *, park=None) -> dict[int, list[Price]]:
+    """The flavor-hour prices in force, per flavor (in `park`'s regions where given), each with
+    its region: one query, which builds two objects a price (the catalog reads no more)."""
+    scope = {"region__park": park} if park is not None else {}
+    prices = _in_force(kind=PriceKind.FLAVOR_HOUR, at=at, **scope).select_related("region")
+    by_flavor, seen = defaultdict(list), set()
+    for price in prices:
+        if (price.flavor_id, price.region_id) not in seen:
+            seen.add((price.flavor_id, price.region_id))
+            by_flavor[price.flavor_id].append(price)
     return by_flavor
 
 
@@ -165,11 +171,12 @@ class FlavorCard:
     rooms: list[NodeRoom]  # free room on nodes of those regions
     refusal: str = ""  # why the tenant's quotas would refuse one host of it now
 
-    @property
+    # The page and the sorts read these several times a card: each is worked out once.
+    @cached_property
     def cheapest(self) -> Price | None:
         return min(self.prices, key=lambda p: p.amount_minor, default=None)
 
-    @property
+    @cached_property
     def tflops(self) -> Decimal:
         return self.flavor.family.accelerator_model.fp16_tflops * self.flavor.accelerator_count
 
@@ -178,7 +185,7 @@ class FlavorCard:
         """Hourly price per dense FP16 TFLOPS: how chips of different vendors compare."""
         return Decimal(self.cheapest.amount_minor) / self.tflops if self.cheapest else None
 
-    @property
+    @cached_property
     def available_now(self) -> int:
         """How many hosts of this flavor still fit; a host's accelerators sit on one node."""
         flavor = self.flavor
@@ -248,9 +255,7 @@ class CatalogFilters:
 
 def catalog_flavors(filters: CatalogFilters | None = None) -> list[FlavorCard]:
     f = filters or CatalogFilters()
-    flavors = Flavor.objects.filter(is_active=True).select_related(
-        "family__accelerator_model", "family__park"
-    )
+    flavors = Flavor.objects.filter(is_active=True).select_related("family__accelerator_model")
     model_filters = {
         "family__resource_type": f.resource_type,
         "family__accelerator_model__vendor": f.vendor,
@@ -270,7 +275,7 @@ def catalog_flavors(filters: CatalogFilters | None = None) -> list[FlavorCard]:
             return False
         return not f.region_level or region.level == f.region_level
 
-    prices = current_flavor_prices()
+    prices = current_flavor_prices(park=f.park)
     rooms = free_room(f.park)
     cards = []
     for flavor in flavors:

@@ -187,3 +187,15 @@ def test_a_count_read_before_the_commit_is_not_kept_after_it(
         monkeypatch.undo()
 
     assert [r.accelerators for r in free_room(park)[model]] == [1]
+
+
+def test_each_catalog_takes_the_same_queries_for_1_node_as_for_40(sold, free_hosts_seen):
+    pool, _flavor = sold
+    assert free_hosts_seen() == 0  # the first read of a key or a session may write to them
+    add_nodes(pool, 1)
+    with CaptureQueriesContext(connection) as few:
+        assert free_hosts_seen() == 2
+    add_nodes(pool, 39, start=1)
+    with CaptureQueriesContext(connection) as many:
+        assert free_hosts_seen() == 80
+    assert len(many) == len(few)
