@@ -1,7 +1,8 @@
 """Rows to the placement engine's values and back (apps.orchestration.scheduler is pure Python).
 
 - Nodes: `node_views(nodes, prices=...)` turns schedulable nodes into `NodeView`s (the row and
-  its `NodeState`), counting what every node has free in a few queries for all nodes at once;
+  its `NodeState`), counting what every node has free in a few queries for all nodes at once
+  (or taking the rooms `shortlist` counted for the few nodes it read);
   `card_states(node_ids)` lists the cards themselves, for taking them under the node's lock.
 - Prices: `task_prices(pools)` (per accelerator-hour: the region's price of the model's
   one-card flavor) and `flavor_prices(flavor, pools, in_force)` (an instance's own flavor).
@@ -66,8 +67,8 @@ BEST_FIT = BestFitMeasure()
 
 @dataclass(slots=True)
 class NodeRow:
-    """A node's columns that scoring reads, as a plain row: an order scores hundreds of nodes
-    and uses one, and a Node model instance a node cost it more than the row's reading."""
+    """A node's columns that scoring reads, as a plain row (`shortlist` reads them in SQL): a
+    Node model instance a node cost more than the row's reading."""
 
     pk: int
     pool_id: int
@@ -82,23 +83,6 @@ class NodeRow:
     free_accelerators: int = 0
     vcpu_used: int = 0
     ram_used: int = 0
-
-
-NODE_ROW_FIELDS = (
-    "pk",
-    "pool_id",
-    "hostname",
-    "vcpu_total",
-    "ram_gb_total",
-    "health",
-    "is_drained",
-    "telemetry",
-)
-
-
-def node_rows(nodes) -> list[NodeRow]:
-    """`nodes` (a Node queryset) as NodeRows, in its order."""
-    return [NodeRow(*row) for row in nodes.values_list(*NODE_ROW_FIELDS)]
 
 
 @dataclass
@@ -241,7 +225,7 @@ def rooms(pool_ids) -> dict[int, Room]:
     counted = sql.fetch_all(
         Accelerator, _ROOMS_SQL.format(pools=sql.placeholders(pool_ids)), pool_ids * 2
     )
-    partial = _shared_cards_free([row[0] for row in counted if row[5]])
+    partial = shared_cards_free([row[0] for row in counted if row[5]])
     out = {}
     for node_id, count, idle, vcpu, ram_gb, _shares in counted:  # a CPU-only node has no cards
         shared = partial.get(node_id, [])
@@ -271,7 +255,7 @@ def held_by_nodes(node_ids) -> dict[int, tuple[int, int]]:
     return {node_id: (vcpu, ram_gb) for node_id, vcpu, ram_gb in rows}
 
 
-def _shared_cards_free(node_ids) -> dict[int, list[int]]:
+def shared_cards_free(node_ids) -> dict[int, list[int]]:
     """{node id: what each of its in-service shared cards has free}, for nodes with live
     shares."""
     if not node_ids:
@@ -311,17 +295,17 @@ def watts_under_load(node, tdp_w: int, now) -> float:
     return sum(loaded) / len(loaded) if loaded else float(tdp_w)
 
 
-def node_views(nodes, *, prices: dict) -> list[NodeView]:
+def node_views(nodes, *, prices: dict, rooms_of: dict | None = None) -> list[NodeView]:
     """`nodes` (Nodes or NodeRows, their pools with region and accelerator_model); `prices`:
-    {pool id: price of one accelerator-hour, or None}. What each node has free is read here,
+    {pool id: price of one accelerator-hour, or None}; `rooms_of`: {node id: Room} where the
+    caller counted them (`shortlist`). Otherwise what each node has free is read here,
     for every node of their pools in two queries, four with shared cards (`rooms`: a few pool
     ids to filter by, where listing hundreds of node ids cost more than the counting), and set
     on the node as `selectors.with_free_capacity` annotates it (`free_accelerators`,
     `vcpu_used`, `ram_used`): one correlated subquery per node and figure, and a row per card,
     were most of what an order spent choosing among hundreds of nodes."""
     nodes = list(nodes)
-    pool_ids = {node.pool_id for node in nodes}
-    room_of = rooms(pool_ids)
+    room_of = rooms({node.pool_id for node in nodes}) if rooms_of is None else rooms_of
     now = timezone.now()
     per_pool = {}  # what a pool's nodes share, worked out once per pool
     views = []
@@ -583,6 +567,7 @@ def placement_record(
     park: ParkWeights,
     currency: str,
     rejections: dict | None = None,
+    counted: tuple[int, dict[str, int]] | None = None,
 ) -> tuple[dict, list[dict]]:
     """(Placement.weights, Placement.candidates) for a decision over `views`: the best
     KEPT_CANDIDATES that fitted (the chosen one always) and the first KEPT_CANDIDATES that did
@@ -591,7 +576,9 @@ def placement_record(
 
     `rejections` ({node id: code}) overrides the engine's code for a node, where the portal
     knows better (a price over the task's maximum reads "region" to the engine, which only
-    sees that the task may not use the node's pool).
+    sees that the task may not use the node's pool). `counted` ((fitted, {code: n})) is what
+    `weights["considered"]` counts where `views` are only some of the nodes (`shortlist`
+    counted them all in SQL).
     """
     by_id = {v.state.id: v for v in views}
     rejections = rejections or {}
@@ -620,8 +607,8 @@ def placement_record(
         "currency": currency,
         **park.as_json(),
         "considered": {
-            "fitted": len(fitted),
-            "rejected": dict(Counter(code for _c, code in refused)),
+            "fitted": counted[0] if counted else len(fitted),
+            "rejected": dict(counted[1] if counted else Counter(code for _c, code in refused)),
             "cheapest": _cheapest(fitted, by_id),
         },
     }

@@ -4,7 +4,7 @@ from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 from django.utils.text import get_text_list
 from django.utils.translation import gettext as _
@@ -32,7 +32,8 @@ from apps.orchestration.models import (
 )
 from apps.orchestration.rooms import NodeRoom
 from apps.orchestration.scheduler import MILLI, decide
-from apps.orchestration.selectors import schedulable_nodes, with_free_capacity
+from apps.orchestration.selectors import schedulable_park_pools, with_free_capacity
+from apps.orchestration.shortlist import shortlist
 from apps.tenants.access import require_operator
 
 
@@ -117,14 +118,17 @@ def _node_shortfall(node, shape: Shape) -> str | None:
 
 @dataclass(frozen=True)
 class PlacementPlan:
-    """The scorer's ranking of the park's nodes for one host, decided from committed rows and
-    without any lock, so an order can score before it takes its organization's lock. It only
-    proposes: `place` allocates under each node's own lock and re-counts there, so a plan that
-    went stale meanwhile costs a fallback to the next candidate, never an oversold node."""
+    """The scorer's ranking of the park's best nodes for one host (`shortlist`: the few of each
+    pool that scoring every node could choose, scored as it would score them), decided from
+    committed rows and without any lock, so an order can score before it takes its
+    organization's lock. It only proposes: `place` allocates under each node's own lock and
+    re-counts there, so a plan that went stale meanwhile costs a fallback to the next
+    candidate, never an oversold node."""
 
     shape: Shape
     region: object  # the Region it was scored in; None: every region the flavor is sold in
-    ranked: tuple  # the NodeViews that fitted, best first
+    ranked: tuple  # the NodeViews shortlisted that fitted, best first
+    complete: bool  # every node that fitted is in `ranked`
     record: tuple  # the candidates a Placement keeps (see adapter.placement_record)
     weights: dict
     scored: dict  # {node id as the engine names it: its Candidate}, for a record not kept
@@ -145,14 +149,25 @@ class PlacementPlan:
 
 
 def plan_placement(
-    *, park, flavor, shape: Shape | None = None, region=None, preference: str = "balanced"
+    *,
+    park,
+    flavor,
+    shape: Shape | None = None,
+    region=None,
+    preference: str = "balanced",
+    excluding=(),
 ) -> PlacementPlan:
     """Score one host of `flavor` (of `shape`, by default the flavor's) over the nodes of
-    `region` (or of every region the flavor is sold in) with the tenant's `preference`;
-    nothing is locked or written."""
+    `region` (or of every region the flavor is sold in), but those of `excluding` (ids), with
+    the tenant's `preference`; nothing is locked or written."""
     shape = shape or shape_of(flavor)
-    decision, views, request, record, weights, prices_in_force = _decide_placement(
-        park=park, flavor=flavor, shape=shape, region=region, preference=preference
+    decision, views, request, record, weights, prices_in_force, complete = _decide_placement(
+        park=park,
+        flavor=flavor,
+        shape=shape,
+        region=region,
+        preference=preference,
+        excluding=excluding,
     )
     by_id = {view.state.id: view for view in views}
     ranked = _ranked(decision)
@@ -160,6 +175,7 @@ def plan_placement(
         shape=shape,
         region=region,
         ranked=tuple(by_id[candidate.node_id] for candidate in ranked),
+        complete=complete,
         record=tuple(record),
         weights=weights,
         scored={candidate.node_id: candidate for candidate in ranked},
@@ -187,8 +203,9 @@ def place(
     its locks) for the same shape, over `region` or over every region (the scoring an order was
     quoted with: only its nodes in `region` are tried then, a host being billed at its
     region's price). Should the best node have filled up by the time its lock is held, the
-    next best is tried. The best candidates with their score parts, and why others were not
-    chosen, are kept as a Placement. Raises NoCapacity when nothing fits.
+    next best is tried; should every node the plan shortlisted have filled up, the nodes it
+    left out are scored again without them. The best candidates with their score parts, and
+    why others were not chosen, are kept as a Placement. Raises NoCapacity when nothing fits.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("place() must run inside the caller's transaction")
@@ -203,33 +220,47 @@ def place(
     record = [dict(entry) for entry in plan.record]  # marked below; the plan stays as it was
     considered = plan.weights["considered"]
     fitted, rejected = considered["fitted"], dict(considered["rejected"])
-    for view in plan.ranked:
-        if region is not None and view.node.pool.region_id != region.pk:
-            _mark_rejected(record, view.node.pk, "other_region")
-            fitted, rejected["other_region"] = fitted - 1, rejected.get("other_region", 0) + 1
-            continue
-        allocated = _allocate_on(view.node, instance=instance, shape=shape)
-        if allocated is not None:
-            allocation, room = allocated
-            if not any(entry["node_id"] == view.node.pk for entry in record):
-                # Chosen after more than the kept best had filled up: kept too.
-                scored = plan.scored[view.state.id]
-                record.append(adapter.candidate_record(view, scored, request=plan.request))
-            Placement.objects.create(
-                order=order,
-                chosen_pool=room.node.pool,
-                chosen_node=room.node,
-                weights={
-                    **plan.weights,
-                    "left_free": room.idle_cards,  # what it left on the node
-                    "considered": {"fitted": fitted, "rejected": rejected},
-                },
-                candidates=record,
-            )
-            return allocation
-        _mark_rejected(record, view.node.pk, "taken")
-        fitted, rejected["taken"] = fitted - 1, rejected.get("taken", 0) + 1
-    raise _no_room(shape, region, rejected)
+    passed_over = set()
+    while True:
+        for view in plan.ranked:
+            passed_over.add(view.node.pk)
+            if region is not None and view.node.pool.region_id != region.pk:
+                _mark_rejected(record, view.node.pk, "other_region")
+                fitted -= 1
+                rejected["other_region"] = rejected.get("other_region", 0) + 1
+                continue
+            allocated = _allocate_on(view.node, instance=instance, shape=shape)
+            if allocated is not None:
+                allocation, room = allocated
+                if not any(entry["node_id"] == view.node.pk for entry in record):
+                    # Chosen after more than the kept best had filled up: kept too.
+                    scored = plan.scored[view.state.id]
+                    record.append(adapter.candidate_record(view, scored, request=plan.request))
+                Placement.objects.create(
+                    order=order,
+                    chosen_pool=room.node.pool,
+                    chosen_node=room.node,
+                    weights={
+                        **plan.weights,
+                        "left_free": room.idle_cards,  # what it left on the node
+                        "considered": {"fitted": fitted, "rejected": rejected},
+                    },
+                    candidates=record,
+                )
+                return allocation
+            _mark_rejected(record, view.node.pk, "taken")
+            fitted, rejected["taken"] = fitted - 1, rejected.get("taken", 0) + 1
+        if plan.complete:
+            raise _no_room(shape, region, rejected)
+        # Every node the plan shortlisted filled up first: the nodes it left out are scored.
+        plan = plan_placement(
+            park=instance.organization.park,
+            flavor=instance.flavor,
+            shape=shape,
+            region=region or plan.region,
+            preference=preference,
+            excluding=passed_over,
+        )
 
 
 def best_region(*, park, flavor, preference: str = "balanced"):
@@ -259,7 +290,10 @@ def region_of(plan: PlacementPlan, flavor):
 
 
 def _ranked(decision) -> list:
-    return sorted((c for c in decision.candidates if c.total is not None), key=lambda c: -c.total)
+    """The candidates that fitted, best first: the decision's choice, then those it could have
+    made, then those where the work costs too much more (`dearer`), should all else fill up."""
+    fitted = (c for c in decision.candidates if c.total is not None)
+    return sorted(fitted, key=lambda c: (c.dearer, -c.total))
 
 
 def _no_room(shape: Shape, region, rejected: dict[str, int]) -> NoCapacity:
@@ -303,40 +337,31 @@ def _wanted(shape: Shape, resources: list[str]) -> str:
     return get_text_list(phrases, _("and"))
 
 
-def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
-    """The scorer's decision for one host of `flavor` on the park's nodes (of `region`, or of
-    every region the flavor is sold in), and how it is kept."""
-    candidates = schedulable_nodes(
-        park=park,
+def _decide_placement(*, park, flavor, shape: Shape, region, preference: str, excluding=()):
+    """The scorer's decision for one host of `flavor` on the park's shortlisted nodes (of
+    `region`, or of every region the flavor is sold in; not those of `excluding`), how it is
+    kept, and whether every node that fitted was scored."""
+    pools = schedulable_park_pools(park, capability=Capability.HOSTS).filter(
+        Exists(
+            Node.objects.filter(pool=OuterRef("pk"), health=NodeHealth.HEALTHY, is_drained=False)
+        ),
         accelerator_model_id=shape.accelerator_model_id,
-        region=region,
-        capability=Capability.HOSTS,
     )
-    # Hundreds of nodes share a few pools: the pools are read once, not joined into every row.
-    nodes = adapter.node_rows(candidates.order_by("pk"))
     # In no order: Pool's own (by region, then name) joins the regions and their parks.
-    pools = (
-        Pool.objects.filter(pk__in={node.pool_id for node in nodes})
-        .select_related("region", "accelerator_model")
-        .order_by()
-    )
-    by_id = {pool.pk: pool for pool in pools}
-    for node in nodes:
-        node.pool = by_id[node.pool_id]
-    prices_in_force = prices_by_region(
-        region_ids={pool.region_id for pool in by_id.values()}, flavor=flavor
-    )
-    prices = adapter.flavor_prices(flavor, by_id.values(), prices_in_force)
+    pools = list((pools.filter(region=region) if region is not None else pools).order_by())
+    prices_in_force = prices_by_region(region_ids={pool.region_id for pool in pools}, flavor=flavor)
+    prices = adapter.flavor_prices(flavor, pools, prices_in_force)
     if region is None and any(price is not None for price in prices.values()):
         # Only where it is sold: the host is billed at its region's price.
-        nodes = [node for node in nodes if prices[node.pool_id] is not None]
+        pools = [pool for pool in pools if prices[pool.pk] is not None]
     elif any(price is None for price in prices.values()):
         # Unpriced somewhere (the order's region is always priced): price says nothing here.
         prices = dict.fromkeys(prices)
-    views = adapter.node_views(nodes, prices=prices)
+    found = shortlist(pools=pools, shape=shape, excluding=excluding, now=timezone.now())
+    views = adapter.node_views(found.nodes, prices=prices, rooms_of=found.rooms)
     model_slug = (
-        nodes[0].pool.accelerator_model.slug
-        if nodes
+        pools[0].accelerator_model.slug
+        if pools
         else AcceleratorModel.objects.values_list("slug", flat=True).get(
             pk=shape.accelerator_model_id
         )
@@ -357,9 +382,14 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str):
         distribution=adapter.BEST_FIT,
     )
     weights, record = adapter.placement_record(
-        decision, views, request=request, park=weights_of_park, currency=park.currency
+        decision,
+        views,
+        request=request,
+        park=weights_of_park,
+        currency=park.currency,
+        counted=(found.fitted, found.rejected),
     )
-    return decision, views, request, record, weights, prices_in_force
+    return decision, views, request, record, weights, prices_in_force, found.complete
 
 
 def _mark_rejected(record: list[dict], node_id: int, code: str) -> None:

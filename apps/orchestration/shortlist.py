@@ -1,0 +1,229 @@
+"""The few nodes of a park that scoring every node could choose for a host, asked of the
+database, with the counts a decision keeps.
+
+Within a pool every node has the same region, model, price, PUE and grid carbon, so only two
+things tell its nodes apart for the scorer (`scheduler.scoring.decide`): how much it has free
+(best fit: the fragmentation part grows with the node's free milli-accelerators) and what its
+loaded cards draw (the energy part, `adapter.watts_under_load`). Each part is normalised
+between the best and the worst fitting node of the park, so within a pool a node's total is a
+fixed weighted sum of those two: whatever the weights, the pool's best node is, for some
+amount of free room, the one drawing least among the nodes with that room. One statement
+counts every node's room in the database and returns, for each pool,
+
+- for each amount of free room, the PER_ROOM fitting nodes drawing least (ties: lowest id), so
+  the best node and its runners-up are there;
+- its fitting node drawing most (the worst energy part, which sets that part's scale; the best
+  and worst free room are there already);
+
+and, over the park, how many nodes fitted and how many were rejected for each reason, with the
+first KEPT_CANDIDATES rejected for each (a decision lists them). Scored among these, every
+shortlisted node gets the parts and total that scoring every node gives it, and the choice is
+the same. What a node has free is only proposed: the node's lock counts it again.
+"""
+
+import json
+from dataclasses import dataclass
+
+from django.db import connections, router
+
+from apps.core import sql
+from apps.orchestration import adapter
+from apps.orchestration.models import Node, NodeHealth
+from apps.orchestration.scheduler import MILLI, filters
+
+# Nodes kept per pool and amount of free room: the best, and runners-up for a plan whose best
+# node filled up before its lock (a plan that runs out of them is made again without them).
+PER_ROOM = 3
+
+# What a node's loaded cards draw (NULL: nothing fresh measured), as `adapter.watts_under_load`
+# reads its telemetry, spelled per database: the mean power of its cards at LOADED_PCT or
+# more, from readings not older than MEASURED_POWER_FRESH_FOR. Params: the oldest fresh
+# reading's time (ISO 8601), LOADED_PCT.
+_MEASURED_WATTS = {
+    "postgresql": """
+        CASE WHEN (node.telemetry ->> 'updated_at')::timestamptz >= %s::timestamptz THEN (
+            SELECT AVG((reading.value ->> 'power_w')::float8)
+            FROM jsonb_each(CASE WHEN jsonb_typeof(node.telemetry -> 'accelerators') = 'object'
+                THEN node.telemetry -> 'accelerators' END) reading
+            WHERE reading.value ->> 'power_w' IS NOT NULL
+                AND COALESCE((reading.value ->> 'util')::float8, 0) >= %s
+        ) END""",
+    "sqlite": """
+        CASE WHEN julianday(json_extract(node.telemetry, '$.updated_at')) >= julianday(%s) THEN (
+            SELECT AVG(json_extract(reading.value, '$.power_w'))
+            FROM json_each(node.telemetry, '$.accelerators') reading
+            WHERE json_extract(reading.value, '$.power_w') IS NOT NULL
+                AND COALESCE(json_extract(reading.value, '$.util'), 0) >= %s
+        ) END""",
+}
+
+# Every candidate node's room as `adapter.rooms` counts it (cards, idle cards, cards shared by
+# tasks and what they have free, what live allocations hold), why it cannot take the host
+# (`filters.check`'s codes, in its order; healthy and undrained nodes only are read), and the
+# rows described above. A node's rank within its pool uses what its cards draw only where the
+# pool's grid carbon makes it count (with none, energy ties every node, and the lowest id wins).
+_SHORTLIST_SQL = """
+WITH candidate AS (
+    SELECT node.id, node.pool_id, node.hostname, node.vcpu_total, node.ram_gb_total,
+        node.health, node.is_drained, node.telemetry, {watts} AS measured_w
+    FROM orchestration_node node
+    WHERE node.pool_id IN ({pools}) AND node.health = %s AND NOT node.is_drained {excluding}
+), card_room AS (
+    SELECT card.node_id, COUNT(*) AS cards,
+        SUM(CASE WHEN card.allocation_id IS NULL AND NOT card.out_of_service THEN 1 ELSE 0 END)
+            AS idle,
+        SUM(CASE WHEN holder.share_milli > 0 AND NOT card.out_of_service THEN 1 ELSE 0 END)
+            AS shared,
+        SUM(CASE WHEN holder.share_milli > 0 AND NOT card.out_of_service THEN (
+            SELECT CASE WHEN COALESCE(SUM(share.share_milli), 0) >= {milli} THEN 0
+                ELSE {milli} - COALESCE(SUM(share.share_milli), 0) END
+            FROM orchestration_allocation share
+            WHERE share.shared_accelerator_id = card.id AND share.released_at IS NULL
+        ) ELSE 0 END) AS shared_free
+    FROM orchestration_accelerator card
+    JOIN candidate ON candidate.id = card.node_id
+    LEFT JOIN orchestration_allocation holder ON holder.id = card.allocation_id
+    GROUP BY card.node_id
+), held AS (
+    SELECT live.node_id, SUM(live.vcpu) AS vcpu, SUM(live.ram_gb) AS ram_gb
+    FROM orchestration_allocation live
+    JOIN candidate ON candidate.id = live.node_id
+    WHERE live.released_at IS NULL
+    GROUP BY live.node_id
+), room AS (
+    SELECT candidate.*,
+        COALESCE(card_room.cards, 0) AS cards, COALESCE(card_room.idle, 0) AS idle,
+        COALESCE(card_room.shared, 0) AS shared,
+        COALESCE(card_room.idle, 0) * {milli} + COALESCE(card_room.shared_free, 0) AS free_milli,
+        COALESCE(held.vcpu, 0) AS vcpu_used, COALESCE(held.ram_gb, 0) AS ram_used,
+        CASE WHEN pool.carbon_g_per_kwh > 0 THEN COALESCE(candidate.measured_w, model.tdp_w)
+            ELSE 0 END AS energy
+    FROM candidate
+    JOIN orchestration_pool pool ON pool.id = candidate.pool_id
+    JOIN catalog_acceleratormodel model ON model.id = pool.accelerator_model_id
+    LEFT JOIN card_room ON card_room.node_id = candidate.id
+    LEFT JOIN held ON held.node_id = candidate.id
+), judged AS (
+    SELECT room.*, CASE
+        WHEN %s > 0 AND cards = 0 THEN '{gpu_model}'
+        WHEN vcpu_total - (CASE WHEN vcpu_used > vcpu_total THEN vcpu_total ELSE vcpu_used END)
+            < %s THEN '{cpu}'
+        WHEN ram_gb_total - (CASE WHEN ram_used > ram_gb_total THEN ram_gb_total ELSE ram_used
+            END) < %s THEN '{memory}'
+        WHEN idle < %s THEN '{gpu_count}'
+    END AS rejected
+    FROM room
+), ranked AS (
+    SELECT judged.*,
+        ROW_NUMBER() OVER (PARTITION BY rejected, pool_id, free_milli ORDER BY energy, id)
+            AS in_room,
+        ROW_NUMBER() OVER (PARTITION BY rejected, pool_id ORDER BY energy DESC, id) AS most_drawn,
+        ROW_NUMBER() OVER (PARTITION BY rejected ORDER BY id) AS nth,
+        COUNT(*) OVER (PARTITION BY rejected) AS counted
+    FROM judged
+)
+SELECT id, pool_id, hostname, vcpu_total, ram_gb_total, health, is_drained, telemetry,
+    cards, idle, shared, vcpu_used, ram_used, rejected, counted
+FROM ranked
+WHERE (rejected IS NULL AND (in_room <= %s OR most_drawn = 1))
+    OR (rejected IS NOT NULL AND nth <= %s)
+ORDER BY id
+"""
+
+
+@dataclass
+class Shortlist:
+    nodes: list[adapter.NodeRow]  # in id order, pools set: those shortlisted and rejected
+    rooms: dict[int, adapter.Room]  # {node id: its room}, for `adapter.node_views`
+    fitted: int  # every node that could take the host
+    rejected: dict[str, int]  # {reason code: how many nodes could not}
+    shortlisted: int  # of the nodes that fitted, how many are in `nodes`
+
+    @property
+    def complete(self) -> bool:
+        """Every node that fitted is in `nodes`."""
+        return self.shortlisted >= self.fitted
+
+
+def shortlist(*, pools, shape, excluding=(), now) -> Shortlist:
+    """The shortlist (above) of the schedulable nodes of `pools` (Pools with their region and
+    accelerator model) for one host of `shape` (services.Shape), leaving out the nodes of
+    `excluding` (ids): one statement, and one more where shortlisted nodes have cards shared
+    by training tasks (what each of those has free)."""
+    by_id = {pool.pk: pool for pool in pools}
+    if not by_id:
+        return Shortlist(nodes=[], rooms={}, fitted=0, rejected={}, shortlisted=0)
+    database = router.db_for_read(Node)
+    vendor = connections[database].vendor
+    pool_ids, excluded = list(by_id), list(excluding)
+    statement = _SHORTLIST_SQL.format(
+        watts=_MEASURED_WATTS[vendor],
+        pools=sql.placeholders(pool_ids),
+        excluding=f"AND node.id NOT IN ({sql.placeholders(excluded)})" if excluded else "",
+        milli=MILLI,
+        gpu_model=filters.GPU_MODEL,
+        cpu=filters.CPU,
+        memory=filters.MEMORY,
+        gpu_count=filters.GPU_COUNT,
+    )
+    fresh_since = now - adapter.MEASURED_POWER_FRESH_FOR
+    params = [
+        fresh_since.isoformat(),
+        adapter.LOADED_PCT,
+        *pool_ids,
+        NodeHealth.HEALTHY,
+        *excluded,
+        shape.accelerators,
+        shape.vcpu,
+        shape.ram_gb,
+        shape.accelerators,
+        PER_ROOM,
+        adapter.KEPT_CANDIDATES,
+    ]
+    rows = sql.fetch_all(Node, statement, params)
+    partial = adapter.shared_cards_free([row[0] for row in rows if row[10]])
+    nodes, rooms, fitted, rejected = [], {}, 0, {}
+    for (
+        pk,
+        pool_id,
+        hostname,
+        vcpu_total,
+        ram_gb_total,
+        health,
+        is_drained,
+        telemetry,
+        cards,
+        idle,
+        _shared,
+        vcpu_used,
+        ram_used,
+        code,
+        counted,
+    ) in rows:
+        if code is None:
+            fitted = counted
+        else:
+            rejected[code] = counted
+        node = adapter.NodeRow(
+            pk=pk,
+            pool_id=pool_id,
+            hostname=hostname,
+            vcpu_total=vcpu_total,
+            ram_gb_total=ram_gb_total,
+            health=health,
+            is_drained=bool(is_drained),
+            telemetry=json.loads(telemetry) if isinstance(telemetry, str) else telemetry,
+            pool=by_id[pool_id],
+        )
+        shared = partial.get(pk, [])
+        rooms[pk] = adapter.Room(
+            idle=idle,
+            free=[MILLI] * idle + shared + [0] * (cards - idle - len(shared)),
+            vcpu_used=vcpu_used,
+            ram_gb_used=ram_used,
+        )
+        nodes.append(node)
+    shortlisted = sum(1 for row in rows if row[13] is None)
+    return Shortlist(
+        nodes=nodes, rooms=rooms, fitted=fitted, rejected=rejected, shortlisted=shortlisted
+    )
