@@ -217,12 +217,13 @@ def idle_capacity(request, park_id):
     filters = IdleFilterForm(request.GET)
     # Thousands of hosts may be idle: only the page's are loaded.
     page, query = page_of(request, idle_candidates([park], **filters.values()), IDLE_PER_PAGE)
+    page.object_list = idle_rows(page.object_list)
     context = {
         "park": park,
         "policy": policy,
         "policy_form": policy_form,
         "filters": filters,
-        "rows": idle_rows(page.object_list),
+        "rows": page.object_list,
         "page": page,
         "query": query,
         "threshold": policy.threshold_minutes if policy else DEFAULT_THRESHOLD_MINUTES,

@@ -1,14 +1,13 @@
 from decimal import Decimal
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 
 from apps.core.web import refusals
 from apps.operations.forms import AuditFilterForm
 from apps.operations.selectors import audit_events
-from apps.operations.views._common import parks_of
+from apps.operations.views._common import page_of, parks_of
 from apps.orders import services as order_services
 from apps.orders.forms import ApprovalPolicyForm
 from apps.orders.models import ApprovalPolicy
@@ -26,10 +25,8 @@ def audit_log(request):
     form.is_valid()  # an invalid filter is shown as an error; the valid ones still apply
     filters = getattr(form, "cleaned_data", {})
     events = audit_events(parks_of(request), **{k: v for k, v in filters.items() if v})
-    page = Paginator(events, 50).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
-    context = {"form": form, "page": page, "query": query.urlencode()}
+    page, query = page_of(request, events)
+    context = {"form": form, "page": page, "query": query}
     template = (
         "operations/partials/_audit_rows.html" if request.htmx else "operations/audit_log.html"
     )
