@@ -65,7 +65,7 @@ _MEASURED_WATTS = {
 _SHORTLIST_SQL = """
 WITH candidate AS (
     SELECT node.id, node.pool_id, node.hostname, node.vcpu_total, node.ram_gb_total,
-        node.health, node.is_drained, node.telemetry, {watts} AS measured_w
+        node.health, node.is_drained, {watts} AS measured_w
     FROM orchestration_node node
     WHERE node.pool_id IN ({pools}) AND node.health = %s AND NOT node.is_drained {excluding}
 ), card_room AS (
@@ -122,12 +122,13 @@ WITH candidate AS (
         COUNT(*) OVER (PARTITION BY rejected) AS counted
     FROM judged
 )
-SELECT id, pool_id, hostname, vcpu_total, ram_gb_total, health, is_drained, telemetry,
+SELECT ranked.id, pool_id, hostname, vcpu_total, ram_gb_total, health, is_drained,
+    (SELECT node.telemetry FROM orchestration_node node WHERE node.id = ranked.id),
     cards, idle, shared, vcpu_used, ram_used, rejected, counted
 FROM ranked
 WHERE (rejected IS NULL AND (in_room <= %s OR most_drawn = 1))
     OR (rejected IS NOT NULL AND nth <= %s)
-ORDER BY id
+ORDER BY ranked.id
 """
 
 
