@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
-from django.db.models import CharField, Count, F, Min, Q, Sum, Value
+from django.db.models import CharField, F, Min, Q, Sum, Value
 from django.db.models.functions import Coalesce, TruncDate, TruncMonth
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -221,28 +221,42 @@ def revenue_by_month(park, *, months: int = 12, now=None) -> list[dict]:
     since = month_start(now)
     for _month in range(months - 1):
         since = month_start(since - timedelta(days=1))
-    rows = (
+    # Summed per month and tenant in the database, then per month here: counting distinct
+    # tenants per month sorted every usage record of the year (170,000 at 10,000 hosts).
+    per_tenant = (
         UsageRecord.objects.filter(organization__park=park, started_at__gte=since)
         .annotate(month=TruncMonth("started_at"))
-        .values("month")
-        .annotate(amount=Sum("amount_minor"), tenants=Count("organization", distinct=True))
-        .order_by("month")
+        .values_list("month", "organization")
+        .annotate(amount=Sum("amount_minor"))
+        .order_by()
     )
-    return list(rows)
+    months: dict = {}
+    for month, _organization, amount in per_tenant:
+        row = months.setdefault(month, {"month": month, "amount": 0, "tenants": 0})
+        row["amount"] += amount
+        row["tenants"] += 1
+    return [months[month] for month in sorted(months)]
 
 
-def top_tenants(park, *, since: datetime, limit: int = 10):
-    return (
-        Organization.objects.filter(park=park)
-        .annotate(
-            spent=Coalesce(
-                Sum("usage_records__amount_minor", filter=Q(usage_records__started_at__gte=since)),
-                0,
-            )
-        )
+def top_tenants(park, *, since: datetime, limit: int = 10) -> list[Organization]:
+    """The tenants that spent most since `since`, each with `spent`: summed from the usage
+    records of the period, then only the top ones read (joining every organization to its
+    records and grouping them by all their columns cost the page more than the rest of it).
+    Equal spends are listed by name."""
+    spent = list(
+        UsageRecord.objects.filter(organization__park=park, started_at__gte=since)
+        .values_list("organization")
+        .annotate(spent=Sum("amount_minor"))
         .filter(spent__gt=0)
-        .order_by("-spent", "name")[:limit]
+        .order_by("-spent", "organization")[:limit]
     )
+    organizations = Organization.objects.in_bulk([organization for organization, _spent in spent])
+    top = []
+    for organization_id, amount in spent:
+        organization = organizations[organization_id]
+        organization.spent = amount
+        top.append(organization)
+    return sorted(top, key=lambda organization: (-organization.spent, organization.name))
 
 
 def outstanding_wallets(park):

@@ -103,3 +103,39 @@ def test_a_resize_does_not_restart_the_uptime_and_a_stop_does(clock, world, runn
     clock.shift(100)
     operate(host, OrderKind.START)
     assert instance_cost(host).running_since == timezone.now()
+
+
+# --- The park's revenue -----------------------------------------------------------------------
+
+
+NAMES = ("alpha", "beta", "gamma")
+
+
+def test_revenue_by_month_sums_each_month_and_counts_its_tenants_once(park):
+    from apps.billing.selectors import month_start, revenue_by_month, top_tenants
+    from tests.factories import OrganizationFactory, UsageRecordFactory
+
+    now = timezone.now()
+    this_month = month_start(now)
+    last_month = month_start(this_month - timedelta(days=1))
+    alpha, beta, gamma = [OrganizationFactory(park=park, name=name) for name in NAMES]
+    OrganizationFactory(park=park, name="idle")  # spent nothing: not a top tenant
+    elsewhere = OrganizationFactory()  # another park's: not counted
+    for organization, start, amount in [
+        (alpha, last_month + timedelta(days=2), 100),
+        (alpha, last_month + timedelta(days=3), 50),
+        (beta, last_month + timedelta(days=2), 7),
+        (alpha, this_month + timedelta(hours=1), 300),
+        (beta, this_month + timedelta(hours=2), 200),
+        (beta, this_month + timedelta(hours=3), 100),
+        (gamma, this_month + timedelta(hours=4), 300),
+        (elsewhere, this_month + timedelta(hours=5), 9999),
+    ]:
+        UsageRecordFactory(organization=organization, started_at=start, amount_minor=amount)
+
+    rows = revenue_by_month(park, now=now)
+    assert [(row["amount"], row["tenants"]) for row in rows] == [(157, 2), (900, 3)]
+    assert rows[0]["month"] < rows[1]["month"]
+    top = top_tenants(park, since=this_month)
+    assert [(o.name, o.spent) for o in top] == [("alpha", 300), ("beta", 300), ("gamma", 300)]
+    assert [o.name for o in top_tenants(park, since=this_month, limit=1)] == ["alpha"]
