@@ -101,10 +101,11 @@ TEMPLATES = [
     },
 ]
 
-# --- Cache (throttling counters, rate limits): Redis in production, memory locally ---------
+# --- Cache (rate limits, the catalog's free room): Redis in production, memory locally -------
 # The login rate limits (allauth) and the API's throttles count in this cache, so every web
 # process must share it: per-process memory would let each gunicorn worker count on its own
-# (issue 18: 19 of 30 wrong passwords were checked against a limit of 5). CACHE_URL
+# (issue 18: 19 of 30 wrong passwords were checked against a limit of 5). The catalog keeps
+# free room here, counted again when any process changes it (catalog.selectors.free_room). CACHE_URL
 # (django-environ's cache URL) or else REDIS_URL, e.g. redis://127.0.0.1:6379/1, selects Redis
 # (django's RedisCache, the `redis` package); without either, the laptop default is memory.
 _CACHE_URL = env.str("CACHE_URL", default="") or env.str("REDIS_URL", default="")

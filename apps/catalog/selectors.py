@@ -56,9 +56,10 @@ def with_order_refusals(organization, cards: list["FlavorCard"]) -> list["Flavor
 # Free room is counted once per change, not once per reader: every catalog (the page, a visitor's
 # or a tenant's, and the API's) reads it from the cache, stored under a version that
 # `free_room_changed` replaces wherever allocations, nodes or pools change (in the transaction,
-# and again once it commits). The time to live only bounds a change made past the services
-# (the admin).
-FREE_ROOM_CACHED_FOR = 60
+# and again once it commits). The time to live only bounds how late a change shows that was
+# made past the services (the admin) or in a process that does not share the cache (the
+# embedded default's Celery worker, beside runserver's memory): a recount costs three queries.
+FREE_ROOM_CACHED_FOR = 10
 FREE_ROOM_VERSION_KEY = "catalog:free-room:version"
 
 

@@ -18,12 +18,14 @@ def development_secret_key(app_configs, **kwargs):
 @register(Tags.security, deploy=True)
 def shared_cache(app_configs, **kwargs):
     """Login rate limits count in the cache: a per-process cache lets each worker count alone
-    (19 of 30 wrong passwords were checked against a limit of 5)."""
+    (19 of 30 wrong passwords were checked against a limit of 5). The catalog's free room is
+    kept there too: a worker would not see another's placements for a few seconds."""
     backend = settings.CACHES["default"]["BACKEND"]
     if backend.endswith("LocMemCache"):
         return [
             Warning(
-                "The cache is per process, so login rate limits are counted per worker.",
+                "The cache is per process, so login rate limits are counted per worker and "
+                "the catalog's free hosts lag placements made by other workers.",
                 hint="Set CACHE_URL (e.g. redis://127.0.0.1:6379/1) to a shared cache.",
                 id="loam.W001",
             )
