@@ -1,23 +1,35 @@
-from django.db.models import Count, Q
+from django.db.models import Count, IntegerField, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 
 from apps.core.models import AuditEvent
 from apps.core.numbers import parse_id
-from apps.orchestration.models import Pool
+from apps.orchestration.models import Accelerator, Node, Pool
 
 
 def pools_with_allocation(parks):
-    """Accelerators total / allocated / free per pool in the given parks, with region and model."""
+    """Accelerators total / allocated / free per pool in the given parks, with region and model:
+    counted per pool in subqueries (joining every card to its pool and grouping by the pools'
+    and their regions' columns took the overview 50 ms at 20,000 cards)."""
+    cards = Accelerator.objects.filter(node__pool=OuterRef("pk")).order_by()
+    nodes = Node.objects.filter(pool=OuterRef("pk")).order_by()
     return (
         Pool.objects.filter(backend__park__in=parks)
         .select_related("region", "accelerator_model", "backend")
         .annotate(
-            total=Count("nodes__accelerators"),
-            allocated=Count(
-                "nodes__accelerators", filter=Q(nodes__accelerators__allocation__isnull=False)
-            ),
-            node_count=Count("nodes", distinct=True),
+            total=count_of(cards, "node__pool"),
+            allocated=count_of(cards.filter(allocation__isnull=False), "node__pool"),
+            node_count=count_of(nodes, "pool"),
         )
         .order_by("region__level", "region__name", "name")
+    )
+
+
+def count_of(rows, group: str):
+    """How many of `rows` (filtered on an OuterRef) there are, as a subquery annotation."""
+    return Coalesce(
+        Subquery(rows.values(group).annotate(n=Count("pk")).values("n")),
+        0,
+        output_field=IntegerField(),
     )
 
 

@@ -20,6 +20,7 @@ from django.utils import timezone
 from apps.catalog.models import Flavor, FlavorFamily, Image, Price
 from apps.core.models import AuditEvent
 from apps.core.numbers import parse_id
+from apps.operations.selectors import count_of
 from apps.orchestration.models import Accelerator, Backend, Node, Pool
 from apps.orders.models import INSTANCE_HOLDING_STATES, Instance, Order
 from apps.tenants.models import Membership, Organization
@@ -137,20 +138,11 @@ def pools(park):
         Pool.objects.filter(backend__park=park)
         .select_related("backend", "region__parent", "accelerator_model")
         .annotate(
-            total=_count(cards, "node__pool"),
-            allocated=_count(cards.filter(allocation__isnull=False), "node__pool"),
-            node_count=_count(nodes, "pool"),
+            total=count_of(cards, "node__pool"),
+            allocated=count_of(cards.filter(allocation__isnull=False), "node__pool"),
+            node_count=count_of(nodes, "pool"),
         )
         .order_by("region__level", "region__name", "name", "pk")
-    )
-
-
-def _count(rows, group: str):
-    """How many of `rows` (filtered on an OuterRef) there are, as a subquery annotation."""
-    return Coalesce(
-        Subquery(rows.values(group).annotate(n=Count("pk")).values("n")),
-        0,
-        output_field=IntegerField(),
     )
 
 
@@ -168,8 +160,8 @@ def nodes(park, *, pool=None, health="", drained=None, query=""):
         rows = rows.filter(hostname__icontains=query)
     cards = Accelerator.objects.filter(node=OuterRef("pk")).order_by()
     return rows.annotate(
-        accelerator_total=_count(cards, "node"),
-        accelerator_allocated=_count(cards.filter(allocation__isnull=False), "node"),
+        accelerator_total=count_of(cards, "node"),
+        accelerator_allocated=count_of(cards.filter(allocation__isnull=False), "node"),
     ).order_by("pool__region__name", "pool__name", "hostname", "pk")
 
 
