@@ -49,7 +49,7 @@ def orders_for(organization):
     return (
         for_organization(Order, organization)
         .select_related("instance", "created_by")
-        .order_by("-created_at")[:200]
+        .order_by("-created_at", "-pk")
     )
 
 

@@ -38,6 +38,7 @@ from apps.tenants.roles import Action, can
 from apps.tenants.selectors import for_organization, get_for_organization
 
 INSTANCES_PER_PAGE = 50
+ORDERS_PER_PAGE = 50
 
 
 def _order_form(request, data=None):
@@ -272,7 +273,11 @@ def instance_operation(request, instance_id, kind):
 
 @organization_view()
 def order_list(request):
-    return render(request, "orders/order_list.html", {"orders": orders_for(request.organization)})
+    page = Paginator(orders_for(request.organization), ORDERS_PER_PAGE).get_page(
+        request.GET.get("page")
+    )
+    context = {"orders": page.object_list, "page": page, "query": ""}
+    return render(request, "orders/order_list.html", context)
 
 
 @organization_view(Action.ORDER)
