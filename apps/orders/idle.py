@@ -130,8 +130,8 @@ class IdleCandidate:
 def idle_candidates(parks, *, min_minutes: int | None = None, now=None) -> list[IdleCandidate]:
     """The running hosts of the parks whose cards all read idle, in fresh telemetry, for at
     least `min_minutes` (default: each park's policy threshold), longest idle first: found in
-    the database (one statement), which reads each card's reading in its node's telemetry, so
-    that no busy host, nor any host on a node with stale telemetry, is read here at all."""
+    the database (one statement, `_IDLE_SQL`), so that no busy host, nor any host on a node
+    with stale telemetry, is read here at all."""
     now = now or timezone.now()
     park_ids = [getattr(park, "pk", park) for park in parks]
     if not park_ids:
