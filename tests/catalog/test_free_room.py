@@ -4,7 +4,7 @@ as soon as an allocation is made, resized or released or a node is drained: no r
 count from before a change once it is committed."""
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from apps.catalog.selectors import FREE_ROOM, free_room, free_room_changed
@@ -145,6 +145,22 @@ def test_a_placement_and_a_release_show_at_once(
     with django_capture_on_commit_callbacks(execute=True):
         release_capacity(instance)
     assert free_hosts_seen() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_committed_placements_and_releases_show_at_once(client, sold, place_host):
+    """Real commits, whose on-commit work runs as in production."""
+    pool, flavor = sold
+    add_nodes(pool, 1)
+    assert free_hosts(client, flavor) == 2
+
+    with transaction.atomic():
+        instance = place_host()
+    assert free_hosts(client, flavor) == 1
+
+    with transaction.atomic():
+        release_capacity(instance)
+    assert free_hosts(client, flavor) == 2
 
 
 def test_a_resize_shows_at_once(client, park, sold, place_host):
