@@ -63,46 +63,43 @@ _MEASURED_WATTS = {
 # rows described above. A node's rank within its pool uses what its cards draw only where the
 # pool's grid carbon makes it count (with none, energy ties every node, and the lowest id wins).
 _SHORTLIST_SQL = """
-WITH candidate AS (
-    SELECT node.id, node.pool_id, node.hostname, node.vcpu_total, node.ram_gb_total,
-        node.health, node.is_drained, {watts} AS measured_w
-    FROM orchestration_node node
-    WHERE node.pool_id IN ({pools}) AND node.health = %s AND NOT node.is_drained {excluding}
-), card_room AS (
+WITH card_room AS (
     SELECT card.node_id, COUNT(*) AS cards,
         SUM(CASE WHEN card.allocation_id IS NULL AND NOT card.out_of_service THEN 1 ELSE 0 END)
             AS idle,
         SUM(CASE WHEN holder.share_milli > 0 AND NOT card.out_of_service THEN 1 ELSE 0 END)
             AS shared,
-        SUM(CASE WHEN holder.share_milli > 0 AND NOT card.out_of_service THEN (
-            SELECT CASE WHEN COALESCE(SUM(share.share_milli), 0) >= {milli} THEN 0
-                ELSE {milli} - COALESCE(SUM(share.share_milli), 0) END
-            FROM orchestration_allocation share
-            WHERE share.shared_accelerator_id = card.id AND share.released_at IS NULL
-        ) ELSE 0 END) AS shared_free
+        SUM(CASE WHEN holder.share_milli > 0 AND NOT card.out_of_service THEN
+            CASE WHEN COALESCE(shares.milli, 0) >= {milli} THEN 0
+                ELSE {milli} - COALESCE(shares.milli, 0) END
+            ELSE 0 END) AS shared_free
     FROM orchestration_accelerator card
-    JOIN candidate ON candidate.id = card.node_id
+    JOIN orchestration_node node ON node.id = card.node_id
     LEFT JOIN orchestration_allocation holder ON holder.id = card.allocation_id
+    LEFT JOIN (
+        SELECT shared_accelerator_id, SUM(share_milli) AS milli
+        FROM orchestration_allocation
+        WHERE shared_accelerator_id IS NOT NULL AND released_at IS NULL
+        GROUP BY shared_accelerator_id
+    ) shares ON shares.shared_accelerator_id = card.id
+    WHERE {candidate}
     GROUP BY card.node_id
 ), held AS (
     SELECT live.node_id, SUM(live.vcpu) AS vcpu, SUM(live.ram_gb) AS ram_gb
     FROM orchestration_allocation live
-    JOIN candidate ON candidate.id = live.node_id
-    WHERE live.released_at IS NULL
+    JOIN orchestration_node node ON node.id = live.node_id
+    WHERE {candidate} AND live.released_at IS NULL
     GROUP BY live.node_id
 ), room AS (
-    SELECT candidate.*,
+    SELECT node.id, node.pool_id, node.vcpu_total, node.ram_gb_total,
         COALESCE(card_room.cards, 0) AS cards, COALESCE(card_room.idle, 0) AS idle,
         COALESCE(card_room.shared, 0) AS shared,
         COALESCE(card_room.idle, 0) * {milli} + COALESCE(card_room.shared_free, 0) AS free_milli,
-        COALESCE(held.vcpu, 0) AS vcpu_used, COALESCE(held.ram_gb, 0) AS ram_used,
-        CASE WHEN pool.carbon_g_per_kwh > 0 THEN COALESCE(candidate.measured_w, model.tdp_w)
-            ELSE 0 END AS energy
-    FROM candidate
-    JOIN orchestration_pool pool ON pool.id = candidate.pool_id
-    JOIN catalog_acceleratormodel model ON model.id = pool.accelerator_model_id
-    LEFT JOIN card_room ON card_room.node_id = candidate.id
-    LEFT JOIN held ON held.node_id = candidate.id
+        COALESCE(held.vcpu, 0) AS vcpu_used, COALESCE(held.ram_gb, 0) AS ram_used
+    FROM orchestration_node node
+    LEFT JOIN card_room ON card_room.node_id = node.id
+    LEFT JOIN held ON held.node_id = node.id
+    WHERE {candidate}
 ), judged AS (
     SELECT room.*, CASE
         WHEN %s > 0 AND cards = 0 THEN '{gpu_model}'
@@ -113,22 +110,39 @@ WITH candidate AS (
         WHEN idle < %s THEN '{gpu_count}'
     END AS rejected
     FROM room
-), ranked AS (
-    SELECT judged.*,
-        ROW_NUMBER() OVER (PARTITION BY rejected, pool_id, free_milli ORDER BY energy, id)
-            AS in_room,
-        ROW_NUMBER() OVER (PARTITION BY rejected, pool_id ORDER BY energy DESC, id) AS most_drawn,
-        ROW_NUMBER() OVER (PARTITION BY rejected ORDER BY id) AS nth,
-        COUNT(*) OVER (PARTITION BY rejected) AS counted
+), fitted AS (
+    SELECT judged.*, {energy} AS energy
     FROM judged
+    JOIN orchestration_node node ON node.id = judged.id
+    WHERE judged.rejected IS NULL
+), shortlisted AS (
+    SELECT ranked.*, (SELECT COUNT(*) FROM fitted) AS counted FROM (
+        SELECT fitted.*,
+            ROW_NUMBER() OVER (PARTITION BY pool_id, free_milli ORDER BY energy, id) AS in_room,
+            ROW_NUMBER() OVER (PARTITION BY pool_id ORDER BY energy DESC, id) AS most_drawn
+        FROM fitted
+    ) ranked
+    WHERE in_room <= %s OR most_drawn = 1
+), refused AS (
+    SELECT ranked.* FROM (
+        SELECT judged.*, ROW_NUMBER() OVER (PARTITION BY rejected ORDER BY id) AS nth,
+            COUNT(*) OVER (PARTITION BY rejected) AS counted
+        FROM judged
+        WHERE rejected IS NOT NULL
+    ) ranked
+    WHERE nth <= %s
+), listed AS (
+    SELECT id, cards, idle, shared, vcpu_used, ram_used, rejected, counted FROM shortlisted
+    UNION ALL
+    SELECT id, cards, idle, shared, vcpu_used, ram_used, rejected, counted FROM refused
 )
-SELECT ranked.id, pool_id, hostname, vcpu_total, ram_gb_total, health, is_drained,
-    (SELECT node.telemetry FROM orchestration_node node WHERE node.id = ranked.id),
-    cards, idle, shared, vcpu_used, ram_used, rejected, counted
-FROM ranked
-WHERE (rejected IS NULL AND (in_room <= %s OR most_drawn = 1))
-    OR (rejected IS NOT NULL AND nth <= %s)
-ORDER BY ranked.id
+SELECT node.id, node.pool_id, node.hostname, node.vcpu_total, node.ram_gb_total, node.health,
+    node.is_drained, CASE WHEN listed.rejected IS NULL THEN node.telemetry END AS telemetry,
+    listed.cards, listed.idle, listed.shared, listed.vcpu_used, listed.ram_used,
+    listed.rejected, listed.counted
+FROM listed
+JOIN orchestration_node node ON node.id = listed.id
+ORDER BY node.id
 """
 
 
@@ -157,10 +171,20 @@ def shortlist(*, pools, shape, excluding=(), now) -> Shortlist:
     database = router.db_for_read(Node)
     vendor = connections[database].vendor
     pool_ids, excluded = list(by_id), list(excluding)
+    # A host's pools are all of its accelerator model: one TDP stands in for unmeasured power.
+    drawn = f"COALESCE({_MEASURED_WATTS[vendor]}, {int(pools[0].accelerator_model.tdp_w)})"
+    carbonless = [pool.pk for pool in pools if not pool.carbon_g_per_kwh]
     statement = _SHORTLIST_SQL.format(
-        watts=_MEASURED_WATTS[vendor],
-        pools=sql.placeholders(pool_ids),
-        excluding=f"AND node.id NOT IN ({sql.placeholders(excluded)})" if excluded else "",
+        energy=(
+            f"CASE WHEN judged.pool_id IN ({sql.placeholders(carbonless)}) THEN 0 ELSE {drawn} END"
+            if carbonless
+            else drawn
+        ),
+        candidate=(
+            f"node.pool_id IN ({sql.placeholders(pool_ids)}) AND node.health = %s"
+            " AND NOT node.is_drained"
+            + (f" AND node.id NOT IN ({sql.placeholders(excluded)})" if excluded else "")
+        ),
         milli=MILLI,
         gpu_model=filters.GPU_MODEL,
         cpu=filters.CPU,
@@ -168,16 +192,18 @@ def shortlist(*, pools, shape, excluding=(), now) -> Shortlist:
         gpu_count=filters.GPU_COUNT,
     )
     fresh_since = now - adapter.MEASURED_POWER_FRESH_FOR
+    candidate = [*pool_ids, NodeHealth.HEALTHY, *excluded]
     params = [
-        fresh_since.isoformat(),
-        adapter.LOADED_PCT,
-        *pool_ids,
-        NodeHealth.HEALTHY,
-        *excluded,
+        *candidate,  # the cards counted
+        *candidate,  # what allocations hold
+        *candidate,  # the nodes
         shape.accelerators,
         shape.vcpu,
         shape.ram_gb,
         shape.accelerators,
+        *carbonless,
+        fresh_since.isoformat(),
+        adapter.LOADED_PCT,
         PER_ROOM,
         adapter.KEPT_CANDIDATES,
     ]
@@ -213,7 +239,8 @@ def shortlist(*, pools, shape, excluding=(), now) -> Shortlist:
             ram_gb_total=ram_gb_total,
             health=health,
             is_drained=bool(is_drained),
-            telemetry=json.loads(telemetry) if isinstance(telemetry, str) else telemetry,
+            # Read for the nodes that fitted only: a rejected node's power scores nothing.
+            telemetry=json.loads(telemetry) if isinstance(telemetry, str) else telemetry or {},
             pool=by_id[pool_id],
         )
         shared = partial.get(pk, [])
