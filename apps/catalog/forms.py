@@ -1,4 +1,5 @@
 from decimal import Decimal
+from functools import cache
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
@@ -80,10 +81,13 @@ class CatalogFilterForm(forms.Form):
         self.park = park
         if park is not None:
             self.fields["region"].queryset = Region.objects.filter(park=park)
-        on_sale = resource_types_on_sale(park)
-        self.fields["resource_type"].choices = [("", _("All"))] + [
-            (value, label) for value, label in ResourceType.choices if value in on_sale
-        ]
+        # Read when the choices are (to render them, or to check a type asked for): the API
+        # with no type asked for needs no query for them.
+        on_sale = cache(lambda: resource_types_on_sale(park))
+        self.fields["resource_type"].choices = lambda: (
+            [("", _("All"))]
+            + [(value, label) for value, label in ResourceType.choices if value in on_sale()]
+        )
 
     @property
     def has_filters(self) -> bool:
