@@ -66,7 +66,8 @@ FREE_ROOM_VERSION_KEY = "catalog:free-room:version"
 def free_room(park=None) -> dict[int, list[NodeRoom]]:
     """The free room of `park`'s schedulable nodes (every park's when None) by accelerator
     model id, as of the last change: one round trip to the cache, three queries after a change."""
-    key = f"catalog:free-room:{park.pk if park is not None else 'all'}"
+    # Not the key the count was cached under before versions (another shape of value).
+    key = f"catalog:free-room-by-model:{park.pk if park is not None else 'all'}"
     found = cache.get_many([FREE_ROOM_VERSION_KEY, key])
     version = found.get(FREE_ROOM_VERSION_KEY)
     if version is None:  # never changed since the cache started, or evicted
