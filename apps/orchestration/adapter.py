@@ -567,7 +567,7 @@ def placement_record(
     park: ParkWeights,
     currency: str,
     rejections: dict | None = None,
-    counted: tuple[int, dict[str, int]] | None = None,
+    counted: tuple[int, dict[str, int], list[tuple[NodeView, str]]] | None = None,
 ) -> tuple[dict, list[dict]]:
     """(Placement.weights, Placement.candidates) for a decision over `views`: the best
     KEPT_CANDIDATES that fitted (the chosen one always) and the first KEPT_CANDIDATES that did
@@ -576,9 +576,10 @@ def placement_record(
 
     `rejections` ({node id: code}) overrides the engine's code for a node, where the portal
     knows better (a price over the task's maximum reads "region" to the engine, which only
-    sees that the task may not use the node's pool). `counted` ((fitted, {code: n})) is what
-    `weights["considered"]` counts where `views` are only some of the nodes (`shortlist`
-    counted them all in SQL).
+    sees that the task may not use the node's pool). `counted` is what the database counted
+    where `views` are only the nodes that fitted and were shortlisted (`shortlist`): how many
+    fitted, how many were rejected for each code, and the first rejected ones, each with its
+    code.
     """
     by_id = {v.state.id: v for v in views}
     rejections = rejections or {}
@@ -596,8 +597,9 @@ def placement_record(
     chosen = decision.chosen
     if chosen is not None and chosen.node_id in by_id and chosen not in kept:
         kept.append(chosen)
+    listed = [(by_id[c.node_id], code) for c, code in refused] + (counted[2] if counted else [])
     candidates = [candidate_record(by_id[c.node_id], c, request=request) for c in kept] + [
-        rejected_record(by_id[c.node_id], code) for c, code in refused[:KEPT_CANDIDATES]
+        rejected_record(view, code) for view, code in listed[:KEPT_CANDIDATES]
     ]
     weights = {
         "policy": FRAGMENTATION_POLICY,

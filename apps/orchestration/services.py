@@ -387,7 +387,11 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str, ex
         request=request,
         park=weights_of_park,
         currency=park.currency,
-        counted=(found.fitted, found.rejected),
+        counted=(
+            found.fitted,
+            found.rejected,
+            [(adapter.NodeView(node=node, state=None), code) for node, code in found.refused],
+        ),
     )
     return decision, views, request, record, weights, prices_in_force, found.complete
 

@@ -148,16 +148,18 @@ ORDER BY node.id
 
 @dataclass
 class Shortlist:
-    nodes: list[adapter.NodeRow]  # in id order, pools set: those shortlisted and rejected
+    nodes: list[adapter.NodeRow]  # those shortlisted, in id order, pools set
     rooms: dict[int, adapter.Room]  # {node id: its room}, for `adapter.node_views`
     fitted: int  # every node that could take the host
     rejected: dict[str, int]  # {reason code: how many nodes could not}
-    shortlisted: int  # of the nodes that fitted, how many are in `nodes`
+    # The first KEPT_CANDIDATES rejected, in id order, with why (a decision lists them): rows
+    # with their room set as on a node (`free_accelerators`, `vcpu_used`, `ram_used`).
+    refused: list[tuple[adapter.NodeRow, str]]
 
     @property
     def complete(self) -> bool:
         """Every node that fitted is in `nodes`."""
-        return self.shortlisted >= self.fitted
+        return len(self.nodes) >= self.fitted
 
 
 def shortlist(*, pools, shape, excluding=(), now) -> Shortlist:
@@ -167,7 +169,7 @@ def shortlist(*, pools, shape, excluding=(), now) -> Shortlist:
     by training tasks (what each of those has free)."""
     by_id = {pool.pk: pool for pool in pools}
     if not by_id:
-        return Shortlist(nodes=[], rooms={}, fitted=0, rejected={}, shortlisted=0)
+        return Shortlist(nodes=[], rooms={}, fitted=0, rejected={}, refused=[])
     database = router.db_for_read(Node)
     vendor = connections[database].vendor
     pool_ids, excluded = list(by_id), list(excluding)
@@ -208,8 +210,8 @@ def shortlist(*, pools, shape, excluding=(), now) -> Shortlist:
         adapter.KEPT_CANDIDATES,
     ]
     rows = sql.fetch_all(Node, statement, params)
-    partial = adapter.shared_cards_free([row[0] for row in rows if row[10]])
-    nodes, rooms, fitted, rejected = [], {}, 0, {}
+    partial = adapter.shared_cards_free([row[0] for row in rows if row[10] and row[13] is None])
+    found = Shortlist(nodes=[], rooms={}, fitted=0, rejected={}, refused=[])
     for (
         pk,
         pool_id,
@@ -227,10 +229,6 @@ def shortlist(*, pools, shape, excluding=(), now) -> Shortlist:
         code,
         counted,
     ) in rows:
-        if code is None:
-            fitted = counted
-        else:
-            rejected[code] = counted
         node = adapter.NodeRow(
             pk=pk,
             pool_id=pool_id,
@@ -243,15 +241,18 @@ def shortlist(*, pools, shape, excluding=(), now) -> Shortlist:
             telemetry=json.loads(telemetry) if isinstance(telemetry, str) else telemetry or {},
             pool=by_id[pool_id],
         )
+        if code is not None:
+            found.rejected[code] = counted
+            node.free_accelerators, node.vcpu_used, node.ram_used = idle, vcpu_used, ram_used
+            found.refused.append((node, code))
+            continue
+        found.fitted = counted
         shared = partial.get(pk, [])
-        rooms[pk] = adapter.Room(
+        found.rooms[pk] = adapter.Room(
             idle=idle,
             free=[MILLI] * idle + shared + [0] * (cards - idle - len(shared)),
             vcpu_used=vcpu_used,
             ram_gb_used=ram_used,
         )
-        nodes.append(node)
-    shortlisted = sum(1 for row in rows if row[13] is None)
-    return Shortlist(
-        nodes=nodes, rooms=rooms, fitted=fitted, rejected=rejected, shortlisted=shortlisted
-    )
+        found.nodes.append(node)
+    return found

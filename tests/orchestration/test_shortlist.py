@@ -172,6 +172,10 @@ def test_the_shortlist_chooses_and_scores_as_scoring_every_node(task_world, seed
                 assert considered["fitted"] == len(everyone)
                 assert considered["rejected"] == reference.rejected_counts()
                 assert plan.complete == (len(plan.ranked) == len(everyone))
+                # The decision lists the first rejected hosts, as scoring every node lists them.
+                refused = [(int(c.node_id), c.rejected) for c in reference.candidates if c.rejected]
+                listed = [(c["node_id"], c["rejected"]) for c in plan.record if not c["fits"]]
+                assert listed == refused[: adapter.KEPT_CANDIDATES]
                 if reference.node is None:
                     assert plan.ranked == ()
                     continue
