@@ -9,7 +9,9 @@ organization with a write API key), then sends `--requests` of each read through
 client with the production settings (DEBUG off, the cache CACHE_URL names, else memory), after
 five to warm up. Prints per read the median and best of batches of ten, its queries and the
 Python CPU a request took; `--profile N` adds cProfile's top N functions by `--sort`
-(cumulative by default) for each, `--queries` lists one request's statements.
+(cumulative by default) for each, `--queries` lists one request's statements. Beside them, to
+tell what is theirs: `GET /api/v1/regions/` (what any authenticated API list costs) and the
+catalog's list of flavors alone (an htmx request: the page without its layout and filters).
 """
 
 import argparse
@@ -29,7 +31,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 SCRATCH_DB = "loam_bench_reads"
 BATCH = 10
-READS = {"flavors": "/api/v1/flavors/", "catalog": "/catalog/"}
+# (path, who asks, extra headers)
+READS = [
+    ("/api/v1/flavors/", "key", {}),
+    ("/api/v1/regions/", "key", {}),
+    ("/catalog/", "visitor", {}),
+    ("/catalog/", "visitor", {"HTTP_HX_REQUEST": "true"}),
+]
 
 
 def main():
@@ -57,21 +65,21 @@ def main():
     from django.test import Client
 
     clients = {
-        "flavors": Client(HTTP_AUTHORIZATION=f"Bearer {organization['keys'][0]}"),
-        "catalog": Client(),  # a visitor
+        "key": Client(HTTP_AUTHORIZATION=f"Bearer {organization['keys'][0]}"),
+        "visitor": Client(),
     }
     try:
-        for name, path in READS.items():
-            measure(args, clients[name], path)
+        for path, who, headers in READS:
+            measure(args, clients[who], path, headers)
     finally:
         shutil.rmtree(static_root, ignore_errors=True)
 
 
-def measure(args, client, path: str) -> None:
+def measure(args, client, path: str, headers: dict) -> None:
     from django.db import connection
 
     def read():
-        response = client.get(path)
+        response = client.get(path, **headers)
         if response.status_code != 200:
             sys.exit(f"GET {path}: {response.status_code} {response.content[:300]!r}")
 
@@ -92,8 +100,9 @@ def measure(args, client, path: str) -> None:
         )
     ):
         read()
+    what = f"{path} (htmx: the list alone)" if headers else path
     print(
-        f"GET {path} in process, {args.nodes} nodes: {statistics.median(batches):.2f} ms a "
+        f"GET {what} in process, {args.nodes} nodes: {statistics.median(batches):.2f} ms a "
         f"request (best batch {min(batches):.2f} ms), {len(statements)} queries, Python CPU "
         f"{python_cpu:.2f} ms"
     )
