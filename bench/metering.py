@@ -198,6 +198,7 @@ class World:
         from apps.billing.models import Hold, Meter, MeterKind, Wallet
         from apps.orders.models import Instance
         from apps.tenants.models import Organization
+        from bench.workloads import give_workloads
 
         now = timezone.now()
         running_for = 0 if self.fresh else 24 * 3600
@@ -208,13 +209,13 @@ class World:
             for o in organizations
         )
         wallet_of = {wallet.organization_id: wallet for wallet in wallets}
-        instances = Instance.objects.bulk_create(
-            [instance for _, hosts in self._pending for instance in hosts]
-        )
+        planned = [instance for _, hosts in self._pending for instance in hosts]
+        give_workloads(planned, "host")
+        instances = Instance.objects.bulk_create(planned)
         holds, meters = [], []
         for instance in instances:
             wallet = wallet_of[instance.organization.pk]
-            holds.append(Hold(wallet=wallet, instance=instance, amount_minor=held))
+            holds.append(Hold(wallet=wallet, workload=instance.workload, amount_minor=held))
             wallet.held_minor += held
             for kind, hourly, units in (
                 (MeterKind.COMPUTE, COMPUTE_HOURLY_MINOR, Decimal("3.12")),
@@ -223,7 +224,7 @@ class World:
                 meters.append(
                     Meter(
                         organization=instance.organization,
-                        instance=instance,
+                        workload=instance.workload,
                         kind=kind,
                         quantity=1 if kind == MeterKind.COMPUTE else 100,
                         hourly_minor=hourly,

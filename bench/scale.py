@@ -413,7 +413,7 @@ class World:
         allocations = Allocation.objects.bulk_create(
             Allocation(
                 node=i.node,
-                instance=i,
+                workload__instance=i,
                 vcpu=i.flavor.vcpu,
                 ram_gb=i.flavor.ram_gb,
                 created_at=i.created_at,

@@ -182,6 +182,7 @@ def _organizations(park, count: int, rng):
 def _queue(park, organizations, count: int, rng) -> None:
     from apps.catalog.models import Image, Region
     from apps.orchestration.models import Task, TaskPreference
+    from bench.workloads import give_workloads
 
     images = list(Image.objects.filter(park=park).prefetch_related("compatible_accelerators"))
     regions = list(Region.objects.filter(park=park))
@@ -208,6 +209,7 @@ def _queue(park, organizations, count: int, rng) -> None:
             )
         )
         pinned_regions.append(rng.sample(regions, 2) if rng.random() < 0.2 else [])
+    give_workloads(tasks, "task")
     created = Task.objects.bulk_create(tasks)
     through = Task.allowed_regions.through
     through.objects.bulk_create(
@@ -220,11 +222,13 @@ def _queue(park, organizations, count: int, rng) -> None:
 def _empty(park) -> None:
     """Every node free again and no task left, for the next queue length."""
     from apps.orchestration.models import Accelerator, Allocation, Placement, Task
+    from apps.workloads.models import Workload
 
     Accelerator.objects.filter(node__pool__backend__park=park).update(allocation=None)
-    Placement.objects.filter(task__organization__park=park).delete()
-    Allocation.objects.filter(task__organization__park=park).delete()
+    Placement.objects.filter(workload__task__organization__park=park).delete()
+    Allocation.objects.filter(workload__task__organization__park=park).delete()
     Task.objects.filter(organization__park=park).delete()
+    Workload.objects.filter(organization__park=park, kind="task").delete()
 
 
 if __name__ == "__main__":

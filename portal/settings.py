@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "apps.core",
     "apps.tenants",
     "apps.catalog",
+    "apps.workloads",
     "apps.quotas",
     "apps.orchestration",
     "apps.orders",

@@ -110,6 +110,7 @@ from apps.tenants.models import (
     VerificationState,
 )
 from apps.webhooks.models import DeliveryState, WebhookDelivery, WebhookEndpoint
+from apps.workloads.models import Workload, WorkloadKind
 
 # Fixed instants keep sequences of periods and intervals apart and reproducible.
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -457,6 +458,25 @@ class AcceleratorFactory(Factory):
 # --- orders ----------------------------------------------------------------------------------
 
 
+class WorkloadFactory(Factory):
+    class Meta:
+        model = Workload
+
+    organization = factory.SubFactory(OrganizationFactory)
+    kind = WorkloadKind.HOST
+
+
+def workload_of(subject_names=("instance", "task")):
+    """A factory's `workload`: the one of the host or task given as one of its (excluded)
+    `subject_names`, or None when none is."""
+
+    def workload(o):
+        subject = next((getattr(o, name) for name in subject_names if getattr(o, name)), None)
+        return subject.workload if subject is not None else None
+
+    return factory.LazyAttribute(workload)
+
+
 class InstanceFactory(Factory):
     """A pending instance whose flavor family, image and region are in its organization's park.
 
@@ -466,6 +486,9 @@ class InstanceFactory(Factory):
         model = Instance
 
     organization = factory.SubFactory(OrganizationFactory)
+    workload = factory.SubFactory(
+        WorkloadFactory, organization=factory.SelfAttribute("..organization")
+    )
     name = factory.Sequence(lambda n: f"instance-{n}")
     flavor = factory.SubFactory(
         FlavorFactory, family__park=factory.SelfAttribute("...organization.park")
@@ -585,6 +608,11 @@ class TaskFactory(Factory):
         model = Task
 
     organization = factory.SubFactory(OrganizationFactory)
+    workload = factory.SubFactory(
+        WorkloadFactory,
+        organization=factory.SelfAttribute("..organization"),
+        kind=WorkloadKind.TASK,
+    )
     name = factory.Sequence(lambda n: f"task-{n}")
     image = factory.SubFactory(ImageFactory, park=factory.SelfAttribute("..organization.park"))
     command = "python train.py --epochs 1"
@@ -604,6 +632,7 @@ class AllocationFactory(Factory):
 
     class Meta:
         model = Allocation
+        exclude = ("instance", "task")
 
     node = factory.SubFactory(NodeFactory)
     instance = factory.SubFactory(
@@ -616,6 +645,7 @@ class AllocationFactory(Factory):
         running=True,
     )
     task = None
+    workload = workload_of()
     vcpu = 16
     ram_gb = 128
     released_at = None
@@ -634,11 +664,15 @@ class AllocationFactory(Factory):
 
 
 class PlacementFactory(Factory):
+    """The placement of a new host (or of `task`)."""
+
     class Meta:
         model = Placement
+        exclude = ("instance", "task")
 
-    order = factory.SubFactory(OrderFactory)
+    instance = factory.SubFactory(InstanceFactory)
     task = None
+    workload = workload_of(("task", "instance"))
     chosen_pool = None
     chosen_node = None
     weights = factory.LazyFunction(lambda: {"price": 1.0})
@@ -781,8 +815,12 @@ class InvoiceFactory(Factory):
 class InvoiceLineFactory(Factory):
     class Meta:
         model = InvoiceLine
+        exclude = ("instance", "task")
 
     invoice = factory.SubFactory(InvoiceFactory)
+    instance = None
+    task = None
+    workload = workload_of()
     description = "gpu-1"
     kind = MeterKind.COMPUTE
     seconds = 3600
@@ -796,19 +834,23 @@ class HoldFactory(Factory):
 
     class Meta:
         model = Hold
+        exclude = ("instance",)
 
     wallet = factory.SubFactory(WalletFactory)
     instance = factory.SubFactory(
         InstanceFactory, organization=factory.SelfAttribute("..wallet.organization")
     )
+    workload = factory.SelfAttribute("instance.workload")
     amount_minor = 2500
 
 
 class FundsSuspensionFactory(Factory):
     class Meta:
         model = FundsSuspension
+        exclude = ("instance",)
 
     instance = factory.SubFactory(InstanceFactory, state=InstanceState.STOPPED)
+    workload = factory.SelfAttribute("instance.workload")
 
 
 class StripeEventFactory(Factory):
@@ -824,12 +866,14 @@ class MeterFactory(Factory):
 
     class Meta:
         model = Meter
+        exclude = ("instance", "task")
 
     organization = factory.SubFactory(OrganizationFactory)
     instance = factory.SubFactory(
         InstanceFactory, organization=factory.SelfAttribute("..organization"), running=True
     )
     task = None
+    workload = workload_of(("task", "instance"))
     kind = MeterKind.COMPUTE
     quantity = 1
     hourly_minor = Decimal(2500)
@@ -844,12 +888,14 @@ class UsageRecordFactory(Factory):
 
     class Meta:
         model = UsageRecord
+        exclude = ("instance", "task")
 
     organization = factory.SubFactory(OrganizationFactory)
     instance = factory.SubFactory(
         InstanceFactory, organization=factory.SelfAttribute("..organization"), running=True
     )
     task = None
+    workload = workload_of(("task", "instance"))
     meter = factory.SubFactory(
         MeterFactory,
         organization=factory.SelfAttribute("..organization"),
@@ -1083,4 +1129,9 @@ class AgentHostPortFactory(Factory):
     purpose = "mapping"
 
 
-from tests.partners.factories import PartnerFactory, PoolTermsFactory, SettlementFactory  # noqa: E402, F401
+from tests.partners.factories import (  # noqa: E402, F401
+    PartnerFactory,
+    PartnerPoolFactory,
+    PoolTermsFactory,
+    SettlementFactory,
+)

@@ -232,7 +232,7 @@ def world(organization, park):
     by_param |= {
         "park_id": park.pk,
         "organization_id": organization.pk,
-        "placement_id": PlacementFactory(order=awaiting).pk,
+        "placement_id": PlacementFactory(instance__organization=awaiting.organization).pk,
         "token": "not-an-invitation",
     }
     return by_route, by_param

@@ -225,7 +225,7 @@ def test_another_parks_objects_are_404_for_an_operator(client, route, params, op
     ParkOperatorFactory(park=foreign_park, user=UserFactory())
     foreign_order = OrderFactory(organization=foreign_org)
     values = {
-        "placement_id": PlacementFactory(order=foreign_order).pk,
+        "placement_id": PlacementFactory(instance__organization=foreign_org).pk,
         "invoice_id": InvoiceFactory(organization=foreign_org).pk,
         "organization_id": foreign_org.pk,
         "park_id": foreign_park.pk,

@@ -139,7 +139,7 @@ def instance_telemetry(instance, *, minutes: int = CHART_MINUTES, now=None) -> d
     now = now or timezone.now()
     minutes = max(1, min(int(minutes), MAX_CHART_MINUTES))
     allocation = (
-        Allocation.objects.filter(instance=instance, released_at__isnull=True)
+        Allocation.objects.filter(workload_id=instance.workload_id, released_at__isnull=True)
         .order_by("-created_at")
         .first()
     )

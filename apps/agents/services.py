@@ -661,7 +661,7 @@ def held_card_uuids(host: AgentHost) -> list[str]:
         return []
     return list(
         Accelerator.objects.filter(
-            allocation__instance=instance, allocation__released_at__isnull=True
+            allocation__workload_id=instance.workload_id, allocation__released_at__isnull=True
         )
         .order_by("index")
         .values_list("serial", flat=True)

@@ -53,7 +53,7 @@ class InvoiceAdmin(ReadOnlyAdmin):
 
 @admin.register(UsageRecord)
 class UsageRecordAdmin(ReadOnlyAdmin):
-    list_display = ["started_at", "organization", "instance", "task", "seconds", "amount_minor"]
+    list_display = ["started_at", "organization", "workload", "seconds", "amount_minor"]
 
 
 @admin.register(BankTransfer)

@@ -132,10 +132,10 @@ def _lines(invoice: Invoice, records) -> list[InvoiceLine]:
     grouped = (
         records.values(
             "kind",
-            "instance",
-            "instance__name",
-            "task",
-            "task__name",
+            "workload",
+            "workload__kind",
+            "workload__instance__name",
+            "workload__task__name",
             "meter__quantity",
             "hourly_minor",
         )
@@ -145,15 +145,14 @@ def _lines(invoice: Invoice, records) -> list[InvoiceLine]:
             amount=Sum("amount_minor"),
             n=Count("id"),
         )
-        .order_by("instance", "task", "kind", "meter__quantity", "hourly_minor")
+        .order_by("workload__kind", "workload", "kind", "meter__quantity", "hourly_minor")
     )
     return [
         InvoiceLine(
             invoice=invoice,
-            description=row["instance__name"] or row["task__name"],
+            description=row["workload__instance__name"] or row["workload__task__name"],
             kind=row["kind"],
-            instance_id=row["instance"],
-            task_id=row["task"],
+            workload_id=row["workload"],
             seconds=row["seconds"],
             quantity=row["meter__quantity"],
             compute_unit_milliseconds=row["units"],

@@ -126,8 +126,7 @@ class UsageRow(NamedTuple):
     organization_id: int
     meter_id: int
     kind: str
-    instance_id: int | None
-    task_id: int | None
+    workload_id: int
     started_at: datetime
     ended_at: datetime
     seconds: int
@@ -144,8 +143,7 @@ class DueMeter:
 
     id: int
     organization_id: int
-    instance_id: int | None
-    task_id: int | None
+    workload_id: int
     kind: str
     hourly_minor: Decimal
     compute_units: Decimal
@@ -174,8 +172,7 @@ def _measure(meter: DueMeter, until: datetime, zone: tzinfo) -> list[UsageRow]:
                 organization_id=meter.organization_id,
                 meter_id=meter.id,
                 kind=meter.kind,
-                instance_id=meter.instance_id,
-                task_id=meter.task_id,
+                workload_id=meter.workload_id,
                 started_at=start,
                 ended_at=cut,
                 seconds=seconds,
@@ -237,12 +234,12 @@ class Metered:
 
 @dataclass
 class Tally:
-    """What a pass measured of a group: the amounts to charge by organization and by instance
-    (an instance's charges use its hold first), the records written, and each organization's
+    """What a pass measured of a group: the amounts to charge by organization and by workload
+    (a host's charges use its hold first), the records written, and each organization's
     open meters' hourly rates (the burn rate its balance is judged by)."""
 
     amounts: defaultdict = field(default_factory=lambda: defaultdict(int))
-    by_instance: defaultdict = field(default_factory=lambda: defaultdict(int))
+    by_workload: defaultdict = field(default_factory=lambda: defaultdict(int))
     burn_rates: defaultdict = field(default_factory=lambda: defaultdict(Decimal))
     records: int = 0
 
@@ -289,7 +286,7 @@ def meter_organizations(organization_ids: list[int], *, until: datetime) -> Mete
         _measure_in_python(earlier, until=until, tally=tally, burn_rates=False)
     else:
         _measure_in_python(due_meters, until=until, tally=tally, burn_rates=True)
-    charge_wallets(wallets, holds=holds, amounts=tally.amounts, by_instance=tally.by_instance)
+    charge_wallets(wallets, holds=holds, amounts=tally.amounts, by_workload=tally.by_workload)
     return Metered(
         charged_minor=sum(tally.amounts.values()),
         records=tally.records,
@@ -322,8 +319,7 @@ def _measure_in_python(due_meters, *, until: datetime, tally: Tally, burn_rates:
         records.extend(measured)
         for record in measured:
             tally.amounts[meter.organization_id] += record.amount_minor
-            if record.instance_id:
-                tally.by_instance[record.instance_id] += record.amount_minor
+            tally.by_workload[record.workload_id] += record.amount_minor
         if burn_rates and meter.ended_at is None:
             tally.burn_rates[meter.organization_id] += meter.hourly_minor
     update_rows(Meter, advanced, ["metered_until", "metered_seconds", "metered_minor"])
@@ -333,14 +329,14 @@ def _measure_in_python(due_meters, *, until: datetime, tally: Tally, burn_rates:
 
 # `_measure` in one PostgreSQL statement, over meters already locked (`ids`), of which it
 # measures those whose unmetered use lies within one month (from `month` on): it advances them
-# to `until` (or their end), writes their records and answers, per organization and instance,
+# to `until` (or their end), writes their records and answers, per organization and workload,
 # the amount recorded, the records written and the open meters' hourly rates (all of `ids`').
 # The arithmetic is _measure's, exact in numeric: whole seconds since the meter opened, its
 # running total rounded half up (floor((2 × rate × seconds + 3600) / 7200)), each record the
 # increase of that total; a fraction of a second moves the watermark and waits for the next.
 MEASURE_SQL = """
 WITH due AS MATERIALIZED (
-    SELECT id, organization_id, instance_id, task_id, kind, hourly_minor, compute_units,
+    SELECT id, organization_id, workload_id, kind, hourly_minor, compute_units,
         currency, started_at, ended_at, metered_until, metered_seconds, metered_minor
     FROM billing_meter
     WHERE id = ANY(%s)
@@ -368,30 +364,30 @@ WITH due AS MATERIALIZED (
     FROM measured
     WHERE meter.id = measured.id
 ), recorded AS (
-    INSERT INTO billing_usagerecord (organization_id, meter_id, kind, instance_id, task_id,
+    INSERT INTO billing_usagerecord (organization_id, meter_id, kind, workload_id,
         started_at, ended_at, seconds, compute_unit_milliseconds, hourly_minor, amount_minor,
         currency)
-    SELECT organization_id, id, kind, instance_id, task_id, metered_until, reached_at, seconds,
+    SELECT organization_id, id, kind, workload_id, metered_until, reached_at, seconds,
         TRUNC(compute_units * seconds * 1000)::bigint, hourly_minor,
         minor_total - metered_minor, currency
     FROM measured
     WHERE seconds > 0
 )
-SELECT due.organization_id, due.instance_id,
+SELECT due.organization_id, due.workload_id,
     COALESCE(SUM(measured.minor_total - measured.metered_minor)
         FILTER (WHERE measured.seconds > 0), 0)::bigint,
     COUNT(*) FILTER (WHERE measured.seconds > 0),
     COALESCE(SUM(due.hourly_minor) FILTER (WHERE due.ended_at IS NULL), 0)
 FROM due LEFT JOIN measured ON measured.id = due.id
-GROUP BY due.organization_id, due.instance_id
+GROUP BY due.organization_id, due.workload_id
 """
 
 
 def _measure_in_sql(ids: list[int], *, until: datetime, month: datetime, tally: Tally):
     rows = fetch_all(Meter, MEASURE_SQL, [ids, until, until, month])
-    for organization_id, instance_id, amount, records, burn_rate in rows:
+    for organization_id, workload_id, amount, records, burn_rate in rows:
         tally.amounts[organization_id] += amount
-        if instance_id and amount:
-            tally.by_instance[instance_id] += amount
+        if amount:
+            tally.by_workload[workload_id] += amount
         tally.records += records
         tally.burn_rates[organization_id] += burn_rate

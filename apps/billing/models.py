@@ -6,6 +6,7 @@ from django.utils.translation import pgettext_lazy
 
 from apps.core.money import Currency, format_money
 from apps.tenants.models import Organization
+from apps.workloads.models import Workload
 
 
 class BillingMode(models.TextChoices):
@@ -255,21 +256,11 @@ class Meter(models.Model):
         related_name="meters",
         verbose_name=_("organization"),
     )
-    instance = models.ForeignKey(
-        "orders.Instance",
+    workload = models.ForeignKey(
+        Workload,
         on_delete=models.PROTECT,
-        null=True,
-        blank=True,
         related_name="meters",
-        verbose_name=_("instance"),
-    )
-    task = models.ForeignKey(
-        "orchestration.Task",
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="meters",
-        verbose_name=_("task"),
+        verbose_name=_("workload"),
     )
     kind = models.CharField(_("kind"), max_length=16, choices=MeterKind.choices)
     # GB of disk, Mbps of bandwidth, 1 for a host or task.
@@ -292,11 +283,6 @@ class Meter(models.Model):
         verbose_name_plural = _("meters")
         ordering = ["started_at", "pk"]
         constraints = [
-            models.CheckConstraint(
-                condition=(Q(instance__isnull=False) & Q(task__isnull=True))
-                | (Q(instance__isnull=True) & Q(task__isnull=False)),
-                name="meter_one_subject",
-            ),
             models.CheckConstraint(condition=Q(kind__in=MeterKind.values), name="meter_kind_known"),
             models.CheckConstraint(
                 condition=Q(hourly_minor__gte=0)
@@ -312,16 +298,11 @@ class Meter(models.Model):
                 & (Q(ended_at__isnull=True) | Q(metered_until__lte=F("ended_at"))),
                 name="meter_metered_within_interval",
             ),
-            # At most one open meter of each kind per subject: a change closes the old one.
+            # At most one open meter of each kind per workload: a change closes the old one.
             models.UniqueConstraint(
-                fields=["instance", "kind"],
-                condition=Q(ended_at__isnull=True, instance__isnull=False),
-                name="meter_one_open_per_instance_kind",
-            ),
-            models.UniqueConstraint(
-                fields=["task", "kind"],
-                condition=Q(ended_at__isnull=True, task__isnull=False),
-                name="meter_one_open_per_task_kind",
+                fields=["workload", "kind"],
+                condition=Q(ended_at__isnull=True),
+                name="meter_one_open_per_workload_kind",
             ),
         ]
         indexes = [
@@ -336,7 +317,7 @@ class Meter(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.get_kind_display()} × {self.quantity} ({self.instance or self.task})"
+        return f"{self.get_kind_display()} × {self.quantity} ({self.workload})"
 
 
 class UsageRecord(models.Model):
@@ -352,21 +333,11 @@ class UsageRecord(models.Model):
         Meter, on_delete=models.PROTECT, related_name="records", verbose_name=_("meter")
     )
     kind = models.CharField(_("kind"), max_length=16, choices=MeterKind.choices)
-    instance = models.ForeignKey(
-        "orders.Instance",
+    workload = models.ForeignKey(
+        Workload,
         on_delete=models.PROTECT,
-        null=True,
-        blank=True,
         related_name="usage",
-        verbose_name=_("instance"),
-    )
-    task = models.ForeignKey(
-        "orchestration.Task",
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="usage",
-        verbose_name=_("task"),
+        verbose_name=_("workload"),
     )
     invoice = models.ForeignKey(
         Invoice,
@@ -393,11 +364,6 @@ class UsageRecord(models.Model):
         ordering = ["-started_at"]
         constraints = [
             models.CheckConstraint(
-                condition=(Q(instance__isnull=False) & Q(task__isnull=True))
-                | (Q(instance__isnull=True) & Q(task__isnull=False)),
-                name="usage_one_subject",
-            ),
-            models.CheckConstraint(
                 condition=Q(ended_at__gt=F("started_at")), name="usage_interval_positive"
             ),
             models.CheckConstraint(
@@ -418,7 +384,7 @@ class UsageRecord(models.Model):
         indexes = [models.Index(fields=["organization", "started_at"])]
 
     def __str__(self):
-        return f"{self.instance or self.task}: {self.seconds}s"
+        return f"{self.workload}: {self.seconds}s"
 
 
 class Hold(models.Model):
@@ -428,11 +394,8 @@ class Hold(models.Model):
     wallet = models.ForeignKey(
         Wallet, on_delete=models.PROTECT, related_name="holds", verbose_name=_("wallet")
     )
-    instance = models.OneToOneField(
-        "orders.Instance",
-        on_delete=models.PROTECT,
-        related_name="hold",
-        verbose_name=_("instance"),
+    workload = models.OneToOneField(
+        Workload, on_delete=models.PROTECT, related_name="hold", verbose_name=_("workload")
     )
     amount_minor = models.BigIntegerField(_("held (minor units)"))
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
@@ -445,17 +408,17 @@ class Hold(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.instance}: {self.amount_minor}"
+        return f"{self.workload}: {self.amount_minor}"
 
 
 class FundsSuspension(models.Model):
     """A host stopped because its organization ran out of money; resumed after a top-up."""
 
-    instance = models.ForeignKey(
-        "orders.Instance",
+    workload = models.ForeignKey(
+        Workload,
         on_delete=models.PROTECT,
         related_name="funds_suspensions",
-        verbose_name=_("instance"),
+        verbose_name=_("workload"),
     )
     suspended_at = models.DateTimeField(_("suspended at"), auto_now_add=True)
     resumed_at = models.DateTimeField(_("resumed at"), null=True, blank=True)
@@ -465,14 +428,14 @@ class FundsSuspension(models.Model):
         verbose_name_plural = _("suspensions for funds")
         constraints = [
             models.UniqueConstraint(
-                fields=["instance"],
+                fields=["workload"],
                 condition=Q(resumed_at__isnull=True),
-                name="suspension_one_open_per_instance",
+                name="suspension_one_open_per_workload",
             ),
         ]
 
     def __str__(self):
-        return f"{self.instance} ({self.suspended_at:%Y-%m-%d %H:%M})"
+        return f"{self.workload} ({self.suspended_at:%Y-%m-%d %H:%M})"
 
 
 class StripeEvent(models.Model):
@@ -496,21 +459,13 @@ class InvoiceLine(models.Model):
     )
     description = models.CharField(_("description"), max_length=200)
     kind = models.CharField(_("kind"), max_length=16, choices=MeterKind.choices)
-    instance = models.ForeignKey(
-        "orders.Instance",
+    workload = models.ForeignKey(
+        Workload,
         on_delete=models.PROTECT,
         null=True,
         blank=True,
         related_name="+",
-        verbose_name=_("instance"),
-    )
-    task = models.ForeignKey(
-        "orchestration.Task",
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="+",
-        verbose_name=_("task"),
+        verbose_name=_("workload"),
     )
     seconds = models.PositiveBigIntegerField(_("seconds"))
     quantity = models.PositiveIntegerField(_("quantity"))

@@ -18,15 +18,21 @@ from apps.tenants.models import Organization
 
 def _group_expression(group: str):
     if group == "flavor":
-        return Coalesce(F("instance__flavor__code"), Value(_("training tasks")))
+        return Coalesce(F("workload__instance__flavor__code"), Value(_("training tasks")))
     if group == "vendor":
         return Coalesce(
-            F("instance__flavor__family__accelerator_model__vendor"),
-            F("task__pool__accelerator_model__vendor"),
+            F("workload__instance__flavor__family__accelerator_model__vendor"),
+            F("workload__task__pool__accelerator_model__vendor"),
             Value("other"),
             output_field=CharField(),
         )
     return F("kind")
+
+
+def with_subject_ids(rows):
+    """Usage records or invoice lines (a queryset), each with the id of the host (`instance`)
+    or of the task (`task`) it is of, read through its workload."""
+    return rows.annotate(instance=F("workload__instance"), task=F("workload__task"))
 
 
 def month_spend(organizations, *, now=None) -> int:
@@ -166,7 +172,7 @@ def instance_cost(instance, *, now: datetime | None = None) -> InstanceCost:
     """What one host has cost so far and costs now, for its page: what was metered and what its
     meters ran since (closed ones to their end), so the figure never runs backwards and is the
     bill once metered."""
-    so_far, hourly = _cost_so_far(now or timezone.now(), instance=instance)
+    so_far, hourly = _cost_so_far(now or timezone.now(), instance.workload_id)
     return InstanceCost(
         currency=instance.organization.park.currency,
         so_far_minor=so_far,
@@ -177,23 +183,25 @@ def instance_cost(instance, *, now: datetime | None = None) -> InstanceCost:
 
 def task_cost_minor(task, *, now: datetime | None = None) -> int:
     """What a training task has cost so far: all of it once it has ended."""
-    return _cost_so_far(now or timezone.now(), task=task)[0]
+    return _cost_so_far(now or timezone.now(), task.workload_id)[0]
 
 
-def _cost_so_far(now: datetime, **subject) -> tuple[int, Decimal]:
-    """(what the instance or task `subject` has cost up to `now`: metered, and what its meters
+def _cost_so_far(now: datetime, workload_id: int) -> tuple[int, Decimal]:
+    """(what the host's or task's workload has cost up to `now`: metered, and what its meters
     ran since, closed ones to their end; what its open meters cost an hour)."""
-    metered = UsageRecord.objects.filter(**subject).aggregate(total=Sum("amount_minor"))["total"]
-    accrued, hourly = _accrued(due(Meter.objects.filter(**subject)), now)
+    metered = UsageRecord.objects.filter(workload_id=workload_id).aggregate(
+        total=Sum("amount_minor")
+    )["total"]
+    accrued, hourly = _accrued(due(Meter.objects.filter(workload_id=workload_id)), now)
     return (metered or 0) + accrued, hourly
 
 
 def _running_since(instance) -> datetime | None:
     """When the host's current run began: its open compute meter's start, carried back over the
     meters a resize closed at the moment the next opened (a resize doesn't stop the host)."""
-    compute = Meter.objects.filter(instance=instance, kind=MeterKind.COMPUTE).order_by(
-        "-started_at", "-pk"
-    )
+    compute = Meter.objects.filter(
+        workload_id=instance.workload_id, kind=MeterKind.COMPUTE
+    ).order_by("-started_at", "-pk")
     since = None
     for started_at, ended_at in compute.values_list("started_at", "ended_at"):
         if since is None:
@@ -308,7 +316,11 @@ class InvoiceItem:
 def invoice_lines(invoice: Invoice) -> list:
     """The invoice's lines in order, with their hosts' flavors and their tasks: what its page
     lists one by one and sums (`invoice_items`)."""
-    return list(invoice.lines.select_related("instance__flavor__family__accelerator_model", "task"))
+    return list(
+        invoice.lines.select_related(
+            "workload__instance__flavor__family__accelerator_model", "workload__task"
+        )
+    )
 
 
 def invoice_items(invoice: Invoice, lines: list) -> list[InvoiceItem]:
@@ -317,8 +329,8 @@ def invoice_items(invoice: Invoice, lines: list) -> list[InvoiceItem]:
     the invoice's total."""
     groups: dict[tuple, dict] = {}
     for line in lines:
-        if line.kind == MeterKind.COMPUTE and line.instance_id:
-            flavor = line.instance.flavor
+        if line.kind == MeterKind.COMPUTE and line.workload_id:  # a host's running time
+            flavor = line.workload.instance.flavor
             key = (line.kind, flavor.pk, line.hourly_minor)
             label = f"{flavor.code} · {flavor.accelerator_count} × {flavor.accelerator_model}"
         elif line.kind == MeterKind.DISK:

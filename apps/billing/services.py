@@ -108,7 +108,9 @@ def hold(wallet: Wallet, *, instance, amount_minor: int) -> Hold:
     """Hold the first hour of `instance` on the (locked) wallet."""
     Wallet.objects.filter(pk=wallet.pk).update(held_minor=wallet.held_minor + amount_minor)
     wallet.held_minor += amount_minor
-    return Hold.objects.create(wallet=wallet, instance=instance, amount_minor=amount_minor)
+    return Hold.objects.create(
+        wallet=wallet, workload_id=instance.workload_id, amount_minor=amount_minor
+    )
 
 
 @in_transaction
@@ -120,18 +122,22 @@ def lock_money_of(instance) -> None:
     locked_wallet(instance.organization_id)
     lock_all(
         Hold,
-        Hold.objects.filter(instance=instance, amount_minor__gt=0).values_list("pk", flat=True),
+        Hold.objects.filter(workload_id=instance.workload_id, amount_minor__gt=0).values_list(
+            "pk", flat=True
+        ),
     )
     lock_all(
         Meter,
-        Meter.objects.filter(instance=instance, ended_at__isnull=True).values_list("pk", flat=True),
+        Meter.objects.filter(workload_id=instance.workload_id, ended_at__isnull=True).values_list(
+            "pk", flat=True
+        ),
     )
 
 
 @in_transaction
 def release_hold(instance) -> None:
     """Give back what is still held for `instance` (it is gone, or was never provisioned)."""
-    held = Hold.objects.filter(instance=instance, amount_minor__gt=0).first()
+    held = Hold.objects.filter(workload_id=instance.workload_id, amount_minor__gt=0).first()
     if held is None:
         return
     wallet = locked_wallet(instance.organization_id)
@@ -143,15 +149,16 @@ def release_hold(instance) -> None:
 
 
 def charge(
-    wallet: Wallet, *, amount_minor: int, by_instance: dict[int, int], holds: list[Hold]
+    wallet: Wallet, *, amount_minor: int, by_workload: dict[int, int], holds: list[Hold]
 ) -> LedgerEntry | None:
-    """Take metered usage from the (locked) wallet, in memory: an instance's charges
-    (`by_instance`) use its hold among the wallet's locked `holds` first. Returns the ledger
-    entry to write, or None when nothing is owed; `charge_wallets` writes them all at once."""
+    """Take metered usage from the (locked) wallet, in memory: a host's charges (`by_workload`,
+    by its workload's id) use its hold among the wallet's locked `holds` first. Returns the
+    ledger entry to write, or None when nothing is owed; `charge_wallets` writes them all at
+    once."""
     if amount_minor <= 0:
         return None
     for held in holds:
-        used = min(held.amount_minor, by_instance.get(held.instance_id, 0))
+        used = min(held.amount_minor, by_workload.get(held.workload_id, 0))
         held.amount_minor -= used
         wallet.held_minor -= used
     wallet.balance_minor -= amount_minor
@@ -178,11 +185,11 @@ def charge_wallets(
     *,
     holds: list[Hold],
     amounts: dict[int, int],
-    by_instance: dict[int, int],
+    by_workload: dict[int, int],
 ) -> None:
     """Take metered usage from the (locked) wallets, `amounts` by organization, one ledger entry
     each, in a fixed number of queries however many wallets: an instance's charges
-    (`by_instance`) use its hold first (`holds`: the wallets' `locked_holds`)."""
+    (`by_workload`) use its hold first (`holds`: the wallets' `locked_holds`)."""
     holds_of = defaultdict(list)
     held_before = {}
     for held in holds:
@@ -193,7 +200,7 @@ def charge_wallets(
         entry = charge(
             wallet,
             amount_minor=amounts.get(wallet.organization_id, 0),
-            by_instance=by_instance,
+            by_workload=by_workload,
             holds=holds_of[wallet.pk],
         )
         if entry is not None:

@@ -39,7 +39,7 @@ def meter_usage() -> int:
         records += group_records
     # Hosts stopped for funds whose stop had not finished when the top-up came.
     suspended = FundsSuspension.objects.filter(resumed_at__isnull=True).values_list(
-        "instance__organization_id", flat=True
+        "workload__organization_id", flat=True
     )
     for organization_id in sorted(set(suspended)):
         services.RESUME_HOSTS.one()(organization_id)

@@ -508,8 +508,8 @@ class _PoolHistory:
             "node__pool_id",
             "created_at",
             "released_at",
-            "instance__flavor__accelerator_count",
-            "task__accelerator_milli",
+            "workload__instance__flavor__accelerator_count",
+            "workload__task__accelerator_milli",
         )
         for pool_id, created, released, host_cards, task_milli in rows:
             cards = host_cards if host_cards is not None else task_milli // 1000

@@ -50,21 +50,20 @@ class NodeAdmin(admin.ModelAdmin):
 class AllocationAdmin(admin.ModelAdmin):
     list_display = [
         "node",
-        "instance",
-        "task",
+        "workload",
         "vcpu",
         "ram_gb",
         "share_milli",
         "created_at",
         "released_at",
     ]
-    raw_id_fields = ["node", "instance", "task", "shared_accelerator"]
+    raw_id_fields = ["node", "workload", "shared_accelerator"]
 
 
 @admin.register(Placement)
 class PlacementAdmin(admin.ModelAdmin):
-    list_display = ["created_at", "order", "task", "chosen_pool", "chosen_node"]
-    raw_id_fields = ["order", "task", "chosen_pool", "chosen_node"]
+    list_display = ["created_at", "workload", "chosen_pool", "chosen_node"]
+    raw_id_fields = ["workload", "chosen_pool", "chosen_node"]
 
 
 @admin.register(SchedulingPolicy)

@@ -25,9 +25,9 @@ def task_meters(task) -> list[MeterSpec]:
 def follow_task(task, *, at: datetime | None = None) -> None:
     task = Task.objects.select_related("pool__accelerator_model").get(pk=task.pk)
     reconcile(
-        Meter.objects.filter(task=task),
+        Meter.objects.filter(workload_id=task.workload_id),
         specs=task_meters(task),
-        new=dict(organization_id=task.organization_id, task=task),
+        new=dict(organization_id=task.organization_id, workload_id=task.workload_id),
         currency=task.organization.park.currency,
         at=at or timezone.now(),
     )

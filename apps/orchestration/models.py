@@ -14,6 +14,7 @@ from apps.catalog.models import AcceleratorModel, Image, Region
 from apps.core.money import format_money
 from apps.orchestration.backends.registry import is_simulator
 from apps.tenants.models import Organization, Park
+from apps.workloads.models import Workload
 
 
 class Backend(models.Model):
@@ -70,16 +71,6 @@ class Pool(models.Model):
         _("grid carbon intensity (gCO₂/kWh)"), default=550
     )
     is_schedulable = models.BooleanField(_("schedulable"), default=True)
-    # The partner who brought the pool's servers into the park (apps.partners); none: the
-    # park's own.
-    partner = models.ForeignKey(
-        "partners.Partner",
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="pools",
-        verbose_name=_("partner"),
-    )
 
     class Meta:
         verbose_name = _("pool")
@@ -196,21 +187,8 @@ class Allocation(models.Model):
     node = models.ForeignKey(
         Node, on_delete=models.PROTECT, related_name="allocations", verbose_name=_("node")
     )
-    instance = models.ForeignKey(
-        "orders.Instance",
-        on_delete=models.CASCADE,
-        null=True,
-        blank=True,
-        related_name="allocations",
-        verbose_name=_("instance"),
-    )
-    task = models.ForeignKey(
-        "orchestration.Task",
-        on_delete=models.CASCADE,
-        null=True,
-        blank=True,
-        related_name="allocations",
-        verbose_name=_("task"),
+    workload = models.ForeignKey(
+        Workload, on_delete=models.CASCADE, related_name="allocations", verbose_name=_("workload")
     )
     vcpu = models.PositiveIntegerField(_("vCPU"))
     ram_gb = models.PositiveIntegerField(_("RAM (GB)"))
@@ -242,25 +220,14 @@ class Allocation(models.Model):
                     Q(share_milli__gt=0)
                     & Q(share_milli__lt=1000)
                     & Q(shared_accelerator__isnull=False)
-                    & Q(task__isnull=False)
                 ),
                 name="allocation_share_of_one_card",
             ),
-            models.CheckConstraint(
-                condition=(Q(instance__isnull=False) & Q(task__isnull=True))
-                | (Q(instance__isnull=True) & Q(task__isnull=False)),
-                name="allocation_one_holder",
-            ),
-            # An instance or task holds at most one live allocation at a time.
+            # A host or a task holds at most one live allocation at a time.
             models.UniqueConstraint(
-                fields=["instance"],
-                condition=Q(released_at__isnull=True, instance__isnull=False),
-                name="allocation_one_live_per_instance",
-            ),
-            models.UniqueConstraint(
-                fields=["task"],
-                condition=Q(released_at__isnull=True, task__isnull=False),
-                name="allocation_one_live_per_task",
+                fields=["workload"],
+                condition=Q(released_at__isnull=True),
+                name="allocation_one_live_per_workload",
             ),
         ]
         indexes = [
@@ -269,7 +236,7 @@ class Allocation(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.instance or self.task} @ {self.node}"
+        return f"{self.workload} @ {self.node}"
 
     @property
     def is_share(self) -> bool:
@@ -408,21 +375,8 @@ class Placement(models.Model):
     Rows kept from before the weighted scorer have only the best-fit keys.
     """
 
-    order = models.ForeignKey(
-        "orders.Order",
-        on_delete=models.CASCADE,
-        null=True,
-        blank=True,
-        related_name="placements",
-        verbose_name=_("order"),
-    )
-    task = models.ForeignKey(
-        "orchestration.Task",
-        on_delete=models.CASCADE,
-        null=True,
-        blank=True,
-        related_name="placements",
-        verbose_name=_("task"),
+    workload = models.ForeignKey(
+        Workload, on_delete=models.CASCADE, related_name="placements", verbose_name=_("workload")
     )
     chosen_pool = models.ForeignKey(
         Pool,
@@ -448,15 +402,9 @@ class Placement(models.Model):
         verbose_name = _("placement")
         verbose_name_plural = _("placements")
         ordering = ["-created_at"]
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(order__isnull=False) | Q(task__isnull=False),
-                name="placement_has_subject",
-            ),
-        ]
 
     def __str__(self):
-        return f"{self.order or self.task} → {self.chosen_node or '—'}"
+        return f"{self.workload} → {self.chosen_node or '—'}"
 
     # --- reading the stored decision ----------------------------------------------------------
 
@@ -737,6 +685,10 @@ class Task(models.Model):
 
     organization = models.ForeignKey(
         Organization, on_delete=models.PROTECT, related_name="tasks", verbose_name=_("organization")
+    )
+    # What it reserves, in the rows billing and orchestration keep (allocations, meters).
+    workload = models.OneToOneField(
+        Workload, on_delete=models.PROTECT, related_name="task", verbose_name=_("workload")
     )
     name = models.CharField(_("name"), max_length=80)
     image = models.ForeignKey(

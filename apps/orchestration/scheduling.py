@@ -61,6 +61,7 @@ from apps.quotas.services import QuotaExceeded, Usage
 from apps.tenants.access import SystemActor, authorize, require_operator
 from apps.tenants.models import Organization, Park
 from apps.tenants.roles import Action
+from apps.workloads.models import Workload, WorkloadKind
 
 MAX_ACCELERATOR_MILLI = 8000
 MAX_VCPU = 256
@@ -250,6 +251,7 @@ def submit_task(*, organization, actor, data) -> Task:
     validate_task(organization, task_input)
     task = Task.objects.create(
         organization=organization,
+        workload=Workload.objects.create(organization=organization, kind=WorkloadKind.TASK),
         name=task_input.name.strip(),
         image=task_input.image,
         command=task_input.command.strip(),
@@ -527,7 +529,7 @@ def _insert_placements(placed: list[_Placed]) -> None:
     if connection.vendor != "postgresql":
         Placement.objects.bulk_create(
             Placement(
-                task=p.task,
+                workload_id=p.task.workload_id,
                 chosen_pool=p.view.pool,
                 chosen_node=p.view.node,
                 weights=p.record[0],
@@ -537,7 +539,14 @@ def _insert_placements(placed: list[_Placed]) -> None:
         )
         return
     encoder = Placement._meta.get_field("candidates").encoder
-    columns = ("task_id", "chosen_pool_id", "chosen_node_id", "weights", "candidates", "created_at")
+    columns = (
+        "workload_id",
+        "chosen_pool_id",
+        "chosen_node_id",
+        "weights",
+        "candidates",
+        "created_at",
+    )
     now = timezone.now()
     with (
         connection.cursor() as cursor,
@@ -550,7 +559,7 @@ def _insert_placements(placed: list[_Placed]) -> None:
             weights, candidates = p.record
             copy.write_row(
                 (
-                    p.task.pk,
+                    p.task.workload_id,
                     p.view.pool.pk,
                     p.view.node.pk,
                     json.dumps(weights, cls=encoder),
@@ -700,12 +709,14 @@ def allocate_task(task: Task, *, node) -> Allocation | None:
 
 def task_allocation(room: NodeRoom, task: Task) -> Allocation:
     """The task's allocation on the room's node, unsaved (`NodeRoom.take` fills in a share)."""
-    return Allocation(node=room.node, task=task, vcpu=task.vcpu, ram_gb=task.ram_gb)
+    return Allocation(
+        node=room.node, workload_id=task.workload_id, vcpu=task.vcpu, ram_gb=task.ram_gb
+    )
 
 
 def live_task_allocation(task) -> Allocation | None:
     return (
-        Allocation.objects.filter(task=task, released_at__isnull=True)
+        Allocation.objects.filter(workload_id=task.workload_id, released_at__isnull=True)
         .select_related("node", "shared_accelerator")
         .first()
     )

@@ -188,7 +188,8 @@ def pool_figures(pool) -> PoolFigures:
 
 def task_placement(task) -> Placement | None:
     return (
-        task.placements.select_related("chosen_node", "chosen_pool__region")
+        Placement.objects.filter(workload_id=task.workload_id)
+        .select_related("chosen_node", "chosen_pool__region")
         .order_by("-created_at", "-pk")
         .first()
     )
@@ -223,31 +224,30 @@ def blocked_reason(task) -> str | None:
 
 def placements_for_operator(user):
     parks = parks_operated_by(user)
-    return Placement.objects.filter(
-        Q(task__organization__park__in=parks) | Q(order__organization__park__in=parks)
-    ).select_related(
-        "task__organization__park",
-        "order__organization__park",
-        "order__instance",
+    return Placement.objects.filter(workload__organization__park__in=parks).select_related(
+        "workload__organization__park",
+        "workload__instance",
+        "workload__task",
         "chosen_node",
         "chosen_pool__region",
     )
 
 
 def placement_park(placement):
-    subject = placement.task or placement.order
-    return subject.organization.park
+    return placement.workload.organization.park
 
 
 def recent_park_placements(park, *, limit: int = PREVIEW_PLACEMENTS) -> list[Placement]:
     """The park's last `limit` decisions made by the weighted scorer, newest first."""
     return list(
         Placement.objects.filter(
-            Q(task__organization__park=park) | Q(order__organization__park=park),
+            workload__organization__park=park,
             chosen_node__isnull=False,
             weights__has_key="weights",
         )
-        .select_related("chosen_node", "chosen_pool__region", "task", "order__instance")
+        .select_related(
+            "chosen_node", "chosen_pool__region", "workload__instance", "workload__task"
+        )
         .order_by("-created_at", "-pk")[:limit]
     )
 
@@ -306,7 +306,7 @@ def task_with_details(queryset):
     return queryset.prefetch_related(
         "allowed_regions",
         Prefetch(
-            "placements",
+            "workload__placements",
             queryset=Placement.objects.select_related("chosen_node", "chosen_pool__region"),
         ),
     )

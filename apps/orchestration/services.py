@@ -189,7 +189,6 @@ def place(
     instance,
     shape: Shape,
     region=None,
-    order=None,
     preference: str = "balanced",
     plan: PlacementPlan | None = None,
 ) -> Allocation:
@@ -237,7 +236,7 @@ def place(
                     scored = plan.scored[view.state.id]
                     record.append(adapter.candidate_record(view, scored, request=plan.request))
                 Placement.objects.create(
-                    order=order,
+                    workload_id=instance.workload_id,
                     chosen_pool=room.node.pool,
                     chosen_node=room.node,
                     weights={
@@ -409,7 +408,9 @@ def _allocate_on(node, *, instance, shape: Shape) -> tuple[Allocation, NodeRoom]
     allocation and the room left on the node, or None when it cannot take the host now
     (drained or marked down since the candidates were read, or filled up)."""
     room = NodeRoom.lock([node.pk])[node.pk]
-    allocation = Allocation(node=room.node, instance=instance, vcpu=shape.vcpu, ram_gb=shape.ram_gb)
+    allocation = Allocation(
+        node=room.node, workload_id=instance.workload_id, vcpu=shape.vcpu, ram_gb=shape.ram_gb
+    )
     if not room.allocate(allocation, shape.accelerators * MILLI):
         return None
     return allocation, room
@@ -429,7 +430,11 @@ def _take_cards(node, allocation: Allocation, count: int) -> None:
 
 
 def live_allocation(instance) -> Allocation | None:
-    return instance.allocations.filter(released_at__isnull=True).select_related("node").first()
+    return (
+        Allocation.objects.filter(workload_id=instance.workload_id, released_at__isnull=True)
+        .select_related("node")
+        .first()
+    )
 
 
 def allocate_again(instance, shape: Shape) -> Allocation:
@@ -463,7 +468,7 @@ def allocate_again(instance, shape: Shape) -> Allocation:
             % {"node": node.hostname, "name": instance.name, "shortfall": shortfall}
         )
     allocation = Allocation.objects.create(
-        node=node, instance=instance, vcpu=shape.vcpu, ram_gb=shape.ram_gb
+        node=node, workload_id=instance.workload_id, vcpu=shape.vcpu, ram_gb=shape.ram_gb
     )
     _take_cards(node, allocation, shape.accelerators)
     free_room_changed()

@@ -180,7 +180,7 @@ def reconcile_tasks() -> int:
     stuck_before = timezone.now() - timedelta(seconds=settings.LOAM_RECONCILE_AFTER_S)
     lost = (
         Task.objects.filter(state=TaskState.PLACED, backend_handle="")
-        .annotate(placed_at=Max("placements__created_at"))
+        .annotate(placed_at=Max("workload__placements__created_at"))
         .filter(placed_at__lt=stuck_before)
         .values_list("pk", flat=True)
     )

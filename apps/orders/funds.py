@@ -24,7 +24,7 @@ def suspend_for_funds(organization_id: int) -> int:
     stopped = 0
     running = Instance.objects.filter(organization_id=organization_id, state=InstanceState.RUNNING)
     for instance in running:
-        FundsSuspension.objects.get_or_create(instance=instance, resumed_at=None)
+        FundsSuspension.objects.get_or_create(workload_id=instance.workload_id, resumed_at=None)
         try:
             request_operation(
                 instance=instance,
@@ -45,10 +45,10 @@ def resume_suspended(organization_id: int) -> int:
         return 0
     started = 0
     suspensions = FundsSuspension.objects.filter(
-        instance__organization_id=organization_id, resumed_at__isnull=True
-    ).select_related("instance")
+        workload__organization_id=organization_id, resumed_at__isnull=True
+    ).select_related("workload__instance")
     for suspension in suspensions:
-        instance = suspension.instance
+        instance = suspension.workload.instance
         if instance.state == InstanceState.STOPPED:
             try:
                 request_operation(instance=instance, actor=BILLING_ACTOR, kind=OrderKind.START)

@@ -61,7 +61,9 @@ def with_live_devices(instances):
     live = Allocation.objects.filter(released_at__isnull=True).prefetch_related(
         Prefetch("accelerators", queryset=devices)
     )
-    return instances.prefetch_related(Prefetch("allocations", queryset=live, to_attr="live"))
+    return instances.select_related("workload").prefetch_related(
+        Prefetch("workload__allocations", queryset=live, to_attr="live")
+    )
 
 
 def idle_reading(instance: Instance, *, now=None) -> tuple[datetime, float] | None:
@@ -70,9 +72,9 @@ def idle_reading(instance: Instance, *, now=None) -> tuple[datetime, float] | No
     node = instance.node
     if node is None or instance.state != InstanceState.RUNNING:
         return None
-    live = getattr(instance, "live", None)
+    live = getattr(instance.workload, "live", None)
     if live is None:
-        live = list(with_live_devices(Instance.objects.filter(pk=instance.pk)).get().live)
+        live = with_live_devices(Instance.objects.filter(pk=instance.pk)).get().workload.live
     held = [
         (allocation.created_at, device.index)
         for allocation in live
@@ -191,7 +193,7 @@ FROM idle_cards c
 JOIN orchestration_accelerator acc
     ON acc.node_id = c.node_id AND CAST(acc."index" AS text) = c.card
 JOIN orchestration_allocation a ON a.id = acc.allocation_id AND a.released_at IS NULL
-JOIN orders_instance i ON i.id = a.instance_id AND i.node_id = c.node_id
+JOIN orders_instance i ON i.workload_id = a.workload_id AND i.node_id = c.node_id
 JOIN tenants_organization o ON o.id = i.organization_id
 WHERE o.park_id IN ({parks}) AND i.state = %s
 GROUP BY i.id, o.park_id, a.id, a.created_at

@@ -61,9 +61,9 @@ def follow_instance(instance, *, at: datetime | None = None, created: bool = Fal
             pk=instance.pk
         )
     reconcile(
-        None if created else Meter.objects.filter(instance=instance),
+        None if created else Meter.objects.filter(workload_id=instance.workload_id),
         specs=instance_meters(instance),
-        new=dict(organization_id=instance.organization_id, instance=instance),
+        new=dict(organization_id=instance.organization_id, workload_id=instance.workload_id),
         currency=instance.rates.get("currency", ""),
         at=at or timezone.now(),
     )

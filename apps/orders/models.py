@@ -10,6 +10,7 @@ from apps.core.money import Currency
 from apps.orchestration.backends.base import OPEN_INGRESS
 from apps.orchestration.models import Node, Pool
 from apps.tenants.models import Organization, Park
+from apps.workloads.models import Workload
 
 
 class InstanceState(models.TextChoices):
@@ -146,6 +147,10 @@ class Instance(models.Model):
         on_delete=models.PROTECT,
         related_name="instances",
         verbose_name=_("organization"),
+    )
+    # What it reserves, in the rows billing and orchestration keep (allocations, meters, holds).
+    workload = models.OneToOneField(
+        Workload, on_delete=models.PROTECT, related_name="instance", verbose_name=_("workload")
     )
     name = models.CharField(_("name"), max_length=63)
     flavor = models.ForeignKey(

@@ -254,9 +254,9 @@ def _loads(instances: list[Instance]) -> dict[int, HostLoad]:
     """Each running host as its driver is asked about it, with the cards it holds now."""
     cards = defaultdict(list)
     held = Accelerator.objects.filter(
-        allocation__instance_id__in=[instance.pk for instance in instances],
+        allocation__workload__instance__in=[instance.pk for instance in instances],
         allocation__released_at__isnull=True,
-    ).values_list("allocation__instance_id", "index")
+    ).values_list("allocation__workload__instance", "index")
     for instance_id, index in held.order_by("index"):
         cards[instance_id].append(index)
     loads = {}
@@ -330,8 +330,8 @@ def sample_past(*, since: datetime, every: timedelta, now=None) -> int:
     loads = _loads(hosts)
     held_since = dict(
         Allocation.objects.filter(
-            instance__in=[instance.pk for instance in hosts], released_at__isnull=True
-        ).values_list("instance_id", "created_at")
+            workload__instance__in=[instance.pk for instance in hosts], released_at__isnull=True
+        ).values_list("workload__instance", "created_at")
     )
     samples = []
     at = minute_of(since)

@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from apps.catalog.models import Flavor
 from apps.core import sql
+from apps.orchestration.models import Placement
 from apps.orders.models import (
     DEFAULT_SECURITY_RULES,
     INSTANCE_HOLDING_STATES,
@@ -54,11 +55,17 @@ def orders_for(organization):
 
 
 def instance_orders(instance):
-    return list(
-        instance.orders.select_related("created_by", "decided_by")
-        .prefetch_related("placements")
-        .order_by("-created_at")
+    """The host's orders, newest first; its creation carries the placements that chose its
+    node (`placements`)."""
+    orders = list(
+        instance.orders.select_related("created_by", "decided_by").order_by("-created_at")
     )
+    placements = list(
+        Placement.objects.filter(workload_id=instance.workload_id).order_by("created_at", "pk")
+    )
+    for order in orders:
+        order.placements = placements if order.kind == OrderKind.CREATE else []
+    return orders
 
 
 # An operation asked for and not finished: the host's page polls until it is.

@@ -65,6 +65,7 @@ from apps.tenants.models import Organization
 from apps.tenants.roles import Action
 from apps.webhooks.models import EVENT_TYPES
 from apps.webhooks.services import emit_event, emitted_together
+from apps.workloads.models import Workload, WorkloadKind
 
 HOURS_PER_MONTH = metering.HOURS_PER_MONTH
 MAX_COUNT = 10
@@ -480,6 +481,7 @@ def _orders_for_key(organization, key):
 def _create_order(organization, actor, request, one_host: Quote, name, key) -> Order:
     instance = Instance.objects.create(
         organization=organization,
+        workload=Workload.objects.create(organization=organization, kind=WorkloadKind.HOST),
         name=name,
         flavor=request.flavor,
         image=request.image,
@@ -545,7 +547,6 @@ def _start_provisioning(
         instance=instance,
         shape=shape_of(instance.flavor),
         region=instance.region,
-        order=order,
         preference=order.parameters.get("preference", TaskPreference.BALANCED),
         plan=plan,
     )

@@ -1,6 +1,6 @@
 """Partners: enterprises that bring their own GPU servers into the park (Waldur's service
 providers, Vast.ai's hosts). A partner is an organization of the park; its members log in as
-that organization's members. It owns pools (`orchestration.Pool.partner`), sets a floor price
+that organization's members. It owns pools (`PartnerPool`), sets a floor price
 per card-hour on each (`PoolTerms`), and is paid its share of what its pools earned each month
 (`Settlement`), which the park's operators confirm."""
 
@@ -50,6 +50,28 @@ class Partner(models.Model):
     @property
     def park(self):
         return self.organization.park
+
+
+class PartnerPool(models.Model):
+    """A pool whose servers a partner brought into the park: what runs on it earns the partner
+    its share. A pool without one is the park's own."""
+
+    pool = models.OneToOneField(
+        "orchestration.Pool",
+        on_delete=models.CASCADE,
+        related_name="partner_pool",
+        verbose_name=_("pool"),
+    )
+    partner = models.ForeignKey(
+        Partner, on_delete=models.PROTECT, related_name="owned_pools", verbose_name=_("partner")
+    )
+
+    class Meta:
+        verbose_name = _("partner's pool")
+        verbose_name_plural = _("partners' pools")
+
+    def __str__(self):
+        return f"{self.pool} ({self.partner})"
 
 
 class PoolTerms(models.Model):

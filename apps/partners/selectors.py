@@ -66,7 +66,8 @@ def usage_on_pools_of(partner: Partner, month: date):
     `month`, in the park's currency."""
     start, end = month_bounds(month)
     return UsageRecord.objects.filter(
-        Q(instance__pool__partner=partner) | Q(task__pool__partner=partner),
+        Q(workload__instance__pool__partner_pool__partner=partner)
+        | Q(workload__task__pool__partner_pool__partner=partner),
         started_at__gte=start,
         started_at__lt=end,
         currency=partner.organization.park.currency,
@@ -84,10 +85,10 @@ def revenue(partner: Partner, month: date) -> tuple[int, int]:
 def revenue_by_pool(partner: Partner, month: date) -> dict[int, int]:
     """{pool id: minor units} of `month`, for the pools that earned anything."""
     by_pool: dict[int, int] = {}
-    for subject in ("instance", "task"):
+    for subject in ("workload__instance", "workload__task"):
         rows = (
             usage_on_pools_of(partner, month)
-            .filter(**{f"{subject}__pool__partner": partner})
+            .filter(**{f"{subject}__pool__partner_pool__partner": partner})
             .values_list(f"{subject}__pool")
             .annotate(total=Sum("amount_minor"))
             .order_by()
@@ -100,11 +101,15 @@ def revenue_by_pool(partner: Partner, month: date) -> dict[int, int]:
 # --- pools, nodes, hosts -------------------------------------------------------------------
 
 
+def owned_pools(partner: Partner):
+    return Pool.objects.filter(partner_pool__partner=partner)
+
+
 def partner_pools(partner: Partner):
     """Its pools with cards allocated / total (operations' utilization figures) and its floor."""
     return (
         pools_with_allocation([partner.organization.park_id])
-        .filter(partner=partner)
+        .filter(partner_pool__partner=partner)
         .select_related("partner_terms")
     )
 
@@ -112,7 +117,7 @@ def partner_pools(partner: Partner):
 def partner_nodes(partner: Partner):
     """Its pools' nodes, each with `cards` and `cards_in_use` (held by a live allocation)."""
     return (
-        Node.objects.filter(pool__partner=partner)
+        Node.objects.filter(pool__partner_pool__partner=partner)
         .select_related("pool")
         .annotate(
             cards=Count("accelerators", distinct=True),
@@ -130,7 +135,7 @@ def hosts_on(partner: Partner):
     """The hosts running on its pools (not released): flavor, node, since, state. Only these
     fields are read, so no tenant's name, key or address reaches the page."""
     rows = (
-        Instance.objects.filter(pool__partner=partner)
+        Instance.objects.filter(pool__partner_pool__partner=partner)
         .exclude(state=InstanceState.RELEASED)
         .order_by("-created_at", "-pk")
         .values("pk", "state", "created_at", "flavor__code", "pool__name", "node__hostname")
@@ -147,7 +152,7 @@ def park_partners(park, *, month: date):
     partners = list(
         Partner.objects.filter(organization__park=park)
         .select_related("organization")
-        .annotate(pool_count=Count("pools"))
+        .annotate(pool_count=Count("owned_pools"))
         .order_by("organization__name", "pk")
     )
     for partner in partners:
@@ -158,7 +163,9 @@ def park_partners(park, *, month: date):
 def park_pools(park):
     return (
         Pool.objects.filter(backend__park=park)
-        .select_related("backend", "region", "accelerator_model", "partner__organization")
+        .select_related(
+            "backend", "region", "accelerator_model", "partner_pool__partner__organization"
+        )
         .order_by("region__name", "name", "pk")
     )
 

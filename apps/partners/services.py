@@ -24,6 +24,7 @@ from apps.partners import selectors
 from apps.partners.models import (
     SETTLEMENT_TRANSITIONS,
     Partner,
+    PartnerPool,
     PoolTerms,
     Settlement,
     SettlementState,
@@ -79,10 +80,16 @@ def assign_pool(*, operator, pool: Pool, partner: Partner | None) -> Pool:
     if partner is not None and partner.organization.park_id != park.pk:
         raise ValidationError({"partner": _("This partner is not in the pool's park.")})
     pool = locked(Pool, pool.pk, related=("backend__park",))
-    before = pool.partner_id
+    # The pool's lock keeps two operators' assignments of it from crossing.
+    ownership = PartnerPool.objects.filter(pool=pool)
+    before = ownership.values_list("partner_id", flat=True).first()
     if before != (partner.pk if partner else None):
-        pool.partner = partner
-        pool.save(update_fields=["partner"])
+        if partner is None:
+            ownership.delete()
+        elif before is None:
+            PartnerPool.objects.create(pool=pool, partner=partner)
+        else:
+            ownership.update(partner=partner)
         record_event(
             action="partner.pool_assigned" if partner else "partner.pool_unassigned",
             actor=operator,
@@ -103,7 +110,7 @@ def set_floor_price(
 ) -> PoolTerms:
     """The partner's floor price per card-hour on one of its own pools (its owner or admin)."""
     authorize(actor, partner.organization, Action.MANAGE_ORGANIZATION)
-    if pool.partner_id != partner.pk:
+    if not PartnerPool.objects.filter(pool=pool, partner=partner).exists():
         raise ValidationError({"pool": _("This pool is not one of yours.")})
     if floor_price_minor_per_card_hour < 0:
         raise ValidationError({"floor_price": _("A floor price cannot be negative.")})
@@ -134,7 +141,7 @@ def floor_for(*, flavor, region) -> tuple[int, Pool] | None:
     accelerator model in the region; of several partners' pools the highest floor holds."""
     terms = (
         PoolTerms.objects.filter(
-            pool__partner__isnull=False,
+            pool__partner_pool__isnull=False,
             pool__region=region,
             pool__accelerator_model_id=flavor.family.accelerator_model_id,
         )

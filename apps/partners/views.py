@@ -75,7 +75,7 @@ def statement(request, settlement_id):
     by_pool = selectors.revenue_by_pool(partner, settlement.month)
     pools = [
         (pool, by_pool.get(pool.pk, 0))
-        for pool in partner.pools.select_related("region").order_by("name", "pk")
+        for pool in selectors.owned_pools(partner).select_related("region").order_by("name", "pk")
     ]
     context = {"partner": partner, "settlement": settlement, "pools": pools}
     return render(request, "partners/statement.html", context)

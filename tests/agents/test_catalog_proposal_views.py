@@ -146,7 +146,7 @@ def test_accepting_puts_the_server_on_sale_and_a_tenants_host_lands_on_it(
     assert (quoted.region, quoted.flavor_hourly_minor) == (region, 2000)
     (order,) = submit_create(organization=agent_world.organization, actor=owner, request=request)
     instance = Instance.objects.get(pk=order.instance_id)
-    allocation = Allocation.objects.get(instance=instance, released_at__isnull=True)
+    allocation = Allocation.objects.get(workload__instance=instance, released_at__isnull=True)
     assert allocation.node_id == small.node_id
     assert allocation.accelerators.count() == 2
 

@@ -242,7 +242,9 @@ def test_start_binds_the_cards_the_portal_allocated_again(agent_world, server, d
         state=InstanceState.STARTING,
         backend_handle=running.handle,
     )
-    allocation = Allocation.objects.create(node=server.node, instance=instance, vcpu=16, ram_gb=128)
+    allocation = Allocation.objects.create(
+        node=server.node, workload=instance.workload, vcpu=16, ram_gb=128
+    )
     Accelerator.objects.filter(node=server.node, index__in=[2, 3]).update(allocation=allocation)
 
     request = driver.start(running.handle)
@@ -275,7 +277,9 @@ def test_growing_the_disk_of_a_running_host_stops_it_then_starts_it(
         state=InstanceState.RUNNING,
         backend_handle=running.handle,
     )
-    allocation = Allocation.objects.create(node=server.node, instance=instance, vcpu=16, ram_gb=128)
+    allocation = Allocation.objects.create(
+        node=server.node, workload=instance.workload, vcpu=16, ram_gb=128
+    )
     Accelerator.objects.filter(node=server.node, index__in=[0, 1]).update(allocation=allocation)
 
     request = driver.set_disk(running.handle, 500)

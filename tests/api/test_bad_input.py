@@ -255,7 +255,7 @@ def theirs(world, other_organization):
     UsageRecordFactory(organization=other_organization, instance=instance, invoice=invoice)
     task_usage = UsageRecordFactory(organization=other_organization, for_task=True)
     OrderFactory(organization=other_organization, for_instance=True)
-    return {"instance": instance.pk, "task": task_usage.task_id, "invoice": invoice.pk}
+    return {"instance": instance.pk, "task": task_usage.workload.task.pk, "invoice": invoice.pk}
 
 
 @pytest.mark.parametrize("path, name", LIST_FILTERS)

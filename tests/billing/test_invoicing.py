@@ -81,7 +81,7 @@ def test_month_end_issues_an_invoice_of_last_months_usage(march, world):
     assert invoice.issued_at == timezone.now()
     assert invoice.number == f"INV-202603-{world.organization.pk:06d}-001"
     lines = [
-        (line.instance_id, line.kind, line.quantity, line.seconds, line.amount_minor)
+        (line.workload.instance.pk, line.kind, line.quantity, line.seconds, line.amount_minor)
         for line in invoice.lines.all()
     ]
     assert lines == [
@@ -131,7 +131,7 @@ def test_the_next_invoice_starts_where_the_last_ended(march, world, operate, met
         24_000,
     )
     assert invoice.number == f"INV-202604-{world.organization.pk:06d}-002"
-    ((instance, seconds),) = invoice.lines.values_list("instance", "seconds")
+    ((instance, seconds),) = invoice.lines.values_list("workload__instance", "seconds")
     assert (instance, seconds) == (b.pk, 24 * 3600)
     assert not UsageRecord.objects.filter(invoice=None).exists()
 

@@ -39,11 +39,15 @@ def finish(django_capture_on_commit_callbacks):
 
 
 def meters(instance, kind):
-    return list(Meter.objects.filter(instance=instance, kind=kind).order_by("started_at", "pk"))
+    return list(
+        Meter.objects.filter(workload__instance=instance, kind=kind).order_by("started_at", "pk")
+    )
 
 
 def seconds_of(instance, kind) -> int:
-    return UsageRecord.objects.filter(instance=instance, kind=kind).aggregate(s=Sum("seconds"))["s"]
+    return UsageRecord.objects.filter(workload__instance=instance, kind=kind).aggregate(
+        s=Sum("seconds")
+    )["s"]
 
 
 def recorded(meter_row) -> tuple[int, int]:
@@ -65,7 +69,7 @@ def test_a_host_life_metered_per_kind(clock, world, running_host, operate, meter
     """Compute and bandwidth count only while running, the disk from the first start until the
     host is released (through stopping, stopped, starting and releasing)."""
     host = running_host(1, data_disk_gb=100, bandwidth_mbps=3)
-    assert {m.kind: m.hourly_minor for m in Meter.objects.filter(instance=host)} == {
+    assert {m.kind: m.hourly_minor for m in Meter.objects.filter(workload__instance=host)} == {
         COMPUTE: 1000,
         DISK: 5,
         BANDWIDTH: 3,
@@ -104,13 +108,16 @@ def test_a_host_life_metered_per_kind(clock, world, running_host, operate, meter
     (disk,) = meters(host, DISK)  # one meter: nothing about the disk changed
     assert recorded(disk) == (4855, 7)  # 6.74
     assert (seconds_of(host, COMPUTE), seconds_of(host, BANDWIDTH)) == (2800, 2800)
-    assert all(m.ended_at is not None for m in Meter.objects.filter(instance=host))
-    for m in Meter.objects.filter(instance=host):
+    assert all(m.ended_at is not None for m in Meter.objects.filter(workload__instance=host))
+    for m in Meter.objects.filter(workload__instance=host):
         assert (m.metered_seconds, m.metered_minor) == recorded(m)
         assert m.metered_until == m.ended_at
 
     total = 278 + 333 + 333 + 1 + 1 + 1 + 7
-    assert UsageRecord.objects.filter(instance=host).aggregate(a=Sum("amount_minor"))["a"] == total
+    assert (
+        UsageRecord.objects.filter(workload__instance=host).aggregate(a=Sum("amount_minor"))["a"]
+        == total
+    )
     charges = LedgerEntry.objects.filter(kind=EntryKind.CHARGE)
     assert charges.aggregate(a=Sum("amount_minor"))["a"] == -total
     host.organization.wallet.refresh_from_db()
@@ -125,7 +132,7 @@ def test_compute_unit_milliseconds(clock, world, running_host, operate, meter):
     clock.shift(600)
     meter()
     units = dict(
-        UsageRecord.objects.filter(instance=host)
+        UsageRecord.objects.filter(workload__instance=host)
         .values_list("meter__compute_units")
         .annotate(s=Sum("compute_unit_milliseconds"))
     )
@@ -139,7 +146,7 @@ def test_records_of_a_meter_add_up_to_its_rounded_total(clock, world, running_ho
     for _second in range(9):
         clock.shift(1)
         meter()
-    records = UsageRecord.objects.filter(instance=host).order_by("started_at")
+    records = UsageRecord.objects.filter(workload__instance=host).order_by("started_at")
     assert [r.seconds for r in records] == [1] * 9
     assert [r.amount_minor for r in records] == [0, 1, 0, 0, 0, 1, 0, 0, 1]
     assert sum(r.amount_minor for r in records) == metering.amount_for(Decimal(1000), 9) == 3
@@ -162,7 +169,9 @@ def test_a_stopped_host_pays_only_its_disk(clock, world, running_host, operate, 
     operate(host, OrderKind.STOP)
     clock.shift(7200)
     meter()
-    assert set(UsageRecord.objects.filter(instance=host).values_list("kind", flat=True)) == {DISK}
+    assert set(
+        UsageRecord.objects.filter(workload__instance=host).values_list("kind", flat=True)
+    ) == {DISK}
     assert recorded(meters(host, DISK)[0]) == (7200, 10)
 
 
@@ -173,7 +182,7 @@ def test_the_flavor_system_disk_is_included_and_extra_system_disk_billed(
     host = running_host(1, system_disk_gb=150)
     (disk,) = meters(host, DISK)
     assert (disk.quantity, disk.hourly_minor) == (50, Decimal("2.5"))
-    assert not Meter.objects.filter(instance=running_host(1), kind=DISK).exists()
+    assert not Meter.objects.filter(workload__instance=running_host(1), kind=DISK).exists()
 
 
 def test_expand_disk_and_bandwidth_reprice_from_the_change(clock, world, running_host, operate):
@@ -235,11 +244,11 @@ def test_a_later_price_change_does_not_reprice_a_running_host(
     operate(host, OrderKind.START)
     clock.shift(3600)
     meter()
-    assert set(Meter.objects.filter(instance=host, kind=COMPUTE).values_list("hourly_minor")) == {
-        (Decimal(1000),)
-    }
+    assert set(
+        Meter.objects.filter(workload__instance=host, kind=COMPUTE).values_list("hourly_minor")
+    ) == {(Decimal(1000),)}
     by_kind = dict(
-        UsageRecord.objects.filter(instance=host)
+        UsageRecord.objects.filter(workload__instance=host)
         .values_list("kind")
         .annotate(a=Sum("amount_minor"))
     )
@@ -257,12 +266,14 @@ def test_records_split_at_local_midnight_on_the_first(travel, world, running_hos
     clock.move_to(local(2026, 4, 1, 0, 0, 9))
     meter()
     midnight = local(2026, 4, 1)
-    compute = UsageRecord.objects.filter(instance=host, kind=COMPUTE).order_by("started_at")
+    compute = UsageRecord.objects.filter(workload__instance=host, kind=COMPUTE).order_by(
+        "started_at"
+    )
     assert [(r.started_at, r.ended_at, r.seconds, r.amount_minor) for r in compute] == [
         (local(2026, 3, 31, 23, 30, 1), midnight, 1799, 500),
         (midnight, local(2026, 4, 1, 0, 0, 9), 9, 2),
     ]
-    disk = UsageRecord.objects.filter(instance=host, kind=DISK).order_by("started_at")
+    disk = UsageRecord.objects.filter(workload__instance=host, kind=DISK).order_by("started_at")
     assert [(r.ended_at, r.seconds) for r in disk] == [(midnight, 1799), (compute[1].ended_at, 9)]
     assert midnight.isoformat() == "2026-04-01T00:00:00+08:00"
     assert metering.month_start(local(2026, 4, 1, 0, 0, 9)) == midnight
@@ -273,7 +284,7 @@ def test_a_long_gap_is_split_at_every_month_boundary(travel, world, running_host
     host = running_host(1)
     clock.move_to(local(2026, 5, 1, 6))
     meter()
-    records = UsageRecord.objects.filter(instance=host).order_by("started_at")
+    records = UsageRecord.objects.filter(workload__instance=host).order_by("started_at")
     assert [(r.started_at, r.seconds, r.amount_minor) for r in records] == [
         (local(2026, 3, 31, 12), 12 * 3600, 12_000),
         (local(2026, 4, 1), 30 * 24 * 3600, 720_000),
@@ -285,10 +296,10 @@ def test_a_sub_second_interval_waits_for_the_next_run(clock, world, running_host
     host = running_host(1)
     clock.shift(0.4)
     meter()
-    assert not UsageRecord.objects.filter(instance=host).exists()
+    assert not UsageRecord.objects.filter(workload__instance=host).exists()
     clock.shift(0.7)  # 1.1 s since the start
     meter()
-    (record,) = UsageRecord.objects.filter(instance=host)
+    (record,) = UsageRecord.objects.filter(workload__instance=host)
     assert record.seconds == 1
 
 
@@ -327,6 +338,6 @@ def test_a_task_is_metered_while_running(clock, world, meter):
     follow_task(task)
     clock.shift(90)
     meter()
-    (record,) = UsageRecord.objects.filter(task=task)
+    (record,) = UsageRecord.objects.filter(workload__task=task)
     assert (record.kind, record.seconds, record.amount_minor) == (MeterKind.TASK, 90, 15)
     assert record.compute_unit_milliseconds == 140_400  # 3.12 × 0.5 × 90 s × 1000

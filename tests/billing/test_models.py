@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from apps.billing.models import (
@@ -14,14 +15,13 @@ from apps.billing.models import (
     UsageRecord,
     Wallet,
 )
+from apps.workloads.models import WorkloadKind
 from tests.factories import (
     EPOCH,
-    InstanceFactory,
     InvoiceFactory,
     LedgerEntryFactory,
     MeterFactory,
     PaymentFactory,
-    TaskFactory,
     UsageRecordFactory,
     WalletFactory,
     refused,
@@ -204,28 +204,19 @@ class TestUsageRecord:
     def test_instance_record_saves(self):
         record = UsageRecordFactory()
         saved = UsageRecord.objects.get(pk=record.pk)
-        assert saved.task is None
-        assert saved.instance.organization == saved.organization
+        assert saved.workload.kind == WorkloadKind.HOST
+        assert saved.workload.instance.organization == saved.organization
         assert saved.ended_at - saved.started_at == timedelta(seconds=saved.seconds)
 
     def test_task_record_saves(self):
         record = UsageRecordFactory(for_task=True)
         saved = UsageRecord.objects.get(pk=record.pk)
-        assert saved.instance is None
-        assert saved.task.organization == saved.organization
+        assert saved.workload.kind == WorkloadKind.TASK
+        assert saved.workload.task.organization == saved.organization
 
-    def test_both_instance_and_task_refused(self):
-        instance = InstanceFactory()
-        task = TaskFactory(organization=instance.organization)
-        meter = MeterFactory(organization=instance.organization, instance=instance)
-        with refused("usage_one_subject"):
-            UsageRecordFactory(
-                organization=instance.organization, meter=meter, instance=instance, task=task
-            )
-
-    def test_neither_instance_nor_task_refused(self):
+    def test_record_of_no_workload_refused(self):
         meter = MeterFactory()
-        with refused("usage_one_subject"):
+        with pytest.raises(IntegrityError, match="workload_id"), transaction.atomic():
             UsageRecordFactory(organization=meter.organization, meter=meter, instance=None)
 
     @pytest.mark.parametrize("offset", [timedelta(0), timedelta(seconds=-1)])
@@ -247,11 +238,11 @@ class TestUsageRecord:
         with refused("usage_meter_interval_unique"):
             UsageRecordFactory(
                 organization=record.organization,
-                instance=record.instance,
+                instance=record.workload.instance,
                 meter=record.meter,
                 started_at=record.started_at,
             )
-        assert UsageRecord.objects.filter(instance=record.instance).count() == 1
+        assert UsageRecord.objects.filter(workload=record.workload).count() == 1
 
     def test_same_task_interval_twice_refused(self):
         record = UsageRecordFactory(for_task=True)
@@ -259,7 +250,7 @@ class TestUsageRecord:
             UsageRecordFactory(
                 organization=record.organization,
                 instance=None,
-                task=record.task,
+                task=record.workload.task,
                 meter=record.meter,
                 started_at=record.started_at,
             )
@@ -268,11 +259,11 @@ class TestUsageRecord:
         record = UsageRecordFactory()
         UsageRecordFactory(
             organization=record.organization,
-            instance=record.instance,
+            instance=record.workload.instance,
             meter=record.meter,
             started_at=record.ended_at,
         )
-        assert UsageRecord.objects.filter(instance=record.instance).count() == 2
+        assert UsageRecord.objects.filter(workload=record.workload).count() == 2
 
     def test_two_instances_metered_for_same_interval_accepted(self):
         record = UsageRecordFactory()

@@ -349,7 +349,7 @@ def test_a_webhook_top_up_resumes_the_suspended_host(suspended, world, post_even
     payment = PaymentFactory(wallet=wallet, amount_minor=50_000)
     post_event(stripe_event("checkout.session.completed", checkout_session(payment)))
     assert Instance.objects.get(pk=suspended.pk).state == InstanceState.RUNNING
-    assert FundsSuspension.objects.get(instance=suspended).resumed_at is not None
+    assert FundsSuspension.objects.get(workload__instance=suspended).resumed_at is not None
     assert Wallet.objects.get(pk=wallet.pk).balance_minor == -6 + 50_000
 
 

@@ -73,7 +73,7 @@ def test_metering_twice_at_the_same_instant_adds_nothing(clock, world, running_h
     state = list(Meter.objects.values_list("metered_until", "metered_seconds", "metered_minor"))
     assert meter() == 0
     assert meter_usage() == 0
-    assert UsageRecord.objects.filter(instance=host).count() == 3
+    assert UsageRecord.objects.filter(workload__instance=host).count() == 3
     assert LedgerEntry.objects.filter(kind=EntryKind.CHARGE).count() == 1
     assert (
         list(Meter.objects.values_list("metered_until", "metered_seconds", "metered_minor"))
@@ -109,7 +109,7 @@ def test_a_crash_inside_metering_records_nothing_and_the_next_run_records_once(
     clock.shift(1800)
     assert meter() == HOLD  # the whole hour, once
     assert meter() == 0
-    assert UsageRecord.objects.filter(instance=host).count() == 3
+    assert UsageRecord.objects.filter(workload__instance=host).count() == 3
     assert UsageRecord.objects.aggregate(s=Sum("seconds"))["s"] == 3 * 3600
     assert LedgerEntry.objects.get().amount_minor == -HOLD
     assert ledger_is_consistent(world.organization.wallet)
@@ -153,7 +153,7 @@ def test_an_order_holds_the_first_hour_of_each_host(world, order_hosts):
     wallet = Wallet.objects.get(organization=world.organization)
     assert (wallet.balance_minor, wallet.held_minor) == (FUNDED_BALANCE_MINOR, 2 * HOLD)
     assert wallet.available_minor == FUNDED_BALANCE_MINOR - 2 * HOLD
-    assert sorted(Hold.objects.values_list("instance_id", "amount_minor")) == sorted(
+    assert sorted(Hold.objects.values_list("workload__instance", "amount_minor")) == sorted(
         (order.instance_id, HOLD) for order in orders
     )
     assert {order.hourly_minor for order in orders} == {HOLD}
@@ -200,12 +200,12 @@ def test_charges_draw_the_hold_down(clock, world, running_host, meter):
     host = running_host(1, **HOST)
     clock.shift(1800)
     assert meter() == 502  # compute 500, bandwidth 1.5 -> 2, disk 0.175 -> 0
-    assert Hold.objects.get(instance=host).amount_minor == HOLD - 502
+    assert Hold.objects.get(workload__instance=host).amount_minor == HOLD - 502
     wallet = Wallet.objects.get(organization=world.organization)
     assert (wallet.balance_minor, wallet.held_minor) == (FUNDED_BALANCE_MINOR - 502, HOLD - 502)
     clock.shift(3600)
     assert meter() == 1004  # 1506 so far (compute 1500, bandwidth 4.5 -> 5, disk 0.525 -> 1)
-    assert Hold.objects.get(instance=host).amount_minor == 0
+    assert Hold.objects.get(workload__instance=host).amount_minor == 0
     wallet.refresh_from_db()
     assert (wallet.balance_minor, wallet.held_minor) == (FUNDED_BALANCE_MINOR - 1506, 0)
 
@@ -215,7 +215,7 @@ def test_releasing_a_host_gives_back_what_is_still_held(clock, world, running_ho
     clock.shift(1800)
     meter()
     operate(host, OrderKind.RELEASE)
-    assert Hold.objects.get(instance=host).amount_minor == 0
+    assert Hold.objects.get(workload__instance=host).amount_minor == 0
     wallet = Wallet.objects.get(organization=world.organization)
     assert (wallet.balance_minor, wallet.held_minor) == (FUNDED_BALANCE_MINOR - 502, 0)
 
@@ -227,7 +227,7 @@ def test_a_rejected_order_gives_its_hold_back(world, order_hosts, operator):
     assert Wallet.objects.get(organization=world.organization).held_minor == HOLD
     reject_order(order=order, operator=operator, reason="Not this month.")
     assert Wallet.objects.get(organization=world.organization).held_minor == 0
-    assert Hold.objects.get(instance_id=order.instance_id).amount_minor == 0
+    assert Hold.objects.get(workload__instance=order.instance_id).amount_minor == 0
 
 
 def test_a_failed_provisioning_gives_its_hold_back(world, order_hosts):
@@ -271,18 +271,18 @@ def test_running_out_stops_the_hosts_and_keeps_their_disks(
     host.refresh_from_db()
     assert host.state == InstanceState.STOPPED  # stopped, not released
     assert host.released_at is None
-    suspension = FundsSuspension.objects.get(instance=host)
+    suspension = FundsSuspension.objects.get(workload__instance=host)
     assert suspension.resumed_at is None
     stop = host.orders.get(kind=OrderKind.STOP)
     assert stop.state == OrderState.DONE and stop.created_by is None
-    open_meters = Meter.objects.filter(instance=host, ended_at__isnull=True)
+    open_meters = Meter.objects.filter(workload__instance=host, ended_at__isnull=True)
     assert list(open_meters.values_list("kind", flat=True)) == [MeterKind.DISK]  # disk kept
     # Owed usage is charged past zero, and the stopped host's disk still costs.
     clock.shift(10800)
     meter()
     wallet.refresh_from_db()
     assert wallet.balance_minor == -6 - 1  # the disk's 4.5 h at 0.35: 1.575 -> 2, 1 more
-    assert FundsSuspension.objects.filter(instance=host).count() == 1
+    assert FundsSuspension.objects.filter(workload__instance=host).count() == 1
     assert host.orders.filter(kind=OrderKind.STOP).count() == 1
     assert ledger_is_consistent(wallet, opening=1500)
 
@@ -341,11 +341,13 @@ def test_a_top_up_by_the_operator_resumes_the_stopped_hosts(
         )
     host.refresh_from_db()
     assert host.state == InstanceState.RUNNING
-    suspension = FundsSuspension.objects.get(instance=host)
+    suspension = FundsSuspension.objects.get(workload__instance=host)
     assert suspension.resumed_at is not None
     start = host.orders.get(kind=OrderKind.START)
     assert start.state == OrderState.DONE
-    assert Meter.objects.filter(instance=host, kind=MeterKind.COMPUTE, ended_at=None).exists()
+    assert Meter.objects.filter(
+        workload__instance=host, kind=MeterKind.COMPUTE, ended_at=None
+    ).exists()
     # Metering again does not stop it, and the warning is cleared once the money is back.
     clock.shift(60)
     meter()
@@ -367,14 +369,14 @@ def test_a_host_still_stopping_at_the_top_up_is_resumed_by_the_next_run(
             organization=world.organization, operator=operator, amount_minor=100_000, reason="x"
         )
     assert Instance.objects.get(pk=host.pk).state == InstanceState.STOPPING
-    assert FundsSuspension.objects.get(instance=host).resumed_at is None
+    assert FundsSuspension.objects.get(workload__instance=host).resumed_at is None
     with django_capture_on_commit_callbacks(execute=True):
         fulfil_order.delay(host.orders.get(kind=OrderKind.STOP).pk)
     assert Instance.objects.get(pk=host.pk).state == InstanceState.STOPPED
     clock.shift(60)
     meter()
     assert Instance.objects.get(pk=host.pk).state == InstanceState.RUNNING
-    assert FundsSuspension.objects.get(instance=host).resumed_at == timezone.now()
+    assert FundsSuspension.objects.get(workload__instance=host).resumed_at == timezone.now()
 
 
 def test_a_host_the_tenant_released_meanwhile_is_not_resumed(
@@ -389,7 +391,7 @@ def test_a_host_the_tenant_released_meanwhile_is_not_resumed(
             organization=world.organization, operator=operator, amount_minor=1000, reason="x"
         )
     assert Instance.objects.get(pk=host.pk).state == InstanceState.RELEASED
-    assert FundsSuspension.objects.get(instance=host).resumed_at is not None
+    assert FundsSuspension.objects.get(workload__instance=host).resumed_at is not None
 
 
 def test_a_top_up_too_small_to_cover_the_debt_resumes_nothing(
@@ -402,7 +404,7 @@ def test_a_top_up_too_small_to_cover_the_debt_resumes_nothing(
             organization=world.organization, operator=operator, amount_minor=6, reason="x"
         )
     assert Instance.objects.get(pk=nearly_broke.pk).state == InstanceState.STOPPED
-    assert FundsSuspension.objects.get(instance=nearly_broke).resumed_at is None
+    assert FundsSuspension.objects.get(workload__instance=nearly_broke).resumed_at is None
 
 
 def test_a_stopped_host_cannot_be_started_without_money(clock, world, nearly_broke, meter, owner):
@@ -511,7 +513,7 @@ def test_a_postpaid_wallet_orders_into_its_credit_and_stops_at_the_limit(
     wallet.refresh_from_db()
     assert (wallet.balance_minor, wallet.available_minor) == (-5000, 0)
     assert Instance.objects.get(pk=host.pk).state == InstanceState.STOPPED
-    assert FundsSuspension.objects.filter(instance=host, resumed_at=None).exists()
+    assert FundsSuspension.objects.filter(workload__instance=host, resumed_at=None).exists()
 
 
 def test_a_postpaid_order_beyond_the_credit_is_refused(postpaid, world, owner, order_hosts):

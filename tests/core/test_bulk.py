@@ -57,7 +57,7 @@ def test_update_rows_is_one_statement_on_postgresql():
 
 def test_insert_rows_writes_the_rows_given():
     meter = MeterFactory(started_at=T0)
-    fields = ["organization_id", "meter_id", "kind", "instance_id", "task_id", "started_at"]
+    fields = ["organization_id", "meter_id", "kind", "workload_id", "started_at"]
     fields += ["ended_at", "seconds", "compute_unit_milliseconds", "hourly_minor"]
     fields += ["amount_minor", "currency"]
     rows = [
@@ -65,8 +65,7 @@ def test_insert_rows_writes_the_rows_given():
             meter.organization_id,
             meter.pk,
             meter.kind,
-            meter.instance_id,
-            None,
+            meter.workload_id,
             T0 + timedelta(minutes=n),
             T0 + timedelta(minutes=n + 1, microseconds=5),
             60,

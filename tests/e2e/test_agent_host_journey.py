@@ -173,7 +173,7 @@ def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
     # Stop: the card goes back to the pool for others; the host keeps its disk.
     page.locator("#instance-actions button", has_text="Stop").click()
     expect(page.locator(".state-badge").first).to_have_attribute("data-state", "stopped")
-    assert not Accelerator.objects.filter(allocation__instance=instance).exists()
+    assert not Accelerator.objects.filter(allocation__workload__instance=instance).exists()
     assert ssh_answers(access, key).returncode != 0
     screenshot("agent-host-stopped")
 

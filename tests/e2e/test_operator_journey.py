@@ -85,7 +85,7 @@ def park_with_work(park):
         at = now - timedelta(minutes=30 * step)
         if step in starts:  # the host started then (its accelerators are its from then on)
             started = order(starts[step], f"batch-{step}")
-            Allocation.objects.filter(instance=started.instance_id).update(created_at=at)
+            Allocation.objects.filter(workload__instance=started.instance_id).update(created_at=at)
         for backend in Backend.objects.filter(park=park):
             probe_backend(backend=backend, now=at)
         sample_capacity(now=at)

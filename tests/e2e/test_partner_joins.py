@@ -181,7 +181,10 @@ def test_a_partner_server_joins_from_the_pages_and_a_tenants_host_runs_on_it(
         page.wait_for_url(re.compile(r"/instances/\d+/$"))
         expect(page.locator(".state-badge").first).to_have_attribute("data-state", "running")
         instance = Instance.objects.get(name="on-partner")
-        assert Allocation.objects.get(instance=instance, released_at__isnull=True).node == node
+        assert (
+            Allocation.objects.get(workload__instance=instance, released_at__isnull=True).node
+            == node
+        )
         assert server.host_folders()  # a real container on the partner's server
         # Reached from the outside world at the partner's address, as the portal says, and
         # reaching it from there.

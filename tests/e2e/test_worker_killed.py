@@ -156,7 +156,7 @@ def test_a_killed_worker_leaves_nothing_stuck_after_the_sweep(tmp_path, monkeypa
     assert organization_usage(world.organization) == expected
     # The released hosts' first-hour holds are given back, once; the running ones keep theirs.
     wallet = Wallet.objects.get(organization=world.organization)
-    assert Hold.objects.filter(instance__in=running, amount_minor__gt=0).count() == 0
+    assert Hold.objects.filter(workload__instance__in=running, amount_minor__gt=0).count() == 0
     assert wallet.held_minor == sum(
         Hold.objects.filter(wallet=wallet).values_list("amount_minor", flat=True)
     )

@@ -138,5 +138,5 @@ def telemetry(console):
 
 
 def devices_of(instance) -> list[int]:
-    allocation = instance.allocations.get(released_at__isnull=True)
+    allocation = instance.workload.allocations.get(released_at__isnull=True)
     return sorted(allocation.accelerators.values_list("index", flat=True))

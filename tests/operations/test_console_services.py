@@ -88,7 +88,7 @@ def test_force_release_releases_through_the_backend_and_tells_the_owners(
 
 
 def devices_of_live(instance):
-    return instance.allocations.filter(released_at__isnull=True).exists()
+    return instance.workload.allocations.filter(released_at__isnull=True).exists()
 
 
 def test_force_release_of_a_host_in_error(console, operator, running, commit):

@@ -329,7 +329,7 @@ def test_each_invoice_is_the_usage_it_covers(park):
 def test_usage_is_metered_to_the_second_of_the_story(park):
     """The metering passes measured what each host ran, from the moment it ran."""
     released = Instance.objects.get(name="pretrain-h200")
-    compute = UsageRecord.objects.filter(instance=released, kind=MeterKind.COMPUTE)
+    compute = UsageRecord.objects.filter(workload__instance=released, kind=MeterKind.COMPUTE)
     ran = at(demo.day(7, 18, 40)) - at(demo.day(5, 9, 30))
     assert compute.aggregate(s=Sum("seconds"))["s"] == ran.total_seconds()
     assert compute.aggregate(s=Sum("amount_minor"))["s"] == amount_for(
@@ -338,10 +338,10 @@ def test_usage_is_metered_to_the_second_of_the_story(park):
     # A stopped host pays for its disk only, from its stop on.
     stopped = Instance.objects.get(name="notebook-910b")
     stopped_at = at(demo.day(20, 19, 0))
-    after = UsageRecord.objects.filter(instance=stopped, started_at__gte=stopped_at)
+    after = UsageRecord.objects.filter(workload__instance=stopped, started_at__gte=stopped_at)
     assert set(after.values_list("kind", flat=True)) == {MeterKind.DISK}
     assert not UsageRecord.objects.filter(
-        instance=stopped, kind=MeterKind.COMPUTE, ended_at__gt=stopped_at
+        workload__instance=stopped, kind=MeterKind.COMPUTE, ended_at__gt=stopped_at
     ).exists()
     # Metered by the daily passes up to this morning's midnight; the rest is the beat's.
     midnight = timezone.localtime(NOW).replace(hour=0, minute=0)

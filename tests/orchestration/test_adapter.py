@@ -299,7 +299,7 @@ def test_a_task_allocation_on_a_card_filled_meanwhile_is_refused(task_world):
     task = TaskFactory(organization=task_world.organization, accelerator_milli=300)
 
     assert allocate_task(task, node=node) is None
-    assert not Allocation.objects.filter(task=task).exists()
+    assert not Allocation.objects.filter(workload__task=task).exists()
     assert task.state == TaskState.QUEUED
 
 

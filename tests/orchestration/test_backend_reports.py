@@ -71,7 +71,9 @@ def test_the_sweep_hands_over_a_placed_task_whose_job_was_lost(
     assert (task.state, task.backend_handle) == (TaskState.PLACED, "")
     assert reconcile_tasks() == 0  # placed just now: its job may be on its way
 
-    Placement.objects.filter(task=task).update(created_at=timezone.now() - timedelta(minutes=10))
+    Placement.objects.filter(workload__task=task).update(
+        created_at=timezone.now() - timedelta(minutes=10)
+    )
     assert reconcile_tasks() == 1
 
     task.refresh_from_db()

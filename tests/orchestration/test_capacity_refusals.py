@@ -69,7 +69,7 @@ def test_no_region_names_the_short_resource_when_the_scheduler_chooses(grid):
 def test_a_start_refused_on_its_node_names_the_vcpu_it_lacks(grid):
     node = add_node(grid.pool, "n1", vcpu=32)
     allocation = put(grid, 1, vcpu=16)
-    instance = allocation.instance
+    instance = allocation.workload.instance
     Instance.objects.filter(pk=instance.pk).update(node=node)
     instance.refresh_from_db()
     with transaction.atomic():
@@ -89,7 +89,7 @@ def test_a_resize_refused_on_its_node_names_the_ram_it_lacks(grid):
     put(grid, 1, ram_gb=128)
 
     with pytest.raises(NoCapacity) as excinfo, transaction.atomic():
-        resize_capacity(allocation.instance, shape(grid, 4, vcpu=16, ram_gb=512))
+        resize_capacity(allocation.workload.instance, shape(grid, 4, vcpu=16, ram_gb=512))
 
     assert excinfo.value.message == (
         "The host n1 does not have room to grow this instance to 4 accelerators, 16 vCPU and "

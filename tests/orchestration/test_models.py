@@ -3,16 +3,16 @@
 from decimal import Decimal
 
 import pytest
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.orchestration.models import Accelerator, Allocation, Backend, Node, Placement, Pool
+from apps.workloads.models import WorkloadKind
 from tests.factories import (
     AcceleratorFactory,
     AllocationFactory,
     BackendFactory,
-    InstanceFactory,
     NodeFactory,
-    OrderFactory,
     PlacementFactory,
     PoolFactory,
     TaskFactory,
@@ -106,8 +106,8 @@ class TestAllocation:
     def test_instance_allocation_saves_on_consistent_node(self):
         allocation = AllocationFactory()
         saved = Allocation.objects.get(pk=allocation.pk)
-        instance = saved.instance
-        assert saved.task is None
+        instance = saved.workload.instance
+        assert saved.workload.kind == WorkloadKind.HOST
         assert instance.node == saved.node
         assert instance.pool == saved.node.pool
         assert instance.region == saved.node.pool.region
@@ -117,73 +117,59 @@ class TestAllocation:
     def test_task_allocation_saves(self):
         allocation = AllocationFactory(for_task=True)
         saved = Allocation.objects.get(pk=allocation.pk)
-        assert saved.instance is None
-        assert saved.task.node == saved.node
+        assert saved.workload.kind == WorkloadKind.TASK
+        assert saved.workload.task.node == saved.node
 
-    def test_both_instance_and_task_refused(self):
+    def test_allocation_of_no_workload_refused(self):
         node = NodeFactory()
-        instance = InstanceFactory()
-        task = TaskFactory(organization=instance.organization)
-        with refused("allocation_one_holder"):
-            Allocation.objects.create(node=node, instance=instance, task=task, vcpu=8, ram_gb=32)
-
-    def test_neither_instance_nor_task_refused(self):
-        node = NodeFactory()
-        with refused("allocation_one_holder"):
+        with pytest.raises(IntegrityError, match="workload_id"), transaction.atomic():
             Allocation.objects.create(node=node, vcpu=8, ram_gb=32)
-
-    def test_holder_removed_by_update_refused(self):
-        allocation = AllocationFactory()
-        with refused("allocation_one_holder"):
-            Allocation.objects.filter(pk=allocation.pk).update(instance=None)
 
     def test_two_live_allocations_for_one_instance_refused(self):
         allocation = AllocationFactory()
-        with refused("allocation_one_live_per_instance"):
+        with refused("allocation_one_live_per_workload"):
             Allocation.objects.create(
-                node=allocation.node, instance=allocation.instance, vcpu=8, ram_gb=32
+                node=allocation.node, workload=allocation.workload, vcpu=8, ram_gb=32
             )
 
     def test_new_allocation_after_release_accepted(self):
         allocation = AllocationFactory(released_at=timezone.now())
         Allocation.objects.create(
-            node=allocation.node, instance=allocation.instance, vcpu=8, ram_gb=32
+            node=allocation.node, workload=allocation.workload, vcpu=8, ram_gb=32
         )
-        live = Allocation.objects.filter(instance=allocation.instance, released_at__isnull=True)
+        live = Allocation.objects.filter(workload=allocation.workload, released_at__isnull=True)
         assert live.count() == 1
 
     def test_reviving_a_released_allocation_beside_a_live_one_refused(self):
         released = AllocationFactory(released_at=timezone.now())
-        AllocationFactory(node=released.node, instance=released.instance)
-        with refused("allocation_one_live_per_instance"):
+        AllocationFactory(node=released.node, instance=released.workload.instance)
+        with refused("allocation_one_live_per_workload"):
             Allocation.objects.filter(pk=released.pk).update(released_at=None)
 
     def test_two_live_allocations_for_one_task_refused(self):
         allocation = AllocationFactory(for_task=True)
-        with refused("allocation_one_live_per_task"):
-            Allocation.objects.create(node=allocation.node, task=allocation.task, vcpu=8, ram_gb=32)
+        with refused("allocation_one_live_per_workload"):
+            Allocation.objects.create(
+                node=allocation.node, workload=allocation.workload, vcpu=8, ram_gb=32
+            )
 
     def test_task_allocation_after_release_accepted(self):
         allocation = AllocationFactory(for_task=True, released_at=timezone.now())
-        AllocationFactory(for_task=True, node=allocation.node, task=allocation.task)
-        assert Allocation.objects.filter(task=allocation.task).count() == 2
+        AllocationFactory(for_task=True, node=allocation.node, task=allocation.workload.task)
+        assert Allocation.objects.filter(workload=allocation.workload).count() == 2
 
 
 class TestPlacement:
-    def test_order_placement_saves(self):
+    def test_host_placement_saves(self):
         placement = PlacementFactory()
-        assert Placement.objects.get(pk=placement.pk).order == placement.order
+        saved = Placement.objects.get(pk=placement.pk)
+        assert saved.workload.instance == placement.workload.instance
 
     def test_task_placement_saves(self):
         task = TaskFactory()
-        placement = PlacementFactory(order=None, task=task)
-        assert Placement.objects.get(pk=placement.pk).task == task
+        placement = PlacementFactory(instance=None, task=task)
+        assert Placement.objects.get(pk=placement.pk).workload.task == task
 
-    def test_placement_without_subject_refused(self):
-        with refused("placement_has_subject"):
-            PlacementFactory(order=None, task=None)
-
-    def test_subject_removed_by_update_refused(self):
-        placement = PlacementFactory(order=OrderFactory())
-        with refused("placement_has_subject"):
-            Placement.objects.filter(pk=placement.pk).update(order=None)
+    def test_placement_of_no_workload_refused(self):
+        with pytest.raises(IntegrityError, match="workload_id"), transaction.atomic():
+            PlacementFactory(instance=None, task=None)

@@ -44,15 +44,14 @@ def hosts(task_world):
 
 def order_host(world, *, region=None, preference="balanced", instance=None):
     instance = instance or InstanceFactory(organization=world.organization, flavor=world.flavor)
-    order = OrderFactory(organization=world.organization, instance=instance)
+    OrderFactory(organization=world.organization, instance=instance)
     allocation = place(
         instance=instance,
         shape=services.shape_of(world.flavor),
         region=region,
-        order=order,
         preference=preference,
     )
-    return allocation, Placement.objects.get(order=order)
+    return allocation, Placement.objects.get(workload=instance.workload)
 
 
 def test_every_candidate_keeps_its_parts_total_and_measures(hosts):
@@ -261,8 +260,8 @@ def test_place_without_prices_anywhere_still_places(task_world):
     order = OrderFactory(organization=task_world.organization, instance=instance)
     shape = Shape(accelerator_model_id=task_world.h100.pk, accelerators=1, vcpu=1, ram_gb=1)
 
-    allocation = place(instance=instance, shape=shape, order=order)
+    allocation = place(instance=instance, shape=shape)
 
     assert allocation.node == task_world.nodes["h1"]
-    (candidate,) = Placement.objects.get(order=order).candidates
+    (candidate,) = Placement.objects.get(workload__instance__orders=order).candidates
     assert candidate["raw"]["price_minor"] == 0

@@ -49,13 +49,12 @@ def new_instance(grid):
 def put(grid, accelerators, *, vcpu=16, ram_gb=128, region=None, instance=None):
     """Place a new instance (and its create order) of `accelerators` cards."""
     instance = instance or new_instance(grid)
-    order = OrderFactory(organization=grid.organization, instance=instance)
+    OrderFactory(organization=grid.organization, instance=instance)
     with transaction.atomic():  # each placement its own transaction, as in an order
         return place(
             instance=instance,
             shape=shape(grid, accelerators, vcpu, ram_gb),
             region=region,
-            order=order,
         )
 
 
@@ -86,7 +85,7 @@ def test_place_chooses_the_node_left_with_the_fewest_free_accelerators(grid):
     placement = Placement.objects.get()
     assert placement.chosen_node == tight
     assert placement.chosen_pool == grid.pool
-    assert placement.order.instance == allocation.instance
+    assert placement.workload == allocation.workload
     assert {c["node"]: c["free_accelerators"] for c in placement.candidates} == {
         "roomy": 8,
         "tight": 3,
@@ -299,7 +298,7 @@ def test_place_must_run_inside_the_callers_transaction():
 def test_release_capacity_gives_everything_back(grid):
     node = add_node(grid.pool, "n1")
     allocation = put(grid, 4, vcpu=64, ram_gb=512)
-    instance = allocation.instance
+    instance = allocation.workload.instance
     assert device_indices(instance) == (0, 1, 2, 3)
 
     release_capacity(instance)
@@ -320,7 +319,7 @@ def test_release_capacity_gives_everything_back(grid):
 def test_released_cards_are_placed_again(grid):
     node = add_node(grid.pool, "n1", accelerators=4)
     first = put(grid, 4)
-    release_capacity(first.instance)
+    release_capacity(first.workload.instance)
 
     second = put(grid, 4)
 
@@ -335,7 +334,7 @@ def test_release_capacity_touches_only_that_instance(grid):
     keep = put(grid, 3)
     drop = put(grid, 2)
 
-    release_capacity(drop.instance)
+    release_capacity(drop.workload.instance)
 
     assert held(keep) == [0, 1, 2]
     assert free(node) == 5
@@ -350,7 +349,7 @@ def test_resize_capacity_grows_in_place(grid):
     allocation = put(grid, 2, vcpu=32, ram_gb=256)
     neighbour = put(grid, 1)  # holds card 2
 
-    resize_capacity(allocation.instance, shape(grid, 4, vcpu=64, ram_gb=512))
+    resize_capacity(allocation.workload.instance, shape(grid, 4, vcpu=64, ram_gb=512))
 
     allocation.refresh_from_db()
     assert held(allocation) == [0, 1, 3, 4]
@@ -365,7 +364,7 @@ def test_resize_capacity_shrinks_keeping_the_first_cards(grid):
     node = add_node(grid.pool, "n1")
     allocation = put(grid, 8, vcpu=128, ram_gb=1024)
 
-    resize_capacity(allocation.instance, shape(grid, 2, vcpu=32, ram_gb=256))
+    resize_capacity(allocation.workload.instance, shape(grid, 2, vcpu=32, ram_gb=256))
 
     allocation.refresh_from_db()
     assert held(allocation) == [0, 1]
@@ -385,7 +384,7 @@ def test_resize_capacity_refuses_to_grow_beyond_the_node(grid, accelerators, vcp
     put(grid, 3)
 
     with pytest.raises(NoCapacity) as excinfo:
-        resize_capacity(allocation.instance, shape(grid, accelerators, vcpu, ram_gb))
+        resize_capacity(allocation.workload.instance, shape(grid, accelerators, vcpu, ram_gb))
 
     assert f"The host n1 does not have room to grow this instance to {accelerators}" in (
         excinfo.value.message
@@ -402,7 +401,7 @@ def test_resize_capacity_to_the_last_free_card(grid):
     allocation = put(grid, 2)
     put(grid, 3)
 
-    resize_capacity(allocation.instance, shape(grid, 5))
+    resize_capacity(allocation.workload.instance, shape(grid, 5))
 
     assert free(node) == 0
     assert len(held(allocation)) == 5
@@ -422,7 +421,7 @@ def test_free_capacity_sums_are_not_multiplied_by_joins(grid):
         put(grid, 1, vcpu=10, ram_gb=100),
     ]
     gone = put(grid, 1, vcpu=99, ram_gb=999)
-    release_capacity(gone.instance)
+    release_capacity(gone.workload.instance)
     AllocationFactory(node=busy, for_task=True, vcpu=7, ram_gb=11)  # a task: no cards
 
     assert {a.node for a in [*busy_allocations, gone]} == {busy}

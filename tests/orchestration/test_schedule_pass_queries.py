@@ -12,6 +12,7 @@ from apps.core.models import AuditEvent
 from apps.orchestration.models import Allocation, Placement, Task, TaskState
 from apps.orchestration.scheduling import HeldByTasks
 from apps.quotas.models import QuotaLimit, QuotaResource
+from apps.workloads.models import Workload, WorkloadKind
 from tests.factories import OrganizationFactory, UsageRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -46,9 +47,11 @@ def roomy(task_world):
 
 
 def queue(world, count: int, organization=None) -> list[Task]:
+    organization = organization or world.organization
     return [
         Task.objects.create(
-            organization=organization or world.organization,
+            organization=organization,
+            workload=Workload.objects.create(organization=organization, kind=WorkloadKind.TASK),
             name=f"t{n}",
             image=world.image,
             command="python train.py",
@@ -78,12 +81,12 @@ def test_a_pass_takes_the_same_queries_for_5_or_20_placements(roomy):
     twenty = queries_of_a_pass(roomy, 20)
 
     assert twenty == five
-    assert Placement.objects.filter(task__isnull=False).count() == 29
+    assert Placement.objects.filter(workload__task__isnull=False).count() == 29
     placed = Task.objects.filter(state=TaskState.PLACED)
     assert placed.count() == 29
     assert AuditEvent.objects.filter(action="task.placed").count() == 29
     for task in placed:
-        allocation = Allocation.objects.get(task=task, released_at__isnull=True)
+        allocation = Allocation.objects.get(workload__task=task, released_at__isnull=True)
         assert allocation.node_id == task.node_id
         if task.accelerator_milli < 1000:
             assert allocation.shared_accelerator.node_id == task.node_id

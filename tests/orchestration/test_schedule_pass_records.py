@@ -29,7 +29,7 @@ def test_a_rejected_node_keeps_what_shows_it_and_why(one_full_node):
     task = one_full_node.submit()
     one_full_node.schedule()
 
-    placement = Placement.objects.get(task=task)
+    placement = Placement.objects.get(workload__task=task)
     by_node = {c["node"]: c for c in placement.candidates}
     h1 = one_full_node.nodes["h1"]
     assert by_node["h1"] == {
@@ -49,7 +49,7 @@ def test_a_rejected_node_keeps_what_shows_it_and_why(one_full_node):
 def test_a_decision_recorded_the_old_way_still_shows(client, operator, one_full_node):
     task = one_full_node.submit()
     one_full_node.schedule()
-    placement = Placement.objects.get(task=task)
+    placement = Placement.objects.get(workload__task=task)
     old = {"pool_id": 1, "free_accelerators": 0, "free_vcpu": 120, "free_ram_gb": 1000}
     placement.candidates = [
         {**c, **old, "parts": {}, "raw": {}} if c["rejected"] else c for c in placement.candidates

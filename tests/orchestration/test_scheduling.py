@@ -50,7 +50,7 @@ def hold_cards(node, count):
 
 
 def live(task) -> Allocation | None:
-    return Allocation.objects.filter(task=task, released_at__isnull=True).first()
+    return Allocation.objects.filter(workload__task=task, released_at__isnull=True).first()
 
 
 def verified_org(world):
@@ -227,8 +227,8 @@ def test_a_pass_places_the_task_and_fixes_its_price(task_world):
     allocation = live(task)
     assert (allocation.vcpu, allocation.ram_gb, allocation.share_milli) == (8, 32, 0)
     assert allocation.accelerators.count() == 2
-    placement = Placement.objects.get(task=task)
-    assert placement.chosen_node == task.node and placement.order is None
+    placement = Placement.objects.get(workload__task=task)
+    assert placement.chosen_node == task.node and placement.workload == task.workload
     assert placement.weights["left_free"] == 6
     (candidate,) = placement.candidates
     assert candidate["fits"] and set(candidate["parts"]) == {
@@ -266,7 +266,7 @@ def test_balanced_does_not_pay_four_times_the_price_for_less_than_it_costs(three
 
     task = reload(task)
     assert task.node.hostname == "l40s-1" and task.hourly_minor == 828
-    placement = Placement.objects.get(task=task)
+    placement = Placement.objects.get(workload__task=task)
     assert placement.plain_reason() == (
         "East: the cheapest place with free cards. Faster cards had room (H200, ¥38.00/h), "
         "but the same work would cost 1.7× as much there; choose “Fastest” to put speed first."
@@ -280,7 +280,7 @@ def test_a_dearer_choice_says_what_it_costs_against_the_cheapest_and_what_it_gai
 
     three_models.schedule()
 
-    placement = Placement.objects.get(task=task)
+    placement = Placement.objects.get(workload__task=task)
     assert placement.chosen_node.hostname == "h200-1"
     assert placement.price_note() == (
         "It costs 4.6× the cheapest host with room (L40S in East, ¥8.28/h); its cards are "
@@ -482,7 +482,7 @@ def test_a_task_still_queued_at_its_deadline_fails_with_the_reason(task_world):
     assert result.expired == [task.pk]
     assert task.state == TaskState.FAILED
     assert "passed before a host was free; it did not run" in task.logs
-    assert not Allocation.objects.filter(task=task).exists()
+    assert not Allocation.objects.filter(workload__task=task).exists()
 
 
 def test_a_deadline_still_ahead_does_not_stop_placement(task_world):
@@ -501,7 +501,9 @@ def test_the_maximum_price_sends_it_to_the_cheaper_pool(task_world):
     task = reload(task)
     assert task.pool == task_world.pools["west-a10"]
     assert task.hourly_minor == 600
-    rejected = {c["node"]: c["rejected"] for c in Placement.objects.get(task=task).candidates}
+    rejected = {
+        c["node"]: c["rejected"] for c in Placement.objects.get(workload__task=task).candidates
+    }
     assert rejected == {"h1": "max_price", "a1": None}
 
 
@@ -525,7 +527,9 @@ def test_allowed_regions_are_a_hard_constraint(task_world):
     task_world.schedule()
 
     assert reload(task).node == task_world.nodes["h1"]
-    rejected = {c["node"]: c["rejected"] for c in Placement.objects.get(task=task).candidates}
+    rejected = {
+        c["node"]: c["rejected"] for c in Placement.objects.get(workload__task=task).candidates
+    }
     assert rejected["w1"] == "region"
 
 
@@ -554,7 +558,9 @@ def test_the_tenants_preference_changes_the_choice(two_pools, preference, pool):
 
     two_pools.schedule()
 
-    assert reload(task).pool == two_pools.pools[pool], Placement.objects.get(task=task).describe()
+    assert reload(task).pool == two_pools.pools[pool], Placement.objects.get(
+        workload__task=task
+    ).describe()
 
 
 @pytest.mark.parametrize(("preference", "pool"), [("green", "clean-h100"), ("cheap", "cheap-a10")])
@@ -580,7 +586,7 @@ def test_the_placement_says_why_in_plain_words(two_pools):
     task = two_pools.submit(preference="cheap")
     two_pools.schedule()
 
-    placement = Placement.objects.get(task=task)
+    placement = Placement.objects.get(workload__task=task)
     assert placement.describe() == (
         "Placed on eco-1 in West because: lowest price (¥4.00/h), lowest carbon "
         "(4 g CO₂e per compute-unit-hour)."
@@ -737,7 +743,7 @@ def test_a_finished_task_lets_the_next_one_start(task_world, django_capture_on_c
 
     assert reload(first).state == TaskState.SUCCEEDED
     assert reload(second).state == TaskState.SUCCEEDED
-    assert Placement.objects.filter(task__in=[first, second]).count() == 2
+    assert Placement.objects.filter(workload__task__in=[first, second]).count() == 2
 
 
 def test_the_beat_polls_running_tasks_until_they_end(

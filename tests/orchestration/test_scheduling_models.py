@@ -24,19 +24,28 @@ def test_a_task_holds_a_share_of_one_card(card):
 
 
 @pytest.mark.parametrize(
-    ("fields", "for_task"),
+    ("fields", "for_task", "rule"),
     [
-        ({"share_milli": 1000}, True),  # a whole card is not a share
-        ({"share_milli": 250, "shared_accelerator": None}, True),  # a share of no card
-        ({"share_milli": 0}, True),  # a card named without a share
-        ({"share_milli": 250}, False),  # hosts take whole cards
+        ({"share_milli": 1000}, True, "allocation_share_of_one_card"),  # a whole card
+        ({"share_milli": 250, "shared_accelerator": None}, True, "allocation_share_of_one_card"),
+        ({"share_milli": 0}, True, "allocation_share_of_one_card"),  # a card without a share
+        ({"share_milli": 250}, False, "allocation_share_is_a_tasks"),  # hosts take whole cards
     ],
     ids=["whole", "no card", "no share", "host"],
 )
-def test_the_database_refuses_what_is_not_a_share_of_one_card(card, fields, for_task):
+def test_the_database_refuses_what_is_not_a_share_of_one_card(card, fields, for_task, rule):
     values = {"shared_accelerator": card, **fields}
-    with refused("allocation_share_of_one_card"):
+    with refused(rule):
         AllocationFactory(node=card.node, for_task=for_task, **values)
+
+
+def test_the_database_refuses_a_share_moved_to_a_hosts_workload(card):
+    share = AllocationFactory(
+        node=card.node, for_task=True, share_milli=250, shared_accelerator=card
+    )
+    host = AllocationFactory(node=card.node)
+    with refused("allocation_share_is_a_tasks"):
+        Allocation.objects.filter(pk=share.pk).update(workload=host.workload_id)
 
 
 @pytest.mark.parametrize(

@@ -178,7 +178,7 @@ def test_a_placed_task_says_why_and_what_it_measures(tenant, task_world):
 
     html = tenant.get(f"/tasks/{task.pk}/", **ENGLISH).content.decode()
 
-    placement = Placement.objects.get(task=task)
+    placement = Placement.objects.get(workload__task=task)
     assert "Why here:" in html and placement.plain_reason().replace("'", "&#x27;") in html
     assert placement.describe().replace("'", "&#x27;") not in html  # the figures: operators'
     assert 'id="placement-details"' not in html
@@ -197,7 +197,7 @@ def test_an_operator_member_gets_the_link_to_every_candidate(client, task_world,
 
     html = client.get(f"/tasks/{task.pk}/", **ENGLISH).content.decode()
 
-    placement = Placement.objects.get(task=task)
+    placement = Placement.objects.get(workload__task=task)
     assert f'href="/ops/tasks/decisions/{placement.pk}/"' in html
 
 
@@ -228,7 +228,7 @@ def test_a_finished_task_says_how_long_it_ran_what_it_cost_and_its_state_in_word
 ):
     task = finished_task
     Task.objects.filter(pk=task.pk).update(started_at=task.finished_at - timedelta(seconds=95))
-    Meter.objects.filter(task=task).delete()
+    Meter.objects.filter(workload__task=task).delete()
     MeterFactory(  # ¥36.00 an hour for 95 s, closed and not metered yet
         organization=task.organization,
         instance=None,
@@ -368,7 +368,7 @@ def decided(task_world):
         )
     ]
     task_world.schedule()
-    return {t.name: Placement.objects.get(task=t) for t in tasks}
+    return {t.name: Placement.objects.get(workload__task=t) for t in tasks}
 
 
 def test_the_preview_rescores_the_last_decisions_without_saving(ops, task_world, decided):
@@ -390,7 +390,7 @@ def test_the_preview_rescores_the_last_decisions_without_saving(ops, task_world,
     )
 
     assert response.status_code == 200
-    rows = {row.placement.task.name: row for row in response.context["preview"]}
+    rows = {row.placement.workload.task.name: row for row in response.context["preview"]}
     assert {name: row.changes for name, row in rows.items()} == {
         "a": True,
         "b": True,
@@ -563,7 +563,7 @@ def test_a_placed_task_gives_the_reason_in_plain_words_and_the_figures_to_operat
 
     html = client.get(f"/tasks/{task.pk}/", **ENGLISH).content.decode()
 
-    placement = Placement.objects.get(task=task)
+    placement = Placement.objects.get(workload__task=task)
     assert "East: the only place with free cards for it." in html  # one node in the world
     assert 'id="placement-details"' in html
     assert placement.describe().replace("'", "&#x27;") in html

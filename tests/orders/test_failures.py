@@ -59,13 +59,15 @@ def reload(instance) -> Instance:
 
 def live_devices(instance) -> int:
     return Accelerator.objects.filter(
-        allocation__instance=instance, allocation__released_at__isnull=True
+        allocation__workload__instance=instance, allocation__released_at__isnull=True
     ).count()
 
 
 def assert_gave_everything_back(world, instance):
-    assert not Allocation.objects.filter(instance=instance, released_at__isnull=True).exists()
-    assert not Accelerator.objects.filter(allocation__instance=instance).exists()
+    assert not Allocation.objects.filter(
+        workload__instance=instance, released_at__isnull=True
+    ).exists()
+    assert not Accelerator.objects.filter(allocation__workload__instance=instance).exists()
     assert world.free_accelerators() == world.total_accelerators()
     assert organization_usage(world.organization) == Usage()
 
@@ -180,7 +182,7 @@ def test_a_failed_operation_leaves_the_host_in_error_holding_its_cards_until_rel
     assert failed.flavor == world.flavors[2]
     # The backend may still run the host: its cards stay taken (no one else gets them) until a
     # release is confirmed; its quota and wallet hold are given back at once.
-    assert Allocation.objects.filter(instance=instance, released_at__isnull=True).exists()
+    assert Allocation.objects.filter(workload__instance=instance, released_at__isnull=True).exists()
     assert world.free_accelerators() < world.total_accelerators()
     assert organization_usage(world.organization) == Usage()
 
@@ -350,22 +352,25 @@ def assert_books_balance(world):
     assert free + allocated.count() == total == 24
     assert not allocated.filter(allocation__released_at__isnull=False).exists()
     live = Allocation.objects.filter(released_at__isnull=True)
-    assert sorted(live.values_list("instance", flat=True)) == sorted(
+    assert sorted(live.values_list("workload__instance", flat=True)) == sorted(
         i.pk for i in running + stranded
     )
     for instance in running + stranded:
-        allocation = live.get(instance=instance)
+        allocation = live.get(workload__instance=instance)
         assert allocation.node_id == instance.node_id
         assert set(allocation.accelerators.values_list("node", flat=True)) == {instance.node_id}
     for instance in running:
-        allocation = live.get(instance=instance)
+        allocation = live.get(workload__instance=instance)
         assert (allocation.vcpu, allocation.ram_gb) == (
             instance.flavor.vcpu,
             instance.flavor.ram_gb,
         )
         assert allocation.accelerators.count() == instance.flavor.accelerator_count
     for instance in stranded:  # a failed grow keeps the larger reservation until released
-        assert live.get(instance=instance).accelerators.count() >= instance.flavor.accelerator_count
+        assert (
+            live.get(workload__instance=instance).accelerators.count()
+            >= instance.flavor.accelerator_count
+        )
 
     # The quota in use is exactly what the running hosts hold.
     expected = Usage()

@@ -183,7 +183,7 @@ def test_a_hosts_figures_are_its_cards_readings_and_the_parks_line_agrees(world,
     assert outcome["recorded"] == 1
     node = Node.objects.get(pk=instance.node_id)
     held = set(
-        instance.allocations.get(released_at__isnull=True).accelerators.values_list(
+        instance.workload.allocations.get(released_at__isnull=True).accelerators.values_list(
             "index", flat=True
         )
     )

@@ -25,7 +25,7 @@ def reload(instance) -> Instance:
 def devices(instance) -> list[int]:
     return list(
         Accelerator.objects.filter(
-            allocation__instance=instance, allocation__released_at__isnull=True
+            allocation__workload__instance=instance, allocation__released_at__isnull=True
         )
         .order_by("index")
         .values_list("index", flat=True)
@@ -33,11 +33,11 @@ def devices(instance) -> list[int]:
 
 
 def live_allocation(instance) -> Allocation:
-    return Allocation.objects.get(instance=instance, released_at__isnull=True)
+    return Allocation.objects.get(workload__instance=instance, released_at__isnull=True)
 
 
 def live_allocation_or_none(instance) -> Allocation | None:
-    return Allocation.objects.filter(instance=instance, released_at__isnull=True).first()
+    return Allocation.objects.filter(workload__instance=instance, released_at__isnull=True).first()
 
 
 def actions_for(obj):

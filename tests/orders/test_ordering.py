@@ -96,7 +96,7 @@ def test_submit_create_provisions_a_running_host(world, order_hosts, owner):
     assert instance.pool == world.pool
     assert instance.node in world.nodes
 
-    allocation = Allocation.objects.get(instance=instance)
+    allocation = Allocation.objects.get(workload__instance=instance)
     assert allocation.released_at is None
     assert allocation.node == instance.node
     assert (allocation.vcpu, allocation.ram_gb) == (64, 512)
@@ -105,7 +105,7 @@ def test_submit_create_provisions_a_running_host(world, order_hosts, owner):
     assert set(devices.values_list("node", flat=True)) == {instance.node_id}
     assert world.free_accelerators() == 12
 
-    placement = Placement.objects.get(order=order)
+    placement = Placement.objects.get(workload__instance__orders=order)
     assert placement.chosen_node == instance.node
     assert placement.chosen_pool == world.pool
     assert placement.weights["policy"] == "best-fit"
@@ -147,7 +147,7 @@ def test_accelerators_are_taken_when_the_order_is_submitted(world, order_hosts):
     assert instance.state == InstanceState.PROVISIONING
     assert instance.backend_handle == ""
     assert instance.access == {}
-    assert Accelerator.objects.filter(allocation__instance=instance).count() == 2
+    assert Accelerator.objects.filter(allocation__workload__instance=instance).count() == 2
     assert world.free_accelerators() == 14
     assert organization_usage(world.organization) == holding(world, 2)
 
@@ -318,7 +318,7 @@ def test_the_scheduler_scores_every_region_and_says_so_truly(world, east, order_
     """Letting the scheduler choose, a host is placed over every region with the tenant's
     preference, and the decision keeps (and its explanation rests on) every candidate."""
     (cheap,) = order_hosts(1, region=None, preference="cheap", name="cheap")
-    placement = Placement.objects.get(order=cheap)
+    placement = Placement.objects.get(workload__instance__orders=cheap)
 
     regions = {c["region"] for c in placement.candidates}
     assert len(regions) == 2  # both regions were candidates, not one pinned in advance
@@ -390,7 +390,7 @@ def test_a_host_stays_in_the_region_it_was_quoted_in_when_its_best_node_fills_up
 
     instance = Instance.objects.get(pk=order.instance_id)
     assert (instance.node.hostname, instance.region) == ("twin-2", twin)
-    placement = Placement.objects.get(order=order)
+    placement = Placement.objects.get(workload__instance__orders=order)
     rejected = {c["node"]: c["rejected"] for c in placement.rejected_candidates()}
     assert rejected["twin-1"] == "taken"
     assert rejected[world.nodes[0].hostname] == "other_region"
@@ -795,8 +795,8 @@ def test_the_parks_operator_approves_and_the_host_is_provisioned(
     assert approved.decided_at is not None
     instance = Instance.objects.get(pk=waiting.instance_id)
     assert instance.state == InstanceState.RUNNING
-    assert Accelerator.objects.filter(allocation__instance=instance).count() == 2
-    assert Placement.objects.filter(order=waiting).count() == 1
+    assert Accelerator.objects.filter(allocation__workload__instance=instance).count() == 2
+    assert Placement.objects.filter(workload__instance__orders=waiting).count() == 1
     assert world.free_accelerators() == 14
     assert organization_usage(world.organization) == holding(world, 2)
     assert AuditEvent.objects.get(action="order.approved").actor == operator
@@ -824,7 +824,7 @@ def test_approval_when_capacity_is_gone_fails_the_order_and_gives_quota_back(
     instance = Instance.objects.get(pk=waiting.instance_id)
     assert instance.state == InstanceState.RELEASED
     assert instance.released_at is not None
-    assert not Allocation.objects.filter(instance=instance).exists()
+    assert not Allocation.objects.filter(workload__instance=instance).exists()
     assert organization_usage(world.organization) == Usage()
     assert actions_for(waiting)[-2:] == ["order.approved", "order.failed"]
 
@@ -1081,4 +1081,4 @@ def test_the_tenants_preference_reaches_the_scheduler(world, owner):
     [order] = submit_create(organization=world.organization, actor=owner, request=request)
 
     assert order.parameters["preference"] == "green"
-    assert order.placements.get().weights["preference"] == "green"
+    assert Placement.objects.get(workload=order.instance.workload).weights["preference"] == "green"

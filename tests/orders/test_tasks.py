@@ -94,7 +94,9 @@ def state_of(instance) -> str:
 
 
 def assert_gave_everything_back(world, instance):
-    assert not Allocation.objects.filter(instance=instance, released_at__isnull=True).exists()
+    assert not Allocation.objects.filter(
+        workload__instance=instance, released_at__isnull=True
+    ).exists()
     assert world.free_accelerators() == world.total_accelerators()
     assert organization_usage(world.organization) == Usage()
 
@@ -281,7 +283,7 @@ def test_a_release_past_the_deadline_leaves_the_host_in_error_holding_its_cards(
     host = Instance.objects.get(pk=running.pk)
     assert (host.state, host.error_message) == (InstanceState.ERROR, message)
     # The backend may still run it: its cards stay taken until a release is confirmed.
-    assert Accelerator.objects.filter(allocation__instance=running).count() == 2
+    assert Accelerator.objects.filter(allocation__workload__instance=running).count() == 2
     assert organization_usage(world.organization) == Usage()
 
 

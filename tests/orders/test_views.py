@@ -492,7 +492,7 @@ def test_submitting_creates_the_instance_and_redirects_to_it(tenant, submit, dem
     assert instance.state == "running"
     order = instance.orders.get()
     assert (order.kind, order.state) == (OrderKind.CREATE, OrderState.DONE)
-    assert Accelerator.objects.filter(allocation__instance=instance).count() == 1
+    assert Accelerator.objects.filter(allocation__workload__instance=instance).count() == 1
 
     page = tenant.get(response["Location"])
     assert messages_of(page, "success") and not messages_of(page, "error")
@@ -795,7 +795,7 @@ def test_resize_within_the_family(tenant, running, act, demo_org):
     instance.refresh_from_db()
     assert instance.flavor.code == "h200.2x"
     assert instance.state == "running"
-    assert Accelerator.objects.filter(allocation__instance=instance).count() == 2
+    assert Accelerator.objects.filter(allocation__workload__instance=instance).count() == 2
     html = html_of(response)
     assert "h200.2x · 2 × NVIDIA H200 SXM" in html
     assert "h200.1x → h200.2x" in html  # the order's details
@@ -925,7 +925,7 @@ def test_release(tenant, running, act):
     instance.refresh_from_db()
     assert instance.state == "released"
     assert instance.released_at is not None
-    assert not Accelerator.objects.filter(allocation__instance=instance).exists()
+    assert not Accelerator.objects.filter(allocation__workload__instance=instance).exists()
     html = html_of(response)
     assert state_of(html) == "released"
     assert 'id="ssh-command"' not in html
@@ -1327,7 +1327,7 @@ def test_tenants_may_not_see_the_policy(tenant, demo_park):
 def test_instance_page_shows_uptime_cost_so_far_and_the_locked_price(tenant, running):
     instance = running()
     an_hour_ago = timezone.now() - timedelta(hours=1)
-    Meter.objects.filter(instance=instance).update(started_at=an_hour_ago)
+    Meter.objects.filter(workload__instance=instance).update(started_at=an_hour_ago)
 
     html = html_of(tenant.get(f"/instances/{instance.pk}/"))
 

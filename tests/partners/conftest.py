@@ -16,7 +16,7 @@ from tests.factories import (
     TaskFactory,
     UsageRecordFactory,
 )
-from tests.partners.factories import PartnerFactory
+from tests.partners.factories import PartnerFactory, PartnerPoolFactory
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +85,9 @@ class World:
 
 
 def _pool_with_node(park, partner, name):
-    pool = PoolFactory(backend__park=park, partner=partner, name=name)
+    pool = PoolFactory(backend__park=park, name=name)
+    if partner is not None:
+        PartnerPoolFactory(pool=pool, partner=partner)
     node = NodeFactory(pool=pool, hostname=f"{name}-node")
     for index in range(4):
         AcceleratorFactory(node=node, index=index)

@@ -6,7 +6,7 @@ from decimal import Decimal
 import factory
 from django.utils import timezone
 
-from apps.partners.models import Partner, PoolTerms, Settlement, SettlementState
+from apps.partners.models import Partner, PartnerPool, PoolTerms, Settlement, SettlementState
 from tests.factories import Factory, OrganizationFactory, PoolFactory
 
 
@@ -20,17 +20,25 @@ class PartnerFactory(Factory):
     revenue_share_pct = Decimal("70.00")
 
 
+class PartnerPoolFactory(Factory):
+    """A pool of the partner's park that the partner owns."""
+
+    class Meta:
+        model = PartnerPool
+
+    partner = factory.SubFactory(PartnerFactory)
+    pool = factory.SubFactory(
+        PoolFactory, backend__park=factory.SelfAttribute("...partner.organization.park")
+    )
+
+
 class PoolTermsFactory(Factory):
     """A floor of ¥10.00 per card-hour on a pool of the partner's."""
 
     class Meta:
         model = PoolTerms
 
-    pool = factory.SubFactory(
-        PoolFactory,
-        partner=factory.SubFactory(PartnerFactory),
-        backend__park=factory.SelfAttribute("..partner.organization.park"),
-    )
+    pool = factory.LazyAttribute(lambda o: PartnerPoolFactory().pool)
     floor_price_minor_per_card_hour = 1000
 
 

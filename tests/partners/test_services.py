@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
 from apps.core.models import AuditEvent
 from apps.partners import services
-from apps.partners.models import PoolTerms, Settlement, SettlementState
+from apps.partners.models import PartnerPool, PoolTerms, Settlement, SettlementState
 from tests.factories import (
     FlavorFactory,
     OrganizationFactory,
@@ -18,7 +18,7 @@ from tests.factories import (
     UserFactory,
 )
 from tests.partners.conftest import last_month, local
-from tests.partners.factories import PartnerFactory, PoolTermsFactory
+from tests.partners.factories import PartnerFactory, PartnerPoolFactory, PoolTermsFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -158,9 +158,9 @@ def test_make_partner_then_change_its_share(park, operator):
 
 def test_assign_a_pool_and_give_it_back_to_the_park(world, operator):
     pool = services.assign_pool(operator=operator, pool=world.own_pool, partner=world.partner)
-    assert pool.partner == world.partner
+    assert PartnerPool.objects.get(pool=pool).partner == world.partner
     pool = services.assign_pool(operator=operator, pool=world.own_pool, partner=None)
-    assert pool.partner is None
+    assert not PartnerPool.objects.filter(pool=pool).exists()
     assert AuditEvent.objects.filter(action="partner.pool_assigned").exists()
     assert AuditEvent.objects.filter(action="partner.pool_unassigned").exists()
 
@@ -226,8 +226,7 @@ def test_the_floor_holds_only_where_the_partners_pool_runs_the_flavor():
     services.check_floor(flavor=other_model, region=pool.region, amount_minor=1)
     services.check_floor(flavor=flavor, region=other_region, amount_minor=1)
     # A pool given back to the park keeps its terms, but the park's own pool has no floor.
-    pool.partner = None
-    pool.save(update_fields=["partner"])
+    PartnerPool.objects.filter(pool=pool).delete()
     services.check_floor(flavor=flavor, region=pool.region, amount_minor=1)
 
 
@@ -238,8 +237,8 @@ def test_of_several_partners_pools_the_highest_floor_holds():
         backend__park=pool.backend.park,
         region=pool.region,
         accelerator_model=pool.accelerator_model,
-        partner=PartnerFactory(organization__park=pool.backend.park),
     )
+    PartnerPoolFactory(pool=second, partner=PartnerFactory(organization__park=pool.backend.park))
     PoolTermsFactory(pool=second, floor_price_minor_per_card_hour=1500)
     flavor = FlavorFactory(
         family__park=pool.backend.park,

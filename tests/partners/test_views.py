@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from apps.core.models import AuditEvent
-from apps.partners.models import Partner, PoolTerms, Settlement, SettlementState
+from apps.partners.models import Partner, PartnerPool, PoolTerms, Settlement, SettlementState
 from tests.factories import OrganizationFactory, ParkFactory, ParkOperatorFactory, UserFactory
 from tests.partners.conftest import last_month, local
 from tests.partners.factories import SettlementFactory
@@ -140,7 +140,7 @@ def test_the_parks_operator_runs_partners_from_their_page(client, world, operato
     )
     assert response.status_code == 302
     world.own_pool.refresh_from_db()
-    assert world.own_pool.partner == partner
+    assert PartnerPool.objects.get(pool=world.own_pool).partner == partner
 
     month = last_month()
     world.usage(pool=world.own_pool, at=local(month, 3), amount_minor=10_000)

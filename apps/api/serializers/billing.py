@@ -18,7 +18,15 @@ class WalletSerializer(serializers.Serializer):
     hourly_minor = serializers.IntegerField(help_text="What runs now costs per hour.")
 
 
-class UsageRecordSerializer(serializers.ModelSerializer):
+class HostOrTaskIds(serializers.Serializer):
+    """The host's or the task's id a record is of, read from its workload (the view annotates
+    them: `subject_ids`)."""
+
+    instance = serializers.IntegerField(read_only=True, allow_null=True, help_text="The host's id.")
+    task = serializers.IntegerField(read_only=True, allow_null=True, help_text="The task's id.")
+
+
+class UsageRecordSerializer(HostOrTaskIds, serializers.ModelSerializer):
     hourly_minor = serializers.DecimalField(max_digits=20, decimal_places=6)
 
     class Meta:
@@ -40,7 +48,7 @@ class UsageRecordSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class InvoiceLineSerializer(serializers.ModelSerializer):
+class InvoiceLineSerializer(HostOrTaskIds, serializers.ModelSerializer):
     class Meta:
         model = InvoiceLine
         fields = [

@@ -133,5 +133,5 @@ class TaskSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_placement(self, task) -> str | None:
-        placements = sorted(task.placements.all(), key=lambda p: (p.created_at, p.pk))
+        placements = sorted(task.workload.placements.all(), key=lambda p: (p.created_at, p.pk))
         return placements[-1].describe() if placements else None

@@ -5,6 +5,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.api.base import LoamAPIMixin
+from apps.api.filters import FilterSet, IdFilter
 from apps.api.permissions import current_organization
 from apps.api.serializers.billing import (
     InvoiceSerializer,
@@ -41,25 +42,27 @@ class WalletView(LoamAPIMixin, APIView):
         return Response(WalletSerializer(data).data)
 
 
+class UsageRecordFilter(FilterSet):
+    instance = IdFilter(field_name="workload__instance")
+    task = IdFilter(field_name="workload__task")
+
+    class Meta:
+        model = UsageRecord
+        fields = {"kind": ["exact"], "invoice": ["exact"], "started_at": ["gte", "lt"]}
+
+
 class UsageRecordViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
     """What was metered, per second, newest first; filter by kind, instance, task, invoice."""
 
     queryset = UsageRecord.objects.none()
     serializer_class = UsageRecordSerializer
     required_actions = {"list": Action.VIEW_BILLING, "retrieve": Action.VIEW_BILLING}
-    filterset_fields = {
-        "kind": ["exact"],
-        "instance": ["exact"],
-        "task": ["exact"],
-        "invoice": ["exact"],
-        "started_at": ["gte", "lt"],
-    }
+    filterset_class = UsageRecordFilter
     ordering_fields = ["started_at", "amount_minor"]
 
     def get_queryset(self):
-        return for_organization(UsageRecord, current_organization(self.request)).order_by(
-            "-started_at", "-pk"
-        )
+        records = for_organization(UsageRecord, current_organization(self.request))
+        return selectors.with_subject_ids(records).order_by("-started_at", "-pk")
 
 
 class InvoiceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
@@ -72,7 +75,9 @@ class InvoiceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["period_start", "total_minor"]
 
     def get_queryset(self):
-        lines = Prefetch("lines", queryset=InvoiceLine.objects.order_by("pk"))
+        lines = Prefetch(
+            "lines", queryset=selectors.with_subject_ids(InvoiceLine.objects.order_by("pk"))
+        )
         return (
             for_organization(Invoice, current_organization(self.request))
             .prefetch_related(lines)

@@ -77,7 +77,7 @@ def test_a_created_task_is_placed_and_runs(api, task_world, django_capture_on_co
     assert task["state"] == "running"
     assert (task["pool"], task["region"], task["node"]) == ("east-h100", "east", "h1")
     assert task["hourly_minor"] == 4000
-    assert task["placement"] == Placement.objects.get(task_id=task_id).describe()
+    assert task["placement"] == Placement.objects.get(workload__task=task_id).describe()
     assert task["placement"].startswith("Placed on h1 in East")
     assert "started" in task["logs"]
 

@@ -182,12 +182,12 @@ def test_a_task_runs_as_a_slurm_job_and_is_billed_from_accounting(
     assert "CUDA_VISIBLE_DEVICES=" + ",".join(map(str, status["devices"])) in task.logs
 
     # Metering follows Slurm's own start and end (whole seconds), not when Loam looked.
-    [meter] = Meter.objects.filter(task=task)
+    [meter] = Meter.objects.filter(workload__task=task)
     assert (meter.started_at, meter.ended_at) == (task.started_at, task.finished_at)
     assert task.started_at.microsecond == 0 and task.finished_at.microsecond == 0
     meter_organization(organization.pk, until=timezone.now())
     seconds = int((task.finished_at - task.started_at).total_seconds())
-    records = UsageRecord.objects.filter(task=task)
+    records = UsageRecord.objects.filter(workload__task=task)
     assert sum(r.seconds for r in records) == seconds
     assert sum(r.amount_minor for r in records) == seconds * 2  # 2 cards × 1 minor unit / s
 
