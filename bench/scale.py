@@ -199,8 +199,8 @@ class World:
         organizations = self._organizations(copy)
         instances = self._instances(copy, organizations, nodes)
         self.nodes += nodes
-        orders = self._orders_meters_usage(instances)
-        self._placements(instances, orders)
+        self._orders_meters_usage(instances)
+        self._placements(instances)
         self._tasks(copy, organizations)
         self._audit(copy, organizations)
 
@@ -352,6 +352,7 @@ class World:
         nodes; those in a holding state hold an allocation and its accelerators."""
         from apps.orchestration.models import Accelerator, Allocation
         from apps.orders.models import INSTANCE_HOLDING_STATES, Instance
+        from bench.workloads import give_workloads
 
         planned = []
         for n in range(INSTANCES_PER_COPY):
@@ -408,12 +409,13 @@ class World:
                 node.vcpu_free -= flavor.vcpu
                 node.ram_free -= flavor.ram_gb
             planned.append(instance)
+        give_workloads(planned, "host")
         instances = Instance.objects.bulk_create(planned)
         holders = [i for i in instances if i.held]
         allocations = Allocation.objects.bulk_create(
             Allocation(
                 node=i.node,
-                workload__instance=i,
+                workload=i.workload,
                 vcpu=i.flavor.vcpu,
                 ram_gb=i.flavor.ram_gb,
                 created_at=i.created_at,
@@ -435,7 +437,7 @@ class World:
         from apps.orders.models import Order, OrderKind, OrderState
 
         order_state = {"pending": OrderState.AWAITING_APPROVAL, "error": OrderState.FAILED}
-        orders = Order.objects.bulk_create(
+        Order.objects.bulk_create(
             Order(
                 organization=i.organization,
                 kind=OrderKind.CREATE,
@@ -459,7 +461,7 @@ class World:
             meters.append(
                 Meter(
                     organization=i.organization,
-                    instance=i,
+                    workload=i.workload,
                     kind=MeterKind.COMPUTE,
                     quantity=1,
                     hourly_minor=hourly,
@@ -483,7 +485,7 @@ class World:
                             organization=meter.organization,
                             meter=meter,
                             kind=meter.kind,
-                            instance=meter.instance,
+                            workload=meter.workload,
                             started_at=start,
                             ended_at=end,
                             seconds=seconds,
@@ -495,9 +497,8 @@ class World:
                     )
                 start = end
         UsageRecord.objects.bulk_create(records, batch_size=2000)
-        return {order.instance_id: order for order in orders}
 
-    def _placements(self, instances, orders):
+    def _placements(self, instances):
         """The decisions that placed the demo enterprise's hosts, each with every node of the
         model as a candidate (feasible ones scored, the others rejected) as the scheduler keeps
         them."""
@@ -536,7 +537,7 @@ class World:
                 )
             placements.append(
                 Placement(
-                    order=orders[instance.pk],
+                    workload=instance.workload,
                     chosen_pool_id=instance.pool_id,
                     chosen_node_id=instance.node_id,
                     weights={
@@ -556,6 +557,7 @@ class World:
 
     def _tasks(self, copy, organizations):
         from apps.orchestration.models import Task
+        from bench.workloads import give_workloads
 
         owners = [self.tenant] * TENANT_TASKS_PER_COPY + organizations
         pools = self.pools_of_copy[copy % REGION_COPIES]
@@ -583,6 +585,7 @@ class World:
                     ),
                 )
             )
+        give_workloads(tasks, "task")
         Task.objects.bulk_create(tasks)
 
     def _audit(self, copy, organizations):

@@ -103,8 +103,8 @@ def place_host(organization, sold):
 
     def place_one():
         instance = InstanceFactory(organization=organization, flavor=flavor)
-        order = OrderFactory(organization=organization, instance=instance)
-        place(instance=instance, shape=shape_of(flavor), order=order)
+        OrderFactory(organization=organization, instance=instance)
+        place(instance=instance, shape=shape_of(flavor))
         return instance
 
     return place_one

@@ -242,14 +242,14 @@ def test_a_host_whose_shortlist_filled_up_goes_to_a_node_left_out(task_world, mo
     monkeypatch.setattr(services, "_allocate_on", first_five_taken)
     flavor = flavor_of(task_world)
     instance = InstanceFactory(organization=task_world.organization, flavor=flavor)
-    order = OrderFactory(organization=task_world.organization, instance=instance)
+    OrderFactory(organization=task_world.organization, instance=instance)
     shape = Shape(accelerator_model_id=task_world.h100.pk, accelerators=1, vcpu=1, ram_gb=1)
 
     with transaction.atomic():
-        allocation = services.place(instance=instance, shape=shape, order=order)
+        allocation = services.place(instance=instance, shape=shape)
 
     assert len(set(tried)) == 6 and allocation.node.hostname == tried[-1]
-    placement = Placement.objects.get(order=order)
+    placement = Placement.objects.get(workload=instance.workload)
     assert placement.weights["considered"]["rejected"] == {"taken": 5}
     assert placement.weights["considered"]["fitted"] == 13 - 5
     assert placement.chosen_candidate()["node"] == allocation.node.hostname

@@ -42,7 +42,7 @@ def host(pool, *, idle_for=None, util=0.5, cards=1, held_for=600, read_ago=0, no
         "accelerators": readings,
     }
     node.save(update_fields=["telemetry"])
-    return allocation.instance
+    return allocation.workload.instance
 
 
 def found(pool, **kwargs):
