@@ -36,7 +36,7 @@ from apps.core.audit import audit_identity, record_event
 from apps.core.bulk import update_rows
 from apps.core.models import AuditEvent
 from apps.core.money import format_money
-from apps.core.transactions import in_transaction, lock, lock_all, on_commit_task
+from apps.core.transactions import in_transaction, lock, on_commit_task
 from apps.core.transitions import check_transition, transition
 from apps.orchestration import adapter, selectors
 from apps.orchestration.backends.base import TASK_PENDING, Capability
@@ -56,10 +56,10 @@ from apps.orchestration.models import (
 )
 from apps.orchestration.rooms import NodeRoom
 from apps.orchestration.scheduler import PRESETS, filters, schedule_queue
-from apps.quotas.selectors import QuotaBook, usage_held_besides
-from apps.quotas.services import QuotaExceeded, Usage
+from apps.quotas.selectors import usage_held_besides
+from apps.quotas.services import QuotaExceeded, Usage, lock_quota_scope
 from apps.tenants.access import SystemActor, authorize, require_operator
-from apps.tenants.models import Organization, Park
+from apps.tenants.models import Organization
 from apps.tenants.roles import Action
 from apps.workloads.models import Workload, WorkloadKind
 
@@ -645,22 +645,20 @@ def task_quota_usage(organizations) -> Usage:
 
 
 class PassQuota:
-    """The quota of the organizations a pass places tasks for, checked as
-    `quotas.services.reserve` checks each task (what it adds to the tasks its organization
-    holds, against its organization's and its park's limits, with reserve's messages), but
-    counted once: the limits and what is held are read when the pass starts, and what each
-    task it places holds is added in memory.
+    """The quota of the organizations a pass places tasks for, checked by reserve's checker
+    (`quotas.services.QuotaChecker`: what each task adds to the tasks its organization holds,
+    against its organization's and its park's limits, with reserve's messages), but counted
+    once: the limits and what is held are read when the pass starts, and what each task it
+    places holds is added in memory.
 
-    Reserve's locks are taken first, in its order: the organizations (by id), then the park
-    where it has limits; they are held until the pass commits its tasks.
+    Reserve's locks are taken first, in its order (`quotas.services.lock_quota_scope`): the
+    organizations (by id), then the park where it has limits; they are held until the pass
+    commits its tasks.
     """
 
     def __init__(self, park, organizations):
         ids = sorted(organization.pk for organization in organizations)
-        lock_all(Organization, ids)
-        self.book = QuotaBook(park, ids)
-        if self.book.park_limited:
-            lock(Park, park.pk)
+        self.checker = lock_quota_scope(park_id=park.pk, organization_ids=ids)
         self.tasks = {pk: HeldByTasks() for pk in ids}
         self.park_tasks = HeldByTasks()
         for organization_id, what in _held_by_tasks(Organization.objects.filter(park=park)):
@@ -671,11 +669,11 @@ class PassQuota:
         self.others = {
             pk: usage_held_besides(Organization.objects.filter(pk=pk), task_quota_usage)
             for pk in ids
-            if self.book.limited(pk)
+            if self.checker.limited(pk)
         }
         self.park_others = (
             usage_held_besides(Organization.objects.filter(park=park), task_quota_usage)
-            if self.book.park_limited
+            if self.checker.park_limited
             else Usage()
         )
 
@@ -683,12 +681,12 @@ class PassQuota:
         """QuotaExceeded if `task` on `model`'s cards passes a limit."""
         pk = task.organization_id
         held = self.tasks[pk]
-        self.book.check(
+        self.checker.check(
             task.organization,
             held.growth(task, model),
             held=self.others[pk] + held.usage() if pk in self.others else Usage(),
             park_held=(
-                self.park_others + self.park_tasks.usage() if self.book.park_limited else Usage()
+                self.park_others + self.park_tasks.usage() if self.checker.park_limited else Usage()
             ),
         )
 

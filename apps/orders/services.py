@@ -613,7 +613,8 @@ def lock_host(instance_id: int, *, related=()) -> Instance:
         Order,
         instance.orders.exclude(state__in=ORDER_TERMINAL_STATES).values_list("pk", flat=True),
     )
-    lock_quota_scope(instance.organization)
+    organization = instance.organization
+    lock_quota_scope(park_id=organization.park_id, organization_ids=[organization.pk])
     billing.lock_money_of(instance)
     return instance
 

@@ -1,17 +1,12 @@
 from dataclasses import dataclass
 
-from django.db import transaction
-from django.db.models import Q
 from django.utils.translation import gettext as _
 
 from apps.core.money import format_money
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.quotas.services import (
     QUOTA_HOLDERS,
-    QuotaExceeded,
     Usage,
-    _quota_message,
-    check_spend,
     committed_spend,
     organization_usage,
     park_usage,
@@ -123,72 +118,3 @@ def usage_held_besides(organizations, holder) -> Usage:
         if count is not holder:
             total += count(organizations)
     return total
-
-
-class QuotaBook:
-    """`quotas.services.reserve`'s checks for many demands in a row (a scheduling pass), with
-    what reserve reads for each demand read once: the limits of the park and of its
-    `organization_ids` (one query) and, per monthly spend limit, the month's spend (no demand
-    checked here adds to it). What is held is the caller's to give with each demand: it counts
-    it once and keeps it up to date as the demands it took are placed.
-
-    The caller holds the locks reserve takes, in its order, for as long as the rows that hold
-    what it took are not committed: the organizations, then the park where it has limits
-    (`park_limited`).
-    """
-
-    def __init__(self, park, organization_ids):
-        if not transaction.get_connection().in_atomic_block:
-            raise RuntimeError(
-                "a QuotaBook must be read inside the transaction that holds its locks"
-            )
-        self.park = park
-        self._organization_limits: dict[int, list[QuotaLimit]] = {}
-        self._park_limits: list[QuotaLimit] = []
-        rows = (
-            QuotaLimit.objects.filter(park=park)
-            .filter(Q(organization_id__in=list(organization_ids)) | Q(organization__isnull=True))
-            .select_related("accelerator_model")
-            .order_by("pk")
-        )
-        for limit in rows:
-            if limit.organization_id is None:
-                self._park_limits.append(limit)
-            else:
-                self._organization_limits.setdefault(limit.organization_id, []).append(limit)
-        self._spent: dict[int, int] = {}
-
-    @property
-    def park_limited(self) -> bool:
-        return bool(self._park_limits)
-
-    def limited(self, organization_id) -> bool:
-        return bool(self._organization_limits.get(organization_id))
-
-    def check(self, organization, demand: Usage, *, held: Usage, park_held: Usage) -> None:
-        """Raise QuotaExceeded, with reserve's message, if `demand` on top of what the
-        organization holds (`held`) or the park holds (`park_held`) passes a limit; `held` is
-        read only when the organization has limits, `park_held` when the park has."""
-        checks = [(limit, held) for limit in self._organization_limits.get(organization.pk, ())]
-        checks += [(limit, park_held) for limit in self._park_limits]
-        for limit, usage in checks:
-            if limit.resource == QuotaResource.MONTHLY_SPEND:
-                self._check_spend(organization, limit, demand)
-                continue
-            wanted = demand.amount(limit)
-            if not wanted or wanted <= 0:
-                continue
-            used = usage.amount(limit)
-            if used + wanted > limit.limit:
-                raise QuotaExceeded(_quota_message(limit, used, wanted))
-
-    def _check_spend(self, organization, limit: QuotaLimit, demand: Usage) -> None:
-        if limit.pk not in self._spent:
-            self._spent[limit.pk] = committed_spend(spend_scope(limit))
-        check_spend(
-            organization,
-            limit,
-            demand.spend_minor(),
-            asks=demand.asks_anything(),
-            used=self._spent[limit.pk],
-        )

@@ -5,6 +5,7 @@ state with their open resizes, placed and running training tasks), so a reservat
 such a row: created on submit, given back when it is released, fails or ends. `reserve` checks
 a demand against every limit while holding the organization's (and, where it has limits, the
 park's) row lock, so two concurrent orders are counted one after the other and never both pass.
+Its rules are one `QuotaChecker`'s, which quotes, the catalog and the scheduling pass use too.
 
 The monthly spend limit is the exception: spend is not held by rows but accrues. What counts
 against it is what is committed this month (`COMMITTED_SPEND`, provided by billing): what was
@@ -33,7 +34,7 @@ from apps.core.errors import DomainError
 from apps.core.extensions import ExtensionPoint
 from apps.core.money import format_money
 from apps.core.numbers import figure
-from apps.core.transactions import lock
+from apps.core.transactions import lock, lock_all
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.tenants.access import require_operator
 from apps.tenants.models import Organization, Park
@@ -217,27 +218,19 @@ def park_usage(park: Park) -> Usage:
     return usage_held(Organization.objects.filter(park=park))
 
 
-def _limits(organization: Organization) -> tuple[list, list]:
-    """(the organization's own limits, the park's limits), read in one query."""
-    limits = QuotaLimit.objects.filter(park=organization.park_id).filter(
-        Q(organization=organization) | Q(organization__isnull=True)
-    )
-    own, park = [], []
-    # Their accelerator models are read only to word a refusal.
-    for limit in limits:
-        (own if limit.organization_id else park).append(limit)
-    return own, park
-
-
-def lock_quota_scope(organization: Organization) -> tuple[list, list]:
-    """The locks `reserve` takes, in its order: the organization, then its park where the park
-    has limits. A use case that locks the wallet too takes these first (as an order does).
-    Returns (the organization's own limits, the park's)."""
-    lock(Organization, organization.pk)
-    org_limits, park_limits = _limits(organization)
-    if park_limits:
-        lock(Park, organization.park_id)
-    return org_limits, park_limits
+def lock_quota_scope(*, park_id: int, organization_ids: list[int]) -> "QuotaChecker":
+    """The locks `reserve` takes, in its order: the organizations (by id), then their park where
+    the park has limits. A use case that locks the wallet too takes these first (as an order
+    does). Returns the checker of their limits, read between the two."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError(
+            "the quota's locks must be taken inside the transaction that holds the demand"
+        )
+    lock_all(Organization, organization_ids)
+    checker = QuotaChecker(park_id=park_id, organization_ids=organization_ids)
+    if checker.park_limited:
+        lock(Park, park_id)
+    return checker
 
 
 def reserve(*, organization: Organization, demand: Usage) -> None:
@@ -248,11 +241,9 @@ def reserve(*, organization: Organization, demand: Usage) -> None:
     held is counted once per scope (the organization's usage for all of its limits, the park's
     for all of the park's), after the lock of that scope is taken.
     """
-    if not transaction.get_connection().in_atomic_block:
-        raise RuntimeError("reserve() must run inside the transaction that holds the demand")
-    _refuse_over_limits(
-        organization, demand, _Standing(organization, *lock_quota_scope(organization))
-    )
+    checker = lock_quota_scope(park_id=organization.park_id, organization_ids=[organization.pk])
+    held, park_held = checker.count_held(organization)
+    checker.check(organization, demand, held=held, park_held=park_held)
 
 
 def quota_refusal(*, organization: Organization, demand: Usage) -> str | None:
@@ -265,11 +256,12 @@ def quota_refusals(*, organization: Organization, demands: Mapping) -> dict:
     """`quota_refusal` for each of `demands` ({key: Usage}): {key: refusal} for those that
     would not fit. What the quotas stand at is read once for all of them (the catalog asks
     for each of its cards)."""
-    standing = _Standing(organization, *_limits(organization))
+    checker = QuotaChecker(park_id=organization.park_id, organization_ids=[organization.pk])
+    held, park_held = checker.count_held(organization)
     refusals = {}
     for key, demand in demands.items():
         try:
-            _refuse_over_limits(organization, demand, standing)
+            checker.check(organization, demand, held=held, park_held=park_held)
         except QuotaExceeded as refusal:
             refusals[key] = refusal.message
     return refusals
@@ -291,47 +283,93 @@ def flavor_refusals(organization: Organization, offers: list) -> dict[int, str]:
     return quota_refusals(organization=organization, demands=demands)
 
 
-class _Standing:
-    """An organization's limits with what each counts against: the organization's or its
-    park's holdings (each read once), and a spend limit's committed spend (read when first
-    asked)."""
+class QuotaChecker:
+    """The quota's rules, in one place: the limits of a park and of some of its organizations,
+    read once (one query), against which demand after demand is checked. `reserve` checks one
+    demand under the quota's locks (`lock_quota_scope`), `quota_refusals` several without them
+    (a quote, the catalog's cards), a scheduling pass each task it places, under the locks it
+    holds for the whole pass.
 
-    def __init__(self, organization: Organization, org_limits: list, park_limits: list):
-        self.checks = []
-        if org_limits:
-            held = organization_usage(organization)
-            self.checks += [(limit, held) for limit in org_limits]
-        if park_limits:
-            held = park_usage(organization.park)
-            self.checks += [(limit, held) for limit in park_limits]
-        self._spent = {}
+    What is held is the caller's to give with each demand: `count_held` counts it as reserve
+    does; a pass counts it once and keeps it up to date as it places tasks. Per monthly spend
+    limit, the month's committed spend is read once, when a demand first meets it: no demand
+    checked with one checker adds to it (reserve checks one, a quote's are alternatives, a
+    pass's tasks ask for no first hour).
+    """
 
-    def spent(self, limit: QuotaLimit) -> int:
+    def __init__(self, *, park_id: int, organization_ids: list[int]):
+        self._organization_limits: dict[int, list[QuotaLimit]] = {}
+        self._park_limits: list[QuotaLimit] = []
+        rows = (
+            QuotaLimit.objects.filter(park=park_id)
+            .filter(Q(organization_id__in=list(organization_ids)) | Q(organization__isnull=True))
+            .select_related("accelerator_model")  # to word a refusal
+            .order_by("pk")
+        )
+        for limit in rows:
+            if limit.organization_id is None:
+                self._park_limits.append(limit)
+            else:
+                self._organization_limits.setdefault(limit.organization_id, []).append(limit)
+        self._spent: dict[int, int] = {}
+
+    @property
+    def park_limited(self) -> bool:
+        return bool(self._park_limits)
+
+    def limited(self, organization_id: int) -> bool:
+        return bool(self._organization_limits.get(organization_id))
+
+    def count_held(self, organization: Organization) -> tuple[Usage, Usage]:
+        """(what the organization holds, what its park holds), each counted once from every
+        holder, and only where it has limits (else nothing)."""
+        held = organization_usage(organization) if self.limited(organization.pk) else Usage()
+        park_held = park_usage(organization.park) if self.park_limited else Usage()
+        return held, park_held
+
+    def check(
+        self, organization: Organization, demand: Usage, *, held: Usage, park_held: Usage
+    ) -> None:
+        """Raise QuotaExceeded if `demand`, on top of what the organization holds (`held`) or
+        its park holds (`park_held`), passes one of the organization's limits or the park's:
+        the first it passes, the organization's before the park's."""
+        checks = [(limit, held) for limit in self._organization_limits.get(organization.pk, ())]
+        checks += [(limit, park_held) for limit in self._park_limits]
+        spend_wanted = None
+        for limit, usage in checks:
+            if limit.resource == QuotaResource.MONTHLY_SPEND:
+                if spend_wanted is None:
+                    spend_wanted = demand.spend_minor()
+                self._check_spend(organization, limit, spend_wanted, asks=demand.asks_anything())
+                continue
+            wanted = demand.amount(limit)
+            if not wanted or wanted <= 0:
+                continue
+            used = usage.amount(limit)
+            if used + wanted > limit.limit:
+                raise QuotaExceeded(_quota_message(limit, used, wanted))
+
+    def _check_spend(
+        self, organization: Organization, limit: QuotaLimit, wanted: int, *, asks: bool
+    ) -> None:
+        """The month's committed spend plus the demand's first hour (`wanted`) must stay within
+        the limit; once the committed spend has reached it, nothing new is accepted (even what
+        costs nothing an hour)."""
         if limit.pk not in self._spent:
             self._spent[limit.pk] = committed_spend(spend_scope(limit))
-        return self._spent[limit.pk]
-
-
-def _refuse_over_limits(organization: Organization, demand: Usage, standing: _Standing) -> None:
-    spend_wanted = None
-    for limit, held in standing.checks:
-        if limit.resource == QuotaResource.MONTHLY_SPEND:
-            if spend_wanted is None:
-                spend_wanted = demand.spend_minor()
-            check_spend(
-                organization,
-                limit,
-                spend_wanted,
-                asks=demand.asks_anything(),
-                used=standing.spent(limit),
+        used = self._spent[limit.pk]
+        if wanted <= 0 and not asks:
+            return
+        if used >= limit.limit or used + wanted > limit.limit:
+            currency = organization.park.currency
+            raise QuotaExceeded(
+                _quota_message(
+                    limit,
+                    format_money(used, currency),
+                    format_money(wanted, currency),
+                    shown_limit=format_money(limit.limit, currency),
+                )
             )
-            continue
-        wanted = demand.amount(limit)
-        if not wanted or wanted <= 0:
-            continue
-        used = held.amount(limit)
-        if used + wanted > limit.limit:
-            raise QuotaExceeded(_quota_message(limit, used, wanted))
 
 
 def spend_scope(limit: QuotaLimit):
@@ -339,26 +377,6 @@ def spend_scope(limit: QuotaLimit):
     if limit.organization_id:
         return Organization.objects.filter(pk=limit.organization_id)
     return Organization.objects.filter(park_id=limit.park_id)
-
-
-def check_spend(
-    organization: Organization, limit: QuotaLimit, wanted: int, *, asks: bool, used: int
-) -> None:
-    """The month's committed spend (`used`) plus the demand's first hour (`wanted`) must stay
-    within the limit; once the committed spend has reached it, nothing new is accepted (even
-    what costs nothing an hour)."""
-    if wanted <= 0 and not asks:
-        return
-    if used >= limit.limit or used + wanted > limit.limit:
-        currency = organization.park.currency
-        raise QuotaExceeded(
-            _quota_message(
-                limit,
-                format_money(used, currency),
-                format_money(wanted, currency),
-                shown_limit=format_money(limit.limit, currency),
-            )
-        )
 
 
 def _quota_message(limit: QuotaLimit, used, wanted, *, shown_limit=None) -> str:

@@ -4,7 +4,7 @@ refused task by task: organization and park-wide limits, shares summed to whole 
 monthly spend limit."""
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -12,6 +12,7 @@ from apps.core.models import AuditEvent
 from apps.orchestration.models import Allocation, Placement, Task, TaskState
 from apps.orchestration.scheduling import HeldByTasks
 from apps.quotas.models import QuotaLimit, QuotaResource
+from apps.quotas.services import QuotaExceeded, Usage, reserve
 from apps.workloads.models import Workload, WorkloadKind
 from tests.factories import OrganizationFactory, UsageRecordFactory
 
@@ -149,6 +150,53 @@ def test_a_reached_monthly_spend_limit_refuses_tasks(task_world):
 
     assert result.held_back == {task.pk: "quota"}
     assert "Monthly spend" in Task.objects.get(pk=task.pk).logs
+
+
+@pytest.mark.parametrize("park_wide", [False, True], ids=["organization", "park"])
+def test_a_reached_monthly_spend_limit_refuses_a_task_as_reserve_refuses_an_order(
+    task_world, park_wide
+):
+    """The pass and reserve check with one checker: the same spend, counted over the same
+    organizations (the park's: another organization's spend), refused in the same words."""
+    ours = task_world.organization
+    spender = OrganizationFactory(park=task_world.park, verified=True) if park_wide else ours
+    limit(task_world, QuotaResource.MONTHLY_SPEND, 1000, organization=None if park_wide else ours)
+    UsageRecordFactory(organization=spender, started_at=timezone.now(), amount_minor=1000)
+    with transaction.atomic(), pytest.raises(QuotaExceeded) as refused:
+        reserve(organization=ours, demand=Usage(accelerators=1, vcpu=8))
+    task = task_world.submit()
+
+    result = task_world.schedule()
+
+    assert result.held_back == {task.pk: "quota"}
+    assert refused.value.message in Task.objects.get(pk=task.pk).logs
+    assert refused.value.message == (
+        "The park's capacity limit for Monthly spend (minor units) is reached (¥10.00 in use + "
+        "¥0.00 asked, limit ¥10.00). Try again later or choose another resource."
+        if park_wide
+        else "Over your organization's quota for Monthly spend (minor units): ¥10.00 in use + "
+        "¥0.00 asked exceeds the limit of ¥10.00. Release something or ask the park for more."
+    )
+
+
+def test_a_models_limit_holds_within_a_pass(task_world):
+    limit(
+        task_world,
+        QuotaResource.MODEL_ACCELERATORS,
+        1,
+        organization=task_world.organization,
+        model=task_world.h100,
+    )
+    first, second = task_world.submit(), task_world.submit()
+
+    result = task_world.schedule()
+
+    assert result.placed == [first.pk]
+    assert result.held_back == {second.pk: "quota"}
+    assert (
+        f"Over your organization's quota for {task_world.h100}: 1 in use + 1 asked exceeds the "
+        "limit of 1. Release something or ask the park for more."
+    ) in Task.objects.get(pk=second.pk).logs
 
 
 def test_what_tasks_hold_grows_by_whole_cards_only_when_shares_pass_one():
