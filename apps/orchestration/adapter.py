@@ -123,6 +123,8 @@ class Card:
     id: int
     free: int  # milli-accelerators: 1000 idle, 0 held whole, else 1000 minus its live shares
     held: bool  # an allocation holds it (whole, or for the shares on it)
+    holder: int | None = None  # the id of the allocation that holds it, where one is saved
+    in_service: bool = True  # out of service: nothing free, whoever holds it
 
 
 _CARDS_SQL = """
@@ -160,7 +162,15 @@ def card_states(node_ids) -> dict[int, list[Card]]:
             free = max(0, MILLI - (used.get(card_id) or 0))
         else:
             free = 0
-        by_node[node_id].append(Card(id=card_id, free=free, held=holder is not None))
+        by_node[node_id].append(
+            Card(
+                id=card_id,
+                free=free,
+                held=holder is not None,
+                holder=holder,
+                in_service=not out_of_service,
+            )
+        )
     return by_node
 
 
@@ -301,9 +311,9 @@ def node_views(nodes, *, prices: dict, rooms_of: dict | None = None) -> list[Nod
     caller counted them (`shortlist`). Otherwise what each node has free is read here,
     for every node of their pools in two queries, four with shared cards (`rooms`: a few pool
     ids to filter by, where listing hundreds of node ids cost more than the counting), and set
-    on the node as `selectors.with_free_capacity` annotates it (`free_accelerators`,
-    `vcpu_used`, `ram_used`): one correlated subquery per node and figure, and a row per card,
-    were most of what an order spent choosing among hundreds of nodes."""
+    on the node (`free_accelerators`, `vcpu_used`, `ram_used`): one correlated subquery per
+    node and figure, and a row per card, were most of what an order spent choosing among
+    hundreds of nodes."""
     nodes = list(nodes)
     room_of = rooms({node.pool_id for node in nodes}) if rooms_of is None else rooms_of
     now = timezone.now()

@@ -1,7 +1,9 @@
 """A node's room under its row lock: what placement re-counts once it holds the lock (what was
 free when the candidates were read may have been taken since) and takes in memory, for a host
-or a training task, before it writes the allocation. Hosts (`services.place`) and the queue
-pass (`scheduling`) take cards the same way."""
+or a training task, before it writes the allocation. Every change to what a node holds goes
+through it: a new host (`services.place`), a stopped host starting again on its node
+(`services.allocate_again`), a host resized in place (`services.resize_capacity`) and the
+queue pass (`scheduling`) count and take cards the same way."""
 
 from dataclasses import dataclass
 
@@ -55,15 +57,28 @@ class NodeRoom:
         """Cards nothing holds, in service: what a placement of whole cards may take."""
         return sum(1 for card in self.cards if card.free == MILLI)
 
-    def take(self, allocation: Allocation, milli: int) -> list[int] | None:
+    def held_by(self, allocation: Allocation) -> list[adapter.Card]:
+        """The cards `allocation` (saved) holds, in index order."""
+        return [card for card in self.cards if card.holder == allocation.pk]
+
+    def has_room(self, *, vcpu: int, ram_gb: int) -> bool:
+        """Room for `vcpu` more vCPU and `ram_gb` more GB of memory. What does not grow always
+        fits, even on a node that holds more than it has (registered smaller since)."""
+        return (vcpu <= 0 or vcpu <= self.vcpu_free) and (ram_gb <= 0 or ram_gb <= self.ram_gb_free)
+
+    def take(
+        self, allocation: Allocation, milli: int, *, new_work: bool = True
+    ) -> list[int] | None:
         """Take `milli` milli-accelerators (whole cards, in thousands; less: a share of one
         card) and `allocation`'s vCPU and memory for `allocation` (unsaved, of this node).
         Returns the ids of the cards it becomes the holder of, or None when the node can no
-        longer take it (nothing is taken then)."""
+        longer take it (nothing is taken then). New work is refused by a node that is drained
+        or not healthy; work that lives there already (`new_work=False`: a stopped host
+        starting again, its disks are on the node) is not."""
         node = self.node
-        if node.is_drained or node.health != NodeHealth.HEALTHY:
+        if new_work and (node.is_drained or node.health != NodeHealth.HEALTHY):
             return None
-        if self.vcpu_free < allocation.vcpu or self.ram_gb_free < allocation.ram_gb:
+        if not self.has_room(vcpu=allocation.vcpu, ram_gb=allocation.ram_gb):
             return None
         if 0 < milli < MILLI:
             fitting = [card for card in self.cards if card.free >= milli]
@@ -76,9 +91,8 @@ class NodeRoom:
             card.held = True
             allocation.share_milli, allocation.shared_accelerator_id = milli, card.id
         else:
-            wanted = milli // MILLI
-            idle = [card for card in self.cards if card.free == MILLI][:wanted]
-            if len(idle) < wanted:
+            idle = self._idle(milli // MILLI)
+            if idle is None:
                 return None
             for card in idle:
                 card.free, card.held = 0, True
@@ -87,13 +101,56 @@ class NodeRoom:
         self.ram_gb_free -= allocation.ram_gb
         return holds
 
-    def allocate(self, allocation: Allocation, milli: int) -> bool:
+    def allocate(self, allocation: Allocation, milli: int, *, new_work: bool = True) -> bool:
         """`take`, then write it: `allocation` saved and the cards it took pointed at it. False
         when the node can no longer take it (nothing is written then)."""
-        cards = self.take(allocation, milli)
+        cards = self.take(allocation, milli, new_work=new_work)
         if cards is None:
             return False
         allocation.save()
+        for card in self.cards:
+            if card.id in cards:
+                card.holder = allocation.pk
         Accelerator.objects.filter(pk__in=cards).update(allocation=allocation)
         free_room_changed()
         return True
+
+    def resize(self, allocation: Allocation, *, cards: int, vcpu: int, ram_gb: int) -> bool:
+        """Grow or shrink `allocation` (saved, holding whole cards of this node) in place to
+        `cards` cards, `vcpu` and `ram_gb`, and write it: it takes the node's lowest idle cards
+        and gives back its own highest-indexed ones. False when the room has too little for
+        what grows (nothing is written then). The node's state is not asked: the host lives
+        there."""
+        held = self.held_by(allocation)
+        more_vcpu, more_ram_gb = vcpu - allocation.vcpu, ram_gb - allocation.ram_gb
+        taken = self._idle(cards - len(held))
+        if taken is None or not self.has_room(vcpu=more_vcpu, ram_gb=more_ram_gb):
+            return False
+        given_back = held[cards:]
+        for card in taken:
+            card.free, card.held, card.holder = 0, True, allocation.pk
+        for card in given_back:
+            card.free = MILLI if card.in_service else 0
+            card.held, card.holder = False, None
+        self.vcpu_free -= more_vcpu
+        self.ram_gb_free -= more_ram_gb
+        if taken:
+            Accelerator.objects.filter(pk__in=[card.id for card in taken]).update(
+                allocation=allocation
+            )
+        if given_back:
+            Accelerator.objects.filter(pk__in=[card.id for card in given_back]).update(
+                allocation=None
+            )
+        allocation.vcpu, allocation.ram_gb = vcpu, ram_gb
+        allocation.save(update_fields=["vcpu", "ram_gb"])
+        free_room_changed()
+        return True
+
+    def _idle(self, count: int) -> list[adapter.Card] | None:
+        """The `count` lowest-indexed idle cards (none for a count below one), or None when
+        the node has fewer."""
+        if count <= 0:
+            return []
+        idle = [card for card in self.cards if card.free == MILLI][:count]
+        return idle if len(idle) == count else None

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
-from django.db.models import Count, OuterRef, Prefetch, Q, Subquery, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Count, Prefetch, Q, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -60,24 +59,6 @@ def schedulable_nodes(*, park=None, accelerator_model_id=None, region=None, capa
         is_drained=False,
         **{field: value for field, value in filters.items() if value is not None},
     ).select_related("pool__region", "pool__backend", "pool__accelerator_model")
-
-
-def with_free_capacity(nodes):
-    """Annotate free accelerators and used CPU/memory (subqueries: joins would multiply sums)."""
-    free = (
-        Accelerator.objects.filter(
-            node=OuterRef("pk"), allocation__isnull=True, out_of_service=False
-        )
-        .values("node")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
-    live = Allocation.objects.filter(node=OuterRef("pk"), released_at__isnull=True).values("node")
-    return nodes.annotate(
-        free_accelerators=Coalesce(Subquery(free), 0),
-        vcpu_used=Coalesce(Subquery(live.annotate(n=Sum("vcpu")).values("n")), 0),
-        ram_used=Coalesce(Subquery(live.annotate(n=Sum("ram_gb")).values("n")), 0),
-    )
 
 
 def schedulable_park_pools(park, *, capability=None):

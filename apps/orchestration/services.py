@@ -32,7 +32,7 @@ from apps.orchestration.models import (
 )
 from apps.orchestration.rooms import NodeRoom
 from apps.orchestration.scheduler import MILLI, decide
-from apps.orchestration.selectors import schedulable_park_pools, with_free_capacity
+from apps.orchestration.selectors import schedulable_park_pools
 from apps.orchestration.shortlist import shortlist
 from apps.tenants.access import require_operator
 
@@ -96,14 +96,10 @@ SHORT_RESOURCES = (ACCELERATORS, VCPU, RAM)
 SHORT_OF = {"gpu_count": ACCELERATORS, "gpu_share": ACCELERATORS, "cpu": VCPU, "memory": RAM}
 
 
-def _node_shortfall(node, shape: Shape) -> str | None:
-    """The first resource `node` (with its free capacity annotated) has too little of for
-    `shape`, as a refusal says it ("16 free vCPU and 2 are free"); None when it fits."""
-    free = {
-        ACCELERATORS: node.free_accelerators,
-        VCPU: node.vcpu_total - node.vcpu_used,
-        RAM: node.ram_gb_total - node.ram_used,
-    }
+def _node_shortfall(room: NodeRoom, shape: Shape) -> str | None:
+    """The first resource the node of `room` has too little of for `shape`, as a refusal says
+    it ("16 free vCPU and 2 are free"); None when it fits."""
+    free = {ACCELERATORS: room.idle_cards, VCPU: room.vcpu_free, RAM: room.ram_gb_free}
     needed = {ACCELERATORS: shape.accelerators, VCPU: shape.vcpu, RAM: shape.ram_gb}
     phrases = {
         ACCELERATORS: _("%(count)d free accelerators and %(free)d are free"),
@@ -111,7 +107,7 @@ def _node_shortfall(node, shape: Shape) -> str | None:
         RAM: _("%(count)d GB of free RAM and %(free)d GB are free"),
     }
     for resource in SHORT_RESOURCES:
-        if free[resource] < needed[resource]:
+        if needed[resource] > 0 and free[resource] < needed[resource]:
             return phrases[resource] % {"count": needed[resource], "free": free[resource]}
     return None
 
@@ -416,19 +412,6 @@ def _allocate_on(node, *, instance, shape: Shape) -> tuple[Allocation, NodeRoom]
     return allocation, room
 
 
-def _free_cards(node):
-    """The node's cards new work may take: held by nothing, and in service."""
-    return Accelerator.objects.filter(node=node, allocation__isnull=True, out_of_service=False)
-
-
-def _take_cards(node, allocation: Allocation, count: int) -> None:
-    """Give `allocation` the node's `count` lowest free cards (the node's lock is held)."""
-    if count <= 0:
-        return
-    lowest_free = _free_cards(node).order_by("index").values("pk")[:count]
-    Accelerator.objects.filter(pk__in=lowest_free).update(allocation=allocation)
-
-
 def live_allocation(instance) -> Allocation | None:
     return (
         Allocation.objects.filter(workload_id=instance.workload_id, released_at__isnull=True)
@@ -439,7 +422,8 @@ def live_allocation(instance) -> Allocation | None:
 
 def allocate_again(instance, shape: Shape) -> Allocation:
     """A stopped host starting: cards, CPU and memory of `shape` again, on its own node (its
-    disks are there), under the node's lock. A host stopped while stopping still kept its cards
+    disks are there; drained or degraded, it still takes its own host back), counted and taken
+    by the node's room under its lock. A host stopped while stopping still kept its cards
     keeps the allocation it has. Raises NoCapacity when its server cannot answer or has no room
     now (what it gave back at the stop may have gone to other work meanwhile)."""
     allocation = live_allocation(instance)
@@ -447,8 +431,8 @@ def allocate_again(instance, shape: Shape) -> Allocation:
         return allocation
     if instance.node_id is None:
         raise NoCapacity(_("%(name)s has no host to start on.") % {"name": instance.name})
-    lock(Node, instance.node_id)
-    node = with_free_capacity(Node.objects.filter(pk=instance.node_id)).get()
+    room = NodeRoom.lock([instance.node_id])[instance.node_id]
+    node = room.node
     if node.health == NodeHealth.DOWN:
         raise NoCapacity(
             _(
@@ -457,21 +441,22 @@ def allocate_again(instance, shape: Shape) -> Allocation:
             )
             % {"node": node.hostname, "name": instance.name}
         )
-    shortfall = _node_shortfall(node, shape)
-    if shortfall:
+    allocation = Allocation(
+        node=node, workload_id=instance.workload_id, vcpu=shape.vcpu, ram_gb=shape.ram_gb
+    )
+    if not room.allocate(allocation, shape.accelerators * MILLI, new_work=False):
         raise NoCapacity(
             _(
                 "%(node)s has no room to start %(name)s now: it needs %(shortfall)s (what it "
                 "gave back when it stopped went to other work). Try again later, or release it "
                 "and create a new host."
             )
-            % {"node": node.hostname, "name": instance.name, "shortfall": shortfall}
+            % {
+                "node": node.hostname,
+                "name": instance.name,
+                "shortfall": _node_shortfall(room, shape),
+            }
         )
-    allocation = Allocation.objects.create(
-        node=node, workload_id=instance.workload_id, vcpu=shape.vcpu, ram_gb=shape.ram_gb
-    )
-    _take_cards(node, allocation, shape.accelerators)
-    free_room_changed()
     return allocation
 
 
@@ -488,22 +473,21 @@ def release_capacity(instance) -> None:
 
 
 def resize_capacity(instance, shape: Shape) -> None:
-    """Grow or shrink the instance's allocation in place (on its node), under the node lock.
-    A stopped host holds nothing: it takes its new shape when it starts (`allocate_again`)."""
+    """Grow or shrink the instance's allocation in place (on its node), counted and taken by
+    the node's room under its lock. A stopped host holds nothing: it takes its new shape when
+    it starts (`allocate_again`)."""
     allocation = live_allocation(instance)
     if allocation is None:
         return
-    lock(Node, allocation.node_id)
-    node = with_free_capacity(Node.objects.filter(pk=allocation.node_id)).get()
-    held = list(Accelerator.objects.filter(allocation=allocation).order_by("index"))
-    extra = Shape(
-        accelerator_model_id=shape.accelerator_model_id,
-        accelerators=max(0, shape.accelerators - len(held)),
-        vcpu=max(0, shape.vcpu - allocation.vcpu),
-        ram_gb=max(0, shape.ram_gb - allocation.ram_gb),
-    )
-    shortfall = _node_shortfall(node, extra)
-    if shortfall:
+    room = NodeRoom.lock([allocation.node_id])[allocation.node_id]
+    held = len(room.held_by(allocation))
+    if not room.resize(allocation, cards=shape.accelerators, vcpu=shape.vcpu, ram_gb=shape.ram_gb):
+        growth = Shape(
+            accelerator_model_id=shape.accelerator_model_id,
+            accelerators=shape.accelerators - held,
+            vcpu=shape.vcpu - allocation.vcpu,
+            ram_gb=shape.ram_gb - allocation.ram_gb,
+        )
         raise NoCapacity(
             _(
                 "The host %(node)s does not have room to grow this instance to %(count)d "
@@ -511,21 +495,13 @@ def resize_capacity(instance, shape: Shape) -> None:
                 "Release capacity, or create a new instance of the larger size."
             )
             % {
-                "node": node.hostname,
+                "node": room.node.hostname,
                 "count": shape.accelerators,
                 "vcpu": shape.vcpu,
                 "ram_gb": shape.ram_gb,
-                "shortfall": shortfall,
+                "shortfall": _node_shortfall(room, growth),
             }
         )
-    if shape.accelerators > len(held):
-        _take_cards(node, allocation, shape.accelerators - len(held))
-    else:
-        surplus = [a.pk for a in held[shape.accelerators :]]
-        Accelerator.objects.filter(pk__in=surplus).update(allocation=None)
-    allocation.vcpu, allocation.ram_gb = shape.vcpu, shape.ram_gb
-    allocation.save(update_fields=["vcpu", "ram_gb"])
-    free_room_changed()
 
 
 def device_indices(instance) -> tuple[int, ...]:

@@ -12,9 +12,9 @@ from django.utils import timezone
 from apps.catalog.models import ResourceType
 from apps.orchestration import adapter
 from apps.orchestration.models import Accelerator, Allocation, Node, SchedulingPolicy, TaskState
+from apps.orchestration.rooms import NodeRoom
 from apps.orchestration.scheduler import Weights
 from apps.orchestration.scheduling import allocate_task
-from apps.orchestration.selectors import with_free_capacity
 from apps.orchestration.services import Shape
 from tests.factories import AllocationFactory, TaskFactory
 from tests.orchestration.test_scheduling import hold_cards
@@ -107,11 +107,11 @@ def test_held_and_shared_cards_and_used_cpu_are_counted(task_world):
     assert view.state.gpu_free == [1000, 1000, 1000, 1000, 1000, 250, 0, 0]
     assert view.state.cpu_milli_free == (128 - 4 - 4) * 1000
     assert view.state.memory_mib_free == (1024 - 32 - 32) * 1024
-    # As with_free_capacity counts them: the shared card is held, not free.
-    annotated = with_free_capacity(Node.objects.filter(pk=node.pk)).get()
-    assert view.node.free_accelerators == annotated.free_accelerators == 5
+    # As the node's room counts them under its lock: the shared card is held, not free.
+    room = NodeRoom.lock([node.pk])[node.pk]
+    assert view.node.free_accelerators == room.idle_cards == 5
     assert (view.node.vcpu_used, view.node.ram_used) == (8, 64)
-    assert (annotated.vcpu_used, annotated.ram_used) == (8, 64)
+    assert (room.vcpu_free, room.ram_gb_free) == (128 - 8, 1024 - 64)
 
 
 def test_a_card_out_of_service_has_nothing_free(task_world):

@@ -1,12 +1,12 @@
 """Placement and held capacity: place() (best fit under balanced weights, what it skips, the
-region filter, NoCapacity),
-release_capacity, resize_capacity, and with_free_capacity's exact sums."""
+region filter, NoCapacity), release_capacity and resize_capacity. What a node's room counts
+under its lock, and what every path takes from it, is tests/orchestration/test_rooms.py's."""
 
 import pytest
 from django.db import transaction
 
 from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth, Placement
-from apps.orchestration.selectors import schedulable_nodes, with_free_capacity
+from apps.orchestration.rooms import NodeRoom
 from apps.orchestration.services import (
     NoCapacity,
     Shape,
@@ -308,8 +308,8 @@ def test_release_capacity_gives_everything_back(grid):
     assert free(node) == 8
     assert live_allocation(instance) is None
     assert device_indices(instance) == ()
-    annotated = with_free_capacity(Node.objects.filter(pk=node.pk)).get()
-    assert (annotated.free_accelerators, annotated.vcpu_used, annotated.ram_used) == (8, 0, 0)
+    room = NodeRoom.lock([node.pk])[node.pk]
+    assert (room.idle_cards, room.vcpu_free, room.ram_gb_free) == (8, 128, 1024)
 
     release_capacity(instance)  # nothing held: a no-op
     assert Allocation.objects.get().released_at == allocation.released_at
@@ -405,63 +405,3 @@ def test_resize_capacity_to_the_last_free_card(grid):
 
     assert free(node) == 0
     assert len(held(allocation)) == 5
-
-
-# --- with_free_capacity ----------------------------------------------------------------------
-
-
-@pytest.mark.django_db
-def test_free_capacity_sums_are_not_multiplied_by_joins(grid):
-    busy = add_node(grid.pool, "busy", accelerators=8, vcpu=256, ram_gb=2048)
-    idle = add_node(grid.pool, "idle", accelerators=4, vcpu=64, ram_gb=512)
-    put(grid, 4, vcpu=48, ram_gb=384)  # an exact fit: fills "idle"
-    busy_allocations = [
-        put(grid, 4, vcpu=40, ram_gb=300),
-        put(grid, 2, vcpu=24, ram_gb=200),
-        put(grid, 1, vcpu=10, ram_gb=100),
-    ]
-    gone = put(grid, 1, vcpu=99, ram_gb=999)
-    release_capacity(gone.workload.instance)
-    AllocationFactory(node=busy, for_task=True, vcpu=7, ram_gb=11)  # a task: no cards
-
-    assert {a.node for a in [*busy_allocations, gone]} == {busy}
-    rows = {n.hostname: n for n in with_free_capacity(Node.objects.all())}
-
-    assert rows["busy"].free_accelerators == 1
-    assert rows["busy"].vcpu_used == 40 + 24 + 10 + 7
-    assert rows["busy"].ram_used == 300 + 200 + 100 + 11
-    assert rows["idle"].free_accelerators == 0
-    assert (rows["idle"].vcpu_used, rows["idle"].ram_used) == (48, 384)
-    assert idle.pk == rows["idle"].pk
-
-
-@pytest.mark.django_db
-def test_free_capacity_of_an_untouched_and_of_a_full_node(grid):
-    add_node(grid.pool, "empty", accelerators=4)
-    full = add_node(grid.pool, "full", accelerators=2)
-    put(grid, 2)
-    Node.objects.create(pool=grid.pool, hostname="cpu-only", vcpu_total=32, ram_gb_total=64)
-
-    rows = {n.hostname: n for n in with_free_capacity(Node.objects.all())}
-
-    assert (rows["empty"].free_accelerators, rows["empty"].vcpu_used, rows["empty"].ram_used) == (
-        4,
-        0,
-        0,
-    )
-    assert rows["full"].free_accelerators == 0
-    assert rows["cpu-only"].free_accelerators == 0
-    assert full.pk == rows["full"].pk
-
-
-@pytest.mark.django_db
-def test_free_capacity_annotates_the_schedulable_nodes_query(grid):
-    add_node(grid.pool, "n1")
-    put(grid, 3, vcpu=30, ram_gb=300)
-
-    (node,) = with_free_capacity(
-        schedulable_nodes(park=grid.park, accelerator_model_id=grid.model.pk)
-    )
-
-    assert (node.free_accelerators, node.vcpu_used, node.ram_used) == (5, 30, 300)
-    assert node.pool.region == grid.center  # select_related is kept
