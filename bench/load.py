@@ -488,11 +488,14 @@ def oversell_check() -> dict:
         .values_list("hostname", flat=True)
     )
     # A card is held by one allocation at most, and each live allocation of a host holds
-    # exactly its flavor's count.
+    # exactly its flavor's count (hosts with none, waiting for approval, hold none: `isnull`
+    # alone would match them through the outer join).
     short = [
         i.pk
-        for i in Instance.objects.filter(allocations__released_at__isnull=True)
-        .annotate(cards=Count("allocations__accelerators"))
+        for i in Instance.objects.filter(
+            workload__allocations__isnull=False, workload__allocations__released_at__isnull=True
+        )
+        .annotate(cards=Count("workload__allocations__accelerators"))
         .select_related("flavor")
         if i.cards != i.flavor.accelerator_count
     ]
