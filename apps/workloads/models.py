@@ -37,9 +37,3 @@ class Workload(models.Model):
     def __str__(self):
         subject = getattr(self, self.kind, None)  # none yet while its owner is being made
         return str(subject) if subject else f"{self.get_kind_display()} #{self.pk}"
-
-    @property
-    def subject(self):
-        """The host or the task that owns it (a reverse one-to-one: one query unless
-        selected with it)."""
-        return self.instance if self.kind == WorkloadKind.HOST else self.task

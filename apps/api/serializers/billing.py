@@ -20,7 +20,7 @@ class WalletSerializer(serializers.Serializer):
 
 class HostOrTaskIds(serializers.Serializer):
     """The host's or the task's id a record is of, read from its workload (the view annotates
-    them: `subject_ids`)."""
+    them: `billing.selectors.with_subject_ids`)."""
 
     instance = serializers.IntegerField(read_only=True, allow_null=True, help_text="The host's id.")
     task = serializers.IntegerField(read_only=True, allow_null=True, help_text="The task's id.")
