@@ -595,8 +595,8 @@ class World:
         AuditEvent.objects.bulk_create(
             (
                 AuditEvent(
-                    park=self.park,
-                    organization=owners[n % len(owners)],
+                    park_id=self.park.pk,
+                    organization_id=owners[n % len(owners)].pk,
                     actor_label=f"owner-{copy:03d}@scale.localhost",
                     action=AUDIT_ACTIONS[n % len(AUDIT_ACTIONS)],
                     object_type="instance",

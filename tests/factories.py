@@ -967,8 +967,11 @@ class AuditEventFactory(Factory):
     class Meta:
         model = AuditEvent
 
-    park = factory.SelfAttribute("organization.park")
-    organization = factory.SubFactory(OrganizationFactory)
+    class Params:
+        organization = factory.SubFactory(OrganizationFactory)
+
+    park_id = factory.SelfAttribute("organization.park_id")
+    organization_id = factory.SelfAttribute("organization.pk")
     actor = factory.SubFactory(UserFactory)
     actor_label = factory.LazyAttribute(lambda o: str(o.actor) if o.actor else "system")
     action = "instance.provisioning"

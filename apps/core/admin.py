@@ -11,10 +11,10 @@ class AuditEventAdmin(admin.ModelAdmin):
         "action",
         "object_type",
         "object_repr",
-        "organization",
+        "organization_id",
         "ip_address",
     ]
-    list_filter = ["action", "park"]
+    list_filter = ["action", "park_id"]
     search_fields = ["actor_label", "object_repr", "action"]
     date_hierarchy = "created_at"
 

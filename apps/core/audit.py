@@ -53,8 +53,8 @@ def record_event(
     )
     user, label = audit_identity(actor)
     event = AuditEvent(
-        park=park,
-        organization=organization,
+        park_id=park.pk if park else None,
+        organization_id=organization.pk if organization else None,
         actor=user,
         actor_label=(actor_label or label)[:120],
         action=action,

@@ -1,6 +1,4 @@
-"""The ground floor's one table: the audit log every app writes through `apps.core.audit`.
-
-Its foreign keys name tenants' models as strings, so the core imports no other app."""
+"""The ground floor's one table: the audit log every app writes through `apps.core.audit`."""
 
 from django.conf import settings
 from django.db import models
@@ -10,22 +8,11 @@ from django.utils.translation import gettext_lazy as _
 class AuditEvent(models.Model):
     """Who did what to which object, from where. Append-only."""
 
-    park = models.ForeignKey(
-        "tenants.Park",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="audit_events",
-        verbose_name=_("park"),
-    )
-    organization = models.ForeignKey(
-        "tenants.Organization",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="audit_events",
-        verbose_name=_("organization"),
-    )
+    # The park and organization an event concerns, by id and not by foreign key: the log is
+    # history, which no deletion may rewrite or block, and the tenants sit a floor above
+    # (docs/architecture.md). What they are named is read from tenants by whoever shows them.
+    park_id = models.BigIntegerField(_("park"), null=True, blank=True)
+    organization_id = models.BigIntegerField(_("organization"), null=True, blank=True)
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.SET_NULL,
@@ -51,8 +38,8 @@ class AuditEvent(models.Model):
         verbose_name_plural = _("audit events")
         ordering = ["-created_at", "-id"]
         indexes = [
-            models.Index(fields=["organization", "-created_at"]),
-            models.Index(fields=["park", "-created_at"]),
+            models.Index(fields=["organization_id", "-created_at"]),
+            models.Index(fields=["park_id", "-created_at"]),
             models.Index(fields=["object_type", "object_id"]),
             models.Index(fields=["action"]),
         ]

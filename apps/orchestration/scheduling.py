@@ -496,8 +496,8 @@ def _write_placements(placed: list[_Placed], *, park) -> None:
         )
         events.append(
             AuditEvent(
-                park=park,
-                organization=task.organization,
+                park_id=park.pk,
+                organization_id=task.organization_id,
                 actor=user,
                 actor_label=label[:120],
                 action=f"task.{TaskState.PLACED}",

@@ -121,7 +121,7 @@ def test_accepting_puts_the_server_on_sale_and_a_tenants_host_lands_on_it(
         (2, region, 2000),
     }
     actions = set(
-        AuditEvent.objects.filter(park=park, actor=agent_world.operator).values_list(
+        AuditEvent.objects.filter(park_id=park.pk, actor=agent_world.operator).values_list(
             "action", flat=True
         )
     )

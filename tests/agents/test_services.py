@@ -68,7 +68,7 @@ def test_a_join_token_is_shown_once_and_kept_as_its_hash(agent_world):
     hours = (stored.expires_at - stored.created_at).total_seconds() / 3600
     assert round(hours) == 24  # the default
     event = AuditEvent.objects.get(action="agent.join_token_issued")
-    assert event.actor == agent_world.operator and event.park == agent_world.park
+    assert event.actor == agent_world.operator and event.park_id == agent_world.park.pk
     assert event.data["pool"] == "agent-pool"
 
 

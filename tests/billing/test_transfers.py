@@ -101,8 +101,8 @@ def as_user(client, user):
 def audited(action: str, organization, actor, target) -> AuditEvent:
     """The one `action` event, said to be `actor`'s on `target` in `organization`."""
     event = AuditEvent.objects.get(action=action)
-    assert (event.organization, event.actor, event.object_id) == (
-        organization,
+    assert (event.organization_id, event.actor, event.object_id) == (
+        organization.pk,
         actor,
         str(target.pk),
     )
@@ -526,7 +526,7 @@ def test_an_operator_rejects_a_transfer_with_a_reason(ops, organization, owner, 
     )
     assert transfer.decided_at is not None
     event = AuditEvent.objects.get(action="bank_transfer.rejected")
-    assert (event.organization, event.actor) == (organization, operator)
+    assert (event.organization_id, event.actor) == (organization.pk, operator)
     assert event.data["reason"] == "not on the statement"
     assert balance(organization) == before
 
@@ -1148,7 +1148,7 @@ def test_issuing_is_audited_and_shown_to_the_tenant(client, organization, owner,
     request.refresh_from_db()
     assert (request.state, request.decided_by) == (VatInvoiceState.ISSUED, operator)
     event = AuditEvent.objects.get(action="vat_invoice.issued")
-    assert (event.organization, event.actor) == (organization, operator)
+    assert (event.organization_id, event.actor) == (organization.pk, operator)
     assert event.data == {"from": "requested", "to": "issued", "number": "24312000000012345"}
     as_user(client, owner)
     for page in ("billing:vat_invoices", "billing:overview"):
@@ -1181,7 +1181,7 @@ def test_a_rejection_is_audited_and_its_reason_shown_to_the_tenant(
     )
 
     event = AuditEvent.objects.get(action="vat_invoice.rejected")
-    assert (event.organization, event.actor) == (organization, operator)
+    assert (event.organization_id, event.actor) == (organization.pk, operator)
     assert event.data == {
         "from": "requested",
         "to": "rejected",

@@ -85,7 +85,9 @@ def test_the_re_read_row_keeps_the_related_rows_already_loaded():
     assert moved.organization is organization
     reads_of_organizations = [s for s in _sql(queries) if 'FROM "tenants_organization"' in s]
     assert reads_of_organizations == []
-    assert AuditEvent.objects.filter(action="instance.running", organization=organization).exists()
+    assert AuditEvent.objects.filter(
+        action="instance.running", organization_id=organization.pk
+    ).exists()
 
 
 @pytest.mark.django_db

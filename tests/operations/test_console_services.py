@@ -190,7 +190,7 @@ def test_idle_notice_mails_the_owners_and_is_audited(
     (message,) = mail.outbox
     assert message.to == [owner.email] and host.name in message.subject
     event = AuditEvent.objects.get(action="instance.idle_notice")
-    assert event.actor == operator and event.organization == console.organization
+    assert event.actor == operator and event.organization_id == console.organization.pk
     (row,) = idle_instances([console.park])
     assert row.last_notice_at == event.created_at
 
@@ -280,7 +280,7 @@ def test_catalog_families_flavors_and_withdrawal(console, operator):
     catalog.set_flavor_on_sale(flavor=flavor, operator=operator, on_sale=False)
     assert not Flavor.objects.get(pk=flavor.pk).is_active
     actions = list(
-        AuditEvent.objects.filter(park=console.park, action__startswith="catalog.")
+        AuditEvent.objects.filter(park_id=console.park.pk, action__startswith="catalog.")
         .order_by("id")
         .values_list("action", flat=True)
     )

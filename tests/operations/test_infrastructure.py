@@ -81,7 +81,7 @@ def test_register_backend_imports_what_the_driver_reports(console, operator):
     assert sorted(pool.nodes.values_list("hostname", flat=True)) == ["edge-h1-n0", "edge-h1-n1"]
     assert sum(node.accelerators.count() for node in pool.nodes.all()) == 8
     event = AuditEvent.objects.get(action="backend.registered")
-    assert event.actor == operator and event.park == console.park
+    assert event.actor == operator and event.park_id == console.park.pk
     assert event.data == {"driver": "simulator", "pools": ["edge-h1"], "nodes": 2}
 
 
@@ -211,7 +211,7 @@ def test_a_drained_node_takes_no_new_hosts_and_keeps_its_running_ones(
     drain_node(node=other, operator=operator, reason="firmware update")
 
     event = AuditEvent.objects.get(action="node.drained")
-    assert event.actor == operator and event.park == console.park
+    assert event.actor == operator and event.park_id == console.park.pk
     assert event.data == {"reason": "firmware update", "running": 0}
     drain_node(node=node, operator=operator)
     assert Node.objects.get(pk=node.pk).is_drained

@@ -54,7 +54,7 @@ def test_a_long_wait_at_the_backend_is_reported_once(settings):
 
     event = AuditEvent.objects.get(action="task.pending_at_backend")
     assert event.data == {"minutes": 11, "why": "Slurm: pending (Resources)"}
-    assert event.organization == task.organization
+    assert event.organization_id == task.organization_id
 
 
 def test_the_sweep_hands_over_a_placed_task_whose_job_was_lost(

@@ -321,7 +321,7 @@ def test_saving_the_policy(ops, task_world, operator):
     assert policy.operator_share == Decimal("0.80") and policy.updated_by == operator
     event = AuditEvent.objects.get(action="scheduling_policy.changed")
     assert event.data["from"]["price"] == 1.0 and event.data["to"]["price"] == 4.0
-    assert event.park == task_world.park
+    assert event.park_id == task_world.park.pk
 
 
 @pytest.mark.parametrize(

@@ -650,8 +650,8 @@ def test_every_operation_is_audited(world, running_host, operate, owner):
         assert actions_for(order) == DONE_ORDER, kind
         submitted = AuditEvent.objects.get(action="order.submitted", object_id=str(order.pk))
         assert submitted.actor == owner
-        assert submitted.organization == world.organization
-        assert submitted.park == world.park
+        assert submitted.organization_id == world.organization.pk
+        assert submitted.park_id == world.park.pk
         assert submitted.data["kind"] == kind
         new = list(
             AuditEvent.objects.filter(object_type="orders.instance")

@@ -43,8 +43,8 @@ def assert_one_event(obj, *, action, data, actor):
     assert event.data == data
     assert event.actor == actor
     assert event.actor_label == (str(actor) if actor else "system")
-    assert event.organization == obj.organization
-    assert event.park == obj.organization.park
+    assert event.organization_id == obj.organization_id
+    assert event.park_id == obj.organization.park_id
     assert event.object_repr == str(obj)
     return event
 

@@ -148,7 +148,9 @@ def test_make_partner_then_change_its_share(park, operator):
         operator=operator, organization=organization, revenue_share_pct=Decimal("65.5")
     )
     assert again.pk == partner.pk and again.revenue_share_pct == Decimal("65.5")
-    assert AuditEvent.objects.filter(action="partner.created", organization=organization).exists()
+    assert AuditEvent.objects.filter(
+        action="partner.created", organization_id=organization.pk
+    ).exists()
     assert AuditEvent.objects.filter(action="partner.share_changed").exists()
     with pytest.raises(ValidationError):
         services.make_partner(

@@ -151,7 +151,9 @@ def test_the_demand_is_priced_by_the_quote_when_given(world, meter):
 
 def spend_events(world):
     return list(
-        AuditEvent.objects.filter(organization=world.organization, action="billing.spend_quota")
+        AuditEvent.objects.filter(
+            organization_id=world.organization.pk, action="billing.spend_quota"
+        )
         .order_by("pk")
         .values_list("data__level", flat=True)
     )

@@ -120,7 +120,7 @@ class TestCreateOrganization:
         ) == [(user.pk, Role.OWNER)]
         event = events("organization.created").get()
         assert (event.actor, event.actor_label) == (user, user.get_username())
-        assert (event.organization, event.park) == (organization, park)
+        assert (event.organization_id, event.park_id) == (organization.pk, park.pk)
         assert (event.object_type, event.object_id) == (
             "tenants.organization",
             str(organization.pk),
@@ -402,7 +402,7 @@ class TestDecideVerification:
         assert submitted.verification_note == ""
         assert limits(submitted) == {**verified, "vcpu": verified["vcpu"] * 10}
         event = events("organization.verified").get()
-        assert (event.actor, event.organization) == (operator, submitted)
+        assert (event.actor, event.organization_id) == (operator, submitted.pk)
         assert event.data == {"from": "submitted", "to": "verified"}
 
     def test_approval_creates_missing_quota_rows(self, organization, operator, settings):
@@ -488,7 +488,7 @@ class TestMfaPolicy:
         park.refresh_from_db()
         assert (park.require_mfa_for_operators, park.require_mfa_for_owners) == (True, True)
         event = events("park.mfa_policy").get()
-        assert (event.actor, event.park) == (operator, park)
+        assert (event.actor, event.park_id) == (operator, park.pk)
         assert event.data == {"operators": True, "owners": True}
 
         set_mfa_policy(park=park, operator=operator, for_operators=False, for_owners=True)
@@ -533,7 +533,7 @@ class TestChangeRole:
         assert membership(organization, member).role == Role.OWNER
         event = events("membership.role_changed").get()
         assert event.actor == owner
-        assert event.organization == organization
+        assert event.organization_id == organization.pk
         assert event.object_type == "tenants.membership"
         assert event.data == {"user": member.get_username(), "from": "member", "to": "owner"}
 
@@ -617,7 +617,7 @@ class TestRemoveMember:
 
         assert not Membership.objects.filter(organization=organization, user=member).exists()
         event = events("membership.removed").get()
-        assert (event.actor, event.organization) == (member, organization)
+        assert (event.actor, event.organization_id) == (member, organization.pk)
         assert event.data == {"user": member.get_username(), "role": "member"}
 
     @pytest.mark.parametrize("role", [Role.VIEWER, Role.BILLING, Role.ADMIN])
@@ -723,7 +723,7 @@ class TestInvitations:
         expected_expiry = timezone.now() + timedelta(days=settings.LOAM_INVITATION_DAYS)
         assert abs(invitation.expires_at - expected_expiry) < timedelta(minutes=1)
         event = events("invitation.created").get()
-        assert (event.actor, event.organization) == (owner, organization)
+        assert (event.actor, event.organization_id) == (owner, organization.pk)
         assert event.data == {"role": "admin"}
 
     def test_only_the_hash_is_stored(self, invite):
@@ -965,7 +965,7 @@ class TestCreateApiKey:
             assert secret not in text
             assert not [w for w in windows if w in text], text
         event = events("api_key.created").get()
-        assert (event.actor, event.organization) == (owner, organization)
+        assert (event.actor, event.organization_id) == (owner, organization.pk)
         assert event.data == {"scope": "read"}
 
     def test_blank_name_defaults_to_the_prefix(self, organization, admin):

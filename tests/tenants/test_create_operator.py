@@ -68,7 +68,7 @@ def test_a_new_park_and_its_operator_who_signs_in_and_operates_it(client, settin
     assert not (user.is_staff or user.is_superuser)  # a park's operator, not the platform's admin
     assert EMAIL in output and "/accounts/login/" in output
     [event] = AuditEvent.objects.filter(action="park.operator_added")
-    assert event.park == park
+    assert event.park_id == park.pk
 
     response = client.post("/accounts/login/", {"login": EMAIL, "password": PASSWORD})
     assert response.status_code == 302

@@ -45,8 +45,8 @@ def test_allowed_transition(source, target):
     assert event.action == f"organization.{target}"
     assert event.data == {"from": source, "to": target}
     assert (event.actor, event.actor_label) == (operator, str(operator))
-    assert event.organization == organization
-    assert event.park == organization.park
+    assert event.organization_id == organization.pk
+    assert event.park_id == organization.park_id
 
 
 @pytest.mark.parametrize(("source", "target"), REFUSED)

@@ -403,7 +403,7 @@ def test_a_delivery_moves_only_as_its_table_allows_and_each_move_is_audited():
     delivery.refresh_from_db()
     assert delivery.state == DeliveryState.DELIVERED
     event = AuditEvent.objects.get(action="webhookdelivery.delivered")
-    assert event.organization == delivery.endpoint.organization
+    assert event.organization_id == delivery.endpoint.organization_id
     assert event.data["from"] == DeliveryState.PENDING
     with pytest.raises(InvalidTransition):
         transition(delivery, DeliveryState.FAILED, table=DELIVERY_TRANSITIONS)

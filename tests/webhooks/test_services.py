@@ -44,7 +44,7 @@ def test_create_endpoint_returns_the_secret_once_and_audits(organization, owner)
     assert endpoint.event_types == ["order.done"]  # duplicates dropped
     assert endpoint.is_active
     event = AuditEvent.objects.get(action="webhook.created")
-    assert event.organization == organization and event.actor == owner
+    assert event.organization_id == organization.pk and event.actor == owner
     assert secret not in json.dumps(event.data)
     assert create(organization, owner)[1] != secret
 
@@ -178,7 +178,9 @@ def test_delete_removes_the_delivery_log(organization, owner):
     services.delete_endpoint(endpoint=endpoint, actor=owner)
 
     assert not WebhookEndpoint.objects.exists() and not WebhookDelivery.objects.exists()
-    assert AuditEvent.objects.filter(action="webhook.deleted", organization=organization).exists()
+    assert AuditEvent.objects.filter(
+        action="webhook.deleted", organization_id=organization.pk
+    ).exists()
 
 
 # --- Events ----------------------------------------------------------------------------------

@@ -227,7 +227,7 @@ def _in_force(rows, now, newer, newer_resource):
 
 def quota_history(organization):
     return (
-        AuditEvent.objects.filter(organization=organization, action="quota.changed")
+        AuditEvent.objects.filter(organization_id=organization.pk, action="quota.changed")
         .select_related("actor")
         .order_by("-created_at", "-id")
     )
