@@ -91,6 +91,14 @@ def reconcile(meters, *, specs, new, currency, at) -> None:
         )
 
 
+def known_to_run(workload_id: int, *, until: datetime) -> None:
+    """The backend has said the workload still ran at `until`: its open meters that follow
+    what the backend says (`Meter.known_until`) may be measured up to there."""
+    Meter.objects.filter(
+        workload_id=workload_id, ended_at__isnull=True, known_until__lt=until
+    ).update(known_until=until)
+
+
 # --- Metering: meters into usage records ----------------------------------------------------
 
 
@@ -150,15 +158,16 @@ class DueMeter:
     currency: str
     started_at: datetime
     ended_at: datetime | None
+    known_until: datetime | None
     metered_until: datetime
     metered_seconds: int
     metered_minor: int
 
 
 def _measure(meter: DueMeter, until: datetime, zone: tzinfo) -> list[UsageRow]:
-    """Advance `meter` to `until` (or its end), returning the records for what it measured;
-    months begin in `zone` (the park's, the current time zone)."""
-    end = min(meter.ended_at or until, until)
+    """Advance `meter` to `until` (or its end, or as far as it is known to run), returning the
+    records for what it measured; months begin in `zone` (the park's, the current time zone)."""
+    end = min(meter.ended_at or meter.known_until or until, until)
     records = []
     for start, cut in _slices(meter.metered_until, end, zone):
         seconds_total = int((cut - meter.started_at).total_seconds())
@@ -329,19 +338,21 @@ def _measure_in_python(due_meters, *, until: datetime, tally: Tally, burn_rates:
 
 # `_measure` in one PostgreSQL statement, over meters already locked (`ids`), of which it
 # measures those whose unmetered use lies within one month (from `month` on): it advances them
-# to `until` (or their end), writes their records and answers, per organization and workload,
-# the amount recorded, the records written and the open meters' hourly rates (all of `ids`').
+# to `until` (or their end, or as far as they are known to run), writes their records and
+# answers, per organization and workload, the amount recorded, the records written and the open
+# meters' hourly rates (all of `ids`').
 # The arithmetic is _measure's, exact in numeric: whole seconds since the meter opened, its
 # running total rounded half up (floor((2 × rate × seconds + 3600) / 7200)), each record the
 # increase of that total; a fraction of a second moves the watermark and waits for the next.
 MEASURE_SQL = """
 WITH due AS MATERIALIZED (
     SELECT id, organization_id, workload_id, kind, hourly_minor, compute_units,
-        currency, started_at, ended_at, metered_until, metered_seconds, metered_minor
+        currency, started_at, ended_at, known_until, metered_until, metered_seconds,
+        metered_minor
     FROM billing_meter
     WHERE id = ANY(%s)
 ), reached AS (
-    SELECT due.*, LEAST(COALESCE(ended_at, %s), %s) AS reached_at
+    SELECT due.*, LEAST(COALESCE(ended_at, known_until, %s), %s) AS reached_at
     FROM due
     WHERE metered_until >= %s
 ), totals AS (

@@ -274,6 +274,10 @@ class Meter(models.Model):
     currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
     started_at = models.DateTimeField(_("from"))
     ended_at = models.DateTimeField(_("to"), null=True, blank=True)
+    # For what a backend runs and the portal learns of by asking (a Slurm job): how far the
+    # backend has said it ran. An open meter is measured no further, so an end learned late (an
+    # outage, a poll's delay) is never billed past; None: measured up to now.
+    known_until = models.DateTimeField(_("known to run until"), null=True, blank=True)
     metered_until = models.DateTimeField(_("metered until"))
     metered_seconds = models.PositiveBigIntegerField(_("seconds metered"), default=0)
     metered_minor = models.BigIntegerField(_("amount metered (minor units)"), default=0)

@@ -1,5 +1,6 @@
 """What a training task pays for: its fixed hourly price while it runs (the meter billing
-keeps)."""
+keeps), measured as far as its backend has said it ran (`billing.Meter.known_until`): the
+backend's own start and end are what is billed, however late the portal learns of them."""
 
 from datetime import datetime
 from decimal import Decimal
@@ -24,10 +25,13 @@ def task_meters(task) -> list[MeterSpec]:
 @in_transaction
 def follow_task(task, *, at: datetime | None = None) -> None:
     task = Task.objects.select_related("pool__accelerator_model").get(pk=task.pk)
+    at = at or timezone.now()
     reconcile(
         Meter.objects.filter(workload_id=task.workload_id),
         specs=task_meters(task),
-        new=dict(organization_id=task.organization_id, workload_id=task.workload_id),
+        new=dict(
+            organization_id=task.organization_id, workload_id=task.workload_id, known_until=at
+        ),
         currency=task.organization.park.currency,
-        at=at or timezone.now(),
+        at=at,
     )

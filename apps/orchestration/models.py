@@ -89,16 +89,21 @@ class NodeHealth(models.TextChoices):
     HEALTHY = "healthy", _("Healthy")
     DEGRADED = "degraded", _("Degraded")
     DOWN = "down", _("Down")
+    # Its backend could not be asked (slurmrestd or slurmctld unreachable): what runs there may
+    # run on, but nothing new is placed until the backend answers again.
+    UNKNOWN = "unknown", _("Unknown: backend unreachable")
 
 
 _H = NodeHealth
-# Every move between two states is one the code makes: a probe takes a node down and back up
-# (apps.orchestration.services), its agent's heartbeats move it between healthy and degraded and
+# Every move between two states is one the code makes: a probe takes a node down and back up,
+# and to unknown while its backend cannot be asked and out of it when it answers
+# (apps.orchestration.services); its agent's heartbeats move it between healthy and degraded and
 # out of down, and silence or a revoked credential take it down (apps.agents.services).
 NODE_HEALTH_TRANSITIONS = {
-    _H.HEALTHY: frozenset({_H.DEGRADED, _H.DOWN}),
-    _H.DEGRADED: frozenset({_H.HEALTHY, _H.DOWN}),
-    _H.DOWN: frozenset({_H.HEALTHY, _H.DEGRADED}),
+    _H.HEALTHY: frozenset({_H.DEGRADED, _H.DOWN, _H.UNKNOWN}),
+    _H.DEGRADED: frozenset({_H.HEALTHY, _H.DOWN, _H.UNKNOWN}),
+    _H.DOWN: frozenset({_H.HEALTHY, _H.DEGRADED, _H.UNKNOWN}),
+    _H.UNKNOWN: frozenset({_H.HEALTHY, _H.DEGRADED, _H.DOWN}),
 }
 
 

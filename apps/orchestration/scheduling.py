@@ -29,6 +29,7 @@ from django.db.models import Count
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from apps.billing.metering import known_to_run
 from apps.catalog.models import Image
 from apps.catalog.selectors import free_room_changed
 from apps.core import sql
@@ -777,10 +778,14 @@ def task_started(*, task_id: int, at=None) -> Task | None:
 
 
 @transaction.atomic(durable=True)
-def task_progress(*, task_id: int, logs: str, backend_status: dict, now=None) -> None:
+def task_progress(
+    *, task_id: int, logs: str, backend_status: dict, running_at=None, now=None
+) -> None:
     """What the backend says of a task it has: its output so far and its own view of the run
-    (state, node, devices, exit code, why it waits). A task the backend keeps waiting longer
-    than LOAM_TASK_PENDING_REPORT_S is reported once in the audit log, not left silent."""
+    (state, node, devices, exit code, why it waits), and, where it says the task runs, when it
+    was asked (`running_at`: the task's meter may be measured up to there). A task the backend
+    keeps waiting longer than LOAM_TASK_PENDING_REPORT_S is reported once in the audit log, not
+    left silent. An answer ends what `task_unreachable` said."""
     now = now or timezone.now()
     task = (
         Task.objects.select_for_update(no_key=True)
@@ -789,6 +794,8 @@ def task_progress(*, task_id: int, logs: str, backend_status: dict, now=None) ->
     )
     if task is None:
         return
+    if running_at is not None:
+        known_to_run(task.workload_id, until=running_at)
     earlier = task.backend_status or {}
     status = dict(backend_status)
     # A backend forgets where a job ran once it ended (Slurm's gres_detail): keep the last seen.
@@ -808,6 +815,25 @@ def task_progress(*, task_id: int, logs: str, backend_status: dict, now=None) ->
                 data={"minutes": int(waited.total_seconds() // 60), "why": status["message"]},
             )
     Task.objects.filter(pk=task_id).update(logs=_clip(logs), backend_status=status)
+
+
+@transaction.atomic(durable=True)
+def task_unreachable(*, task_id: int, error: str, now=None) -> None:
+    """The backend could not be asked how a task does: its state is unknown from the first
+    time it could not be (`unreachable_since`, kept until the backend answers again), and its
+    meter is measured no further than the backend last said it ran."""
+    now = now or timezone.now()
+    task = (
+        Task.objects.select_for_update(no_key=True)
+        .filter(pk=task_id, state__in=(TaskState.PLACED, TaskState.RUNNING))
+        .first()
+    )
+    if task is None:
+        return
+    status = dict(task.backend_status or {})
+    status.setdefault("unreachable_since", now.isoformat())
+    status["unreachable_error"] = error[:500]
+    Task.objects.filter(pk=task_id).update(backend_status=status)
 
 
 @transaction.atomic(durable=True)

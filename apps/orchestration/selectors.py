@@ -3,7 +3,7 @@ queue positions, the compute a task and a pool stand for, decisions and their re
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db.models import Count, Prefetch, Q, Sum
@@ -195,10 +195,16 @@ def blocked_reason(task) -> str | None:
             "No pool of the park offers %(model)s hosts in the regions it may run in: it waits "
             "until one does. Cancel it, or submit it again with other regions or another model."
         ) % {"model": what}
-    if not nodes.filter(is_drained=False).exclude(health=NodeHealth.DOWN).exists():
+    in_service = nodes.filter(is_drained=False).exclude(health=NodeHealth.DOWN)
+    if not in_service.exists():
         return _(
             "Every %(model)s host it may run on is drained or down for maintenance: it starts "
             "when the park's operators bring one back into service."
+        ) % {"model": what}
+    if not in_service.exclude(health=NodeHealth.UNKNOWN).exists():
+        return _(
+            "The backends of every %(model)s host it may run on cannot be reached: it starts "
+            "when one answers again."
         ) % {"model": what}
     return None
 
@@ -340,7 +346,14 @@ def ran_for(task, *, now=None) -> timedelta | None:
 
 def backend_state_label(task) -> str:
     """The backend's word for where the task stands, in the console's words ("" if none)."""
-    state = (task.backend_status or {}).get("state") or ""
+    status = task.backend_status or {}
+    if status.get("unreachable_since"):
+        since = timezone.localtime(datetime.fromisoformat(status["unreachable_since"]))
+        today = since.date() == timezone.localdate()
+        return _("State unknown since %(time)s — backend unreachable") % {
+            "time": since.strftime("%H:%M" if today else "%Y-%m-%d %H:%M")
+        }
+    state = status.get("state") or ""
     if state == TASK_PENDING:
         return _("Waiting to start")
     return TaskState(state).label if state in TaskState.values else state

@@ -433,7 +433,7 @@ def allocate_again(instance, shape: Shape) -> Allocation:
         raise NoCapacity(_("%(name)s has no host to start on.") % {"name": instance.name})
     room = NodeRoom.lock([instance.node_id])[instance.node_id]
     node = room.node
-    if node.health == NodeHealth.DOWN:
+    if node.health in (NodeHealth.DOWN, NodeHealth.UNKNOWN):
         raise NoCapacity(
             _(
                 "The server %(node)s that holds %(name)s is not answering. Start it again once "
@@ -687,6 +687,7 @@ def probe_backend(*, backend: Backend, operator=None, now=None) -> Backend:
             measure({n.hostname: n.devices for n in nodes}, held) if callable(measure) else None
         )
     except BackendError as exc:
+        _nodes_unknown(backend, nodes)
         return _backend_checked(backend, error=str(exc), now=now)
     # The backend asked with no row locked; now its nodes, in id order as placement takes
     # them (registering them one by one in the report's order deadlocked with an order).
@@ -740,8 +741,7 @@ def _record_telemetry(backend, nodes, readings: list[NodeTelemetry], now) -> Non
     # records its event without the park (a node has none of its own).
     lock_all(Node, [node.pk for node in nodes])
     by_host = {reading.hostname: reading for reading in readings}
-    names = dict(Node._meta.get_field("health").flatchoices)
-    changed, moved = [], False
+    moved = False
     for node in nodes:
         reading = by_host.get(node.hostname)
         health = node.health
@@ -752,24 +752,39 @@ def _record_telemetry(backend, nodes, readings: list[NodeTelemetry], now) -> Non
             node.last_seen_at = now
             if not reading.healthy:
                 health = NodeHealth.DOWN
-            elif node.health == NodeHealth.DOWN:
+            elif node.health in (NodeHealth.DOWN, NodeHealth.UNKNOWN):
                 health = NodeHealth.HEALTHY
-        if health != node.health:
-            check_transition(
-                NODE_HEALTH_TRANSITIONS, node.health, health, label=str(node), names=names
-            )
-            record_event(
-                action="node.health_changed",
-                target=node,
-                park=backend.park,
-                data={"from": node.health, "to": health},
-            )
-            node.health = health
-            moved = True
-        changed.append(node)
-    Node.objects.bulk_update(changed, ["telemetry", "last_seen_at", "health"])
+        moved |= _move_health(backend, node, health)
+    Node.objects.bulk_update(nodes, ["telemetry", "last_seen_at", "health"])
     if moved:
         free_room_changed()
+
+
+@transaction.atomic
+def _nodes_unknown(backend, nodes) -> None:
+    """The backend could not be asked: its nodes' health is unknown (no new placements) until
+    it answers again."""
+    lock_all(Node, [node.pk for node in nodes])
+    moved = [node for node in nodes if _move_health(backend, node, NodeHealth.UNKNOWN)]
+    Node.objects.bulk_update(moved, ["health"])
+    if moved:
+        free_room_changed()
+
+
+def _move_health(backend, node, health) -> bool:
+    """Move `node` (unsaved) to `health` as its table allows, audited; False if it is there."""
+    if health == node.health:
+        return False
+    names = dict(Node._meta.get_field("health").flatchoices)
+    check_transition(NODE_HEALTH_TRANSITIONS, node.health, health, label=str(node), names=names)
+    record_event(
+        action="node.health_changed",
+        target=node,
+        park=backend.park,
+        data={"from": node.health, "to": health},
+    )
+    node.health = health
+    return True
 
 
 def merged_telemetry(previous: dict, reading: NodeTelemetry, now) -> dict:

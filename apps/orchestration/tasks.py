@@ -18,6 +18,7 @@ from django.utils import timezone
 from apps.orchestration import capacity, scheduling, services
 from apps.orchestration.backends.base import (
     TASK_PENDING,
+    TASK_RUNNING,
     TASK_SUCCEEDED,
     BackendError,
     BatchDriver,
@@ -102,12 +103,15 @@ def follow_task(task_id: int) -> None:
     task = _load_task(task_id)
     if task.state not in (TaskState.PLACED, TaskState.RUNNING) or not task.backend_handle:
         return
+    asked_at = timezone.now()
     try:
         driver = task_driver(task)
         status = driver.task_status(task.backend_handle)
         logs = driver.task_logs(task.backend_handle)
     except BackendError as exc:
-        if not exc.transient:
+        if exc.transient:
+            scheduling.task_unreachable(task_id=task_id, error=str(exc), now=asked_at)
+        else:
             scheduling.finish_task(task_id=task_id, succeeded=False, message=str(exc))
         return
     scheduling.task_progress(
@@ -120,6 +124,7 @@ def follow_task(task_id: int) -> None:
             "devices": list(status.device_indices),
             "exit_code": status.exit_code,
         },
+        running_at=asked_at if status.state == TASK_RUNNING else None,
     )
     if status.state == TASK_PENDING:
         return  # the task page shows why it waits (Slurm's reason)

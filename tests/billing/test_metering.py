@@ -337,7 +337,37 @@ def test_a_task_is_metered_while_running(clock, world, meter):
     )
     follow_task(task)
     clock.shift(90)
+    metering.known_to_run(task.workload_id, until=timezone.now())  # its backend says it runs
     meter()
     (record,) = UsageRecord.objects.filter(workload__task=task)
     assert (record.kind, record.seconds, record.amount_minor) == (MeterKind.TASK, 90, 15)
     assert record.compute_unit_milliseconds == 140_400  # 3.12 × 0.5 × 90 s × 1000
+
+
+def test_a_task_is_billed_no_further_than_its_backend_said_it_ran(clock, world, meter):
+    """Its backend's answers, not the portal's clock, say how long a task ran: while the backend
+    is silent (an outage, a poll not yet made) the meter waits at the last time it said the task
+    ran, and the end it reports later is what is billed, not when the portal learned of it."""
+    from tests.factories import TaskFactory
+
+    task = TaskFactory(
+        organization=world.organization,
+        image=world.image,
+        pool=world.pool,
+        accelerator_milli=1000,
+        hourly_minor=3600,  # 1 fen a second
+        state="running",
+    )
+    started = timezone.now()
+    follow_task(task, at=started)
+    clock.shift(30)
+    metering.known_to_run(task.workload_id, until=timezone.now())
+    clock.shift(90)  # the backend is silent: the task ended 10 s after it last answered
+    meter()
+    assert recorded(Meter.objects.get(workload__task=task)) == (30, 30)
+    metering.known_to_run(task.workload_id, until=started)  # an older answer moves nothing
+    task.state = "succeeded"
+    task.save(update_fields=["state"])
+    follow_task(task, at=started + timezone.timedelta(seconds=40))  # the end it reports
+    meter()
+    assert recorded(Meter.objects.get(workload__task=task)) == (40, 40)

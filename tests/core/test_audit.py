@@ -37,6 +37,7 @@ def test_event_without_a_user_names_the_system_or_the_given_actor():
         "10.0.0.1",
     )
 
+
 def test_an_organization_deleted_leaves_its_history_as_it_was():
     """The log names its tenants by id: a deletion neither rewrites it (as SET_NULL did) nor
     is blocked by it."""

@@ -18,6 +18,7 @@ from apps.orchestration.backends.base import BackendError
 from apps.orchestration.backends.simulator import SimulatorDriver
 from apps.orchestration.capacity import sample_capacity
 from apps.orchestration.models import Backend, CapacitySample, Node, NodeHealth, Pool
+from apps.orchestration.selectors import free_room_by_model
 from apps.orchestration.services import (
     IDLE_BELOW_PCT,
     NoCapacity,
@@ -183,6 +184,26 @@ def test_probe_keeps_the_drivers_error_on_the_backend(console):
     probe_backend(backend=console.backend)
     assert Backend.objects.get(pk=console.backend.pk).last_error == ""
     assert AuditEvent.objects.filter(action="backend.recovered").count() == 1
+
+
+def test_an_unreachable_backend_leaves_its_nodes_unknown_until_it_answers(console):
+    """Nothing new is placed on a node whose backend cannot be asked; what it says once it
+    answers again is followed."""
+    nodes = Node.objects.filter(pool__backend=console.backend)
+    assert free_room_by_model(console.park)
+    SimulatorDriver.fail_next(BackendError("simulator: control plane unreachable"))
+    try:
+        probe_backend(backend=console.backend)
+    finally:
+        SimulatorDriver.clear_injected()
+    assert set(nodes.values_list("health", flat=True)) == {NodeHealth.UNKNOWN}
+    assert not free_room_by_model(console.park)  # no placement on them
+    moved = AuditEvent.objects.filter(action="node.health_changed", data__to="unknown")
+    assert moved.count() == nodes.count()
+
+    probe_backend(backend=console.backend)
+    assert set(nodes.values_list("health", flat=True)) == {NodeHealth.HEALTHY}
+    assert free_room_by_model(console.park)
 
 
 def test_probe_follows_the_capacity_report_of_registered_pools(console, operator):

@@ -80,3 +80,59 @@ def test_the_sweep_hands_over_a_placed_task_whose_job_was_lost(
     assert task.backend_handle.startswith("simtask-")
     assert task.state == TaskState.RUNNING
     assert reconcile_tasks() == 0
+
+
+def test_a_backend_that_cannot_be_asked_leaves_the_task_unknown_and_unbilled_past_its_answer(
+    task_world, client, django_capture_on_commit_callbacks
+):
+    """While its backend cannot be asked, a running task says since when its state is unknown,
+    and its meter waits at the last time the backend said it ran; the next answer ends both."""
+    from apps.billing.models import Meter
+    from apps.orchestration import tasks as jobs
+    from apps.orchestration.backends.base import BackendError
+    from apps.orchestration.backends.simulator import SimulatorDriver
+
+    start = timezone.now().replace(microsecond=0)
+    with time_machine.travel(start, tick=False):
+        with django_capture_on_commit_callbacks(execute=True):
+            task = task_world.submit()
+            task_world.schedule()
+        jobs.follow_task(task.pk)
+    task.refresh_from_db()
+    assert task.state == TaskState.RUNNING
+    [meter] = Meter.objects.filter(workload__task=task)
+
+    with time_machine.travel(start + timedelta(minutes=5), tick=False):
+        jobs.follow_task(task.pk)  # it runs: the meter may go this far
+    meter.refresh_from_db()
+    assert meter.known_until == start + timedelta(minutes=5)
+
+    lost = start + timedelta(minutes=7)
+    with time_machine.travel(lost, tick=False):
+        SimulatorDriver.fail_next(BackendError("simulator: unreachable", transient=True))
+        try:
+            jobs.follow_task(task.pk)
+        finally:
+            SimulatorDriver.clear_injected()
+    with time_machine.travel(lost + timedelta(minutes=3), tick=False):
+        SimulatorDriver.fail_next(BackendError("simulator: unreachable", transient=True))
+        try:
+            jobs.follow_task(task.pk)
+        finally:
+            SimulatorDriver.clear_injected()
+        task.refresh_from_db()
+        assert task.state == TaskState.RUNNING  # not failed: it may well run on
+        assert task.backend_status["unreachable_since"] == lost.isoformat()  # the first miss
+        client.force_login(task_world.owner)
+        page = client.get(f"/tasks/{task.pk}/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+        since = timezone.localtime(lost).strftime("%H:%M")
+        assert f"State unknown since {since} — backend unreachable" in page
+        meter.refresh_from_db()
+        assert meter.known_until == start + timedelta(minutes=5)
+
+    with time_machine.travel(lost + timedelta(minutes=4), tick=False):
+        jobs.follow_task(task.pk)  # it answers again
+    task.refresh_from_db()
+    meter.refresh_from_db()
+    assert "unreachable_since" not in task.backend_status
+    assert meter.known_until == lost + timedelta(minutes=4)

@@ -2,6 +2,8 @@
 operator, its GPU nodes synced as a pool, training tasks run as Slurm jobs on the node Loam's
 scheduler chose, followed to the end, cancelled, failed, and billed from Slurm's accounting."""
 
+import os
+import subprocess
 import time
 
 import pytest
@@ -15,7 +17,7 @@ from apps.core.errors import DomainError
 from apps.orchestration import tasks as jobs
 from apps.orchestration.backends.base import TASK_FAILED, TASK_SUCCEEDED, BackendError, TaskSpec
 from apps.orchestration.backends.registry import get_driver
-from apps.orchestration.models import Node, Task, TaskState
+from apps.orchestration.models import Backend, Node, NodeHealth, Task, TaskState
 from apps.orchestration.scheduling import cancel_task, submit_task
 from apps.orchestration.services import drain_node, probe_backend, undrain_node
 from apps.orders.models import Instance
@@ -195,6 +197,71 @@ def test_a_task_runs_as_a_slurm_job_and_is_billed_from_accounting(
     page = client.get(reverse("tasks:task_detail", args=[task.pk])).content.decode()
     assert task.backend_handle in page and task.node.hostname in page
     assert ", ".join(map(str, status["devices"])) in page
+
+
+def sacct_elapsed_seconds(cluster, job_id: str) -> int:
+    """What Slurm's accounting says the job ran (sacct's ElapsedRaw)."""
+    answer = subprocess.run(
+        ["sacct", "-j", job_id, "-n", "-X", "-P", "-o", "ElapsedRaw"],
+        env={**os.environ, "SLURM_CONF": cluster.slurm_conf},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(answer.stdout.split()[0])
+
+
+def test_a_job_ending_while_slurmrestd_is_unreachable_is_billed_sacct_s_seconds(
+    slurm_world, slurm_cluster, organization, owner, client, django_capture_on_commit_callbacks
+):
+    """Metering runs on while the portal cannot reach slurmrestd and the job ends unseen; the
+    bill is still Slurm's own elapsed time, to the second, not the time until the portal
+    learned of the end (this billed 118 s for a 40 s job before meters waited for the
+    backend's word)."""
+    backend, _image = slurm_world
+    with django_capture_on_commit_callbacks(execute=True):
+        task = submit(slurm_world, organization, owner, command="sleep 20")
+    follow_until(task, {TaskState.RUNNING})
+    time.sleep(3)
+    follow_until(task, {TaskState.RUNNING})
+    meter_organization(organization.pk, until=timezone.now())
+
+    # The portal loses slurmrestd (a closed port); the job runs on and ends meanwhile.
+    reachable = backend.config
+    Backend.objects.filter(pk=backend.pk).update(config={**reachable, "url": "http://127.0.0.1:9"})
+    probe_backend(backend=backend)
+    assert set(Node.objects.filter(pool__backend=backend).values_list("health", flat=True)) == {
+        NodeHealth.UNKNOWN
+    }
+
+    def ended_in_slurm():
+        jobs.follow_task(task.pk)  # cannot ask: the task's state is unknown
+        meter_organization(organization.pk, until=timezone.now())
+        return slurm.accounting(int(task.backend_handle)).end_time
+
+    with slurm_cluster.client() as slurm:
+        wait_for(ended_in_slurm, seconds=40, every=2)
+    time.sleep(3)
+    meter_organization(organization.pk, until=timezone.now())
+    task.refresh_from_db()
+    assert task.state == TaskState.RUNNING and task.backend_status["unreachable_since"]
+    client.force_login(owner)
+    page = client.get(reverse("tasks:task_detail", args=[task.pk]), HTTP_ACCEPT_LANGUAGE="en")
+    assert "backend unreachable" in page.content.decode()
+
+    Backend.objects.filter(pk=backend.pk).update(config=reachable)  # it answers again
+    probe_backend(backend=backend)
+    assert Node.objects.get(pool__backend=backend, hostname=task.node.hostname).health == (
+        NodeHealth.HEALTHY
+    )
+    follow_until(task, {TaskState.SUCCEEDED})
+    meter_organization(organization.pk, until=timezone.now())
+    billed = sum(UsageRecord.objects.filter(workload__task=task).values_list("seconds", flat=True))
+    elapsed = sacct_elapsed_seconds(slurm_cluster, task.backend_handle)
+    print(f"\nsacct elapsed {elapsed} s, billed {billed} s")
+    assert 20 <= elapsed <= 25
+    assert abs(billed - elapsed) <= 1
+    assert "unreachable_since" not in task.backend_status
 
 
 def test_a_failing_task_shows_slurms_exit_code(
