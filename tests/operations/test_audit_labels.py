@@ -218,7 +218,7 @@ def test_the_code_stays_in_the_actions_title(client, operator):
     assert '<td title="api_key.created">API key created</td>' in html
 
 
-# --- The back office's words (from tests/operations/test_console_words.py) -------------------
+# --- Actions, actors and object types as words, and on the audit log --------------------------
 
 ENGLISH = {"HTTP_ACCEPT_LANGUAGE": "en"}
 

@@ -181,7 +181,7 @@ def test_a_spend_limit_under_what_was_spent_warns_in_yuan(client, quotas, organi
     assert "already uses ¥300.00" in html and "new limit of ¥100.00" in html
 
 
-# --- Limits in yuan, as the back office's words had them (from test_console_words.py) --------
+# --- Adding and changing limits, in English ---------------------------------------------------
 
 ENGLISH = {"HTTP_ACCEPT_LANGUAGE": "en"}
 
