@@ -104,7 +104,7 @@ configure() {  # the config of the n-th tenant pass: its two hosts, their orders
   IFS=: read -ra second <<<"${fixtures[$((2 * $1 + 1))]}"
   cat >"$config" <<TOML
 # NUL is refused everywhere on purpose (apps/api/input.py), a rule the schema has no words for;
-# tests/api/test_bad_input.py checks it.
+# tests/api/test_input.py checks it.
 [generation]
 allow-x00 = false
 

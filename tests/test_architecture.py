@@ -1,7 +1,8 @@
 """docs/architecture.md stays true: apps import only apps on the floors below them (the doc's
 table), so the import graph between apps has no cycle; no app imports `portal` and no app but
 orchestration names a backend driver; the extension points and the driver protocols are the
-ones the doc lists; and every module, function or file the doc names exists."""
+ones the doc lists; every module, function or file the doc names exists; and every test file
+is named after a module of the tree it tests."""
 
 import ast
 import re
@@ -315,3 +316,54 @@ def test_every_file_the_doc_names_exists():
     ]
     assert "apps/orchestration/backends/base.py" in paths
     assert [path for path in paths if not (ROOT / path).exists()] == []
+
+
+# --- Test files are named after the module they test -----------------------------------------
+
+TESTS = ROOT / "tests"
+# tests/<folder>/ tests apps/<folder>/, except these, which test another source tree.
+TESTED_TREES = {"agent": ROOT / "agent" / "loam_agent", "portal": ROOT / "portal"}
+# Browser journeys through the whole portal, named after the journey, not after a module.
+JOURNEYS = {"e2e"}
+
+
+def module_names(tree: Path) -> set[str]:
+    """Every module (file stem) and package (folder) of a source tree, its migrations aside."""
+    names = set()
+    for path in tree.rglob("*"):
+        parts = path.relative_to(tree).parts
+        if "migrations" in parts or "__pycache__" in parts:
+            continue
+        if path.is_dir() and (path / "__init__.py").exists():
+            names.add(path.name)
+        elif path.suffix == ".py" and path.name != "__init__.py":
+            names.add(path.stem)
+    return names
+
+
+def misnamed_test_files() -> list[str]:
+    """Each test file directly in tests/<folder>/ whose name is not `test_<module>.py` or
+    `test_<module>_<topic>.py` for a module or package of the tree that folder tests. Files at
+    the top of tests/ check the whole project (architecture, isolation, translations...)."""
+    misnamed = []
+    for folder in sorted(path for path in TESTS.iterdir() if path.is_dir()):
+        if folder.name in JOURNEYS or not (folder / "__init__.py").exists():
+            continue
+        tree = TESTED_TREES.get(folder.name, APPS / folder.name)
+        modules = module_names(tree) if tree.is_dir() else set()
+        for test_file in sorted(folder.glob("test_*.py")):
+            name = test_file.stem.removeprefix("test_")
+            if not any(name == module or name.startswith(f"{module}_") for module in modules):
+                misnamed.append(str(test_file.relative_to(ROOT)))
+    return misnamed
+
+
+def test_every_test_file_is_named_after_a_module_it_tests():
+    """tests/ mirrors the source: tests/<app>/test_<module>[_<topic>].py tests <module> of
+    apps/<app>/ (tests/agent/ agent/loam_agent/, tests/portal/ portal/). A test of the project as
+    a whole goes at the top of tests/; a browser journey in tests/e2e/."""
+    assert "services" in module_names(APPS / "orders")  # the walk reads the tree
+    misnamed = misnamed_test_files()
+    assert misnamed == [], "name each after a module it tests, test_<module>_<topic>.py:\n" + (
+        "\n".join(misnamed)
+    )

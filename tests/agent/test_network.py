@@ -1,5 +1,5 @@
 """The host network's rules as data: what the portal may send, and the nftables table rendered
-from it (tests/agent/test_host_network.py tries the rules on real hosts)."""
+from it (tests/agent/test_runtime_network.py tries the rules on real hosts)."""
 
 import pytest
 from loam_agent.hosts.model import DesiredHost, HostError, HostNetwork

@@ -11,6 +11,7 @@ from django.utils import translation
 
 from apps.agents.models import WantedState
 from apps.billing.models import InvoiceState, PaymentState
+from apps.core.audit import record_event
 from apps.operations.audit_labels import ACTIONS, action_label, actor_label, object_type_label
 from apps.orchestration.models import TaskState
 from apps.orders.models import InstanceState, OrderState
@@ -215,3 +216,57 @@ def test_the_code_stays_in_the_actions_title(client, operator):
 
     assert '<td title="instance.running">Instance: Running</td>' in html
     assert '<td title="api_key.created">API key created</td>' in html
+
+
+# --- Actions, actors and object types as words, and on the audit log --------------------------
+
+ENGLISH = {"HTTP_ACCEPT_LANGUAGE": "en"}
+
+
+@pytest.mark.parametrize(
+    ("code", "label"),
+    [
+        ("api_key.created", "API key created"),
+        ("task.succeeded", "Training task: Succeeded"),
+        ("instance.running", "Instance: Running"),
+        ("task.teleported", "task.teleported"),  # an unknown state stays as it is
+        ("something.new", "something.new"),  # an unknown action too
+    ],
+)
+def test_actions_read_as_words(code, label):
+    assert action_label(code) == label
+
+
+@pytest.mark.parametrize(
+    ("actor", "label"),
+    [
+        ("system:scheduler", "System · scheduler"),
+        ("system:park-operator:alice", "Park operator alice"),
+        ("api-key:ab12cd", "API key ab12cd…"),
+        ("agent:gpu-07", "Host agent on gpu-07"),
+        ("ops@example.com", "ops@example.com"),
+    ],
+)
+def test_actors_read_as_words(actor, label):
+    assert actor_label(actor) == label
+
+
+def test_object_types_read_as_their_names():
+    assert object_type_label("orders.instance") == "instance"
+    assert object_type_label("nowhere.thing") == "nowhere.thing"
+
+
+@pytest.mark.django_db
+def test_the_audit_log_shows_labels_and_keeps_codes_in_the_title(client, operator, organization):
+    record_event(
+        action="task.succeeded",
+        actor_label="system:scheduler",
+        organization=organization,
+        park=organization.park,
+    )
+    client.force_login(operator)
+
+    html = client.get("/ops/audit/", **ENGLISH).content.decode()
+
+    assert "Training task: Succeeded" in html and 'title="task.succeeded"' in html
+    assert "System · scheduler" in html

@@ -14,7 +14,7 @@ from apps.orchestration.services import (
     resize_capacity,
 )
 from apps.orders.models import Instance
-from tests.orchestration.test_placement import add_node, new_instance, put, shape
+from tests.orchestration.test_services_placement import add_node, new_instance, put, shape
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ from apps.orchestration.services import (
 from apps.orders.models import Instance
 from tests.factories import AllocationFactory
 from tests.locks import wait_for_a_blocked_lock
-from tests.orchestration.test_placement import add_node, free, held, put, shape
+from tests.orchestration.test_services_placement import add_node, free, held, put, shape
 
 
 def room_of(node) -> NodeRoom:

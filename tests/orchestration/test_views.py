@@ -527,7 +527,7 @@ def test_a_decision_page_counts_the_hosts_it_did_not_keep(ops, task_world, decid
 
 def test_an_operator_sees_a_hosts_decision_too(ops, task_world):
     from tests.factories import FlavorFactory, FlavorFamilyFactory, PriceFactory
-    from tests.orchestration.test_place_scored import order_host
+    from tests.orchestration.test_services_place_scored import order_host
 
     family = FlavorFamilyFactory(park=task_world.park, accelerator_model=task_world.h100)
     task_world.flavor = FlavorFactory(family=family, accelerator_count=1, vcpu=8, ram_gb=64)

@@ -3,7 +3,7 @@ the JSON type their field documents.
 
 Every integer column here is at most a bigint, so an input integer without its own bounds takes
 the bigint's: a larger one is a 400 naming the field, never an overflow in the database driver
-(tests/api/test_bad_input.py checks that every input serializer's integers are bounded)."""
+(tests/api/test_input.py checks that every input serializer's integers are bounded)."""
 
 from collections.abc import Mapping
 

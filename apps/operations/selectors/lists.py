@@ -1,6 +1,6 @@
 """The back office's lists across a park (or all the operator's parks). Each is one query for
 its rows whatever their number (joins, prefetches and subquery annotations, no per-row query),
-which tests/operations/test_query_counts.py holds them to."""
+which tests/operations/test_views_query_counts.py holds them to."""
 
 from django.db.models import (
     BooleanField,

@@ -179,3 +179,42 @@ def test_a_spend_limit_under_what_was_spent_warns_in_yuan(client, quotas, organi
     html = change(client, quotas, limit, "100").content.decode()
 
     assert "already uses ¥300.00" in html and "new limit of ¥100.00" in html
+
+
+# --- Adding and changing limits, in English ---------------------------------------------------
+
+ENGLISH = {"HTTP_ACCEPT_LANGUAGE": "en"}
+
+
+@pytest.mark.parametrize(("typed", "stored"), [("5000.00", 500_000), ("12.5", 1250)])
+def test_a_monthly_spend_limit_is_typed_in_yuan(client, quotas, organization, typed, stored):
+    response = client.post(quotas, {"action": "add", "resource": "monthly_spend", "value": typed})
+
+    assert response.status_code == 302
+    limit = QuotaLimit.objects.get(organization=organization, resource=QuotaResource.MONTHLY_SPEND)
+    assert limit.limit == stored
+    page = client.get(quotas, **ENGLISH).content.decode()
+    assert f'value="{stored / 100:.2f}"' in page
+
+
+def test_a_fraction_of_a_card_is_a_form_error(client, quotas, organization):
+    response = client.post(
+        quotas, {"action": "add", "resource": "accelerators", "value": "2.5"}, **ENGLISH
+    )
+
+    assert response.status_code == 422
+    assert "Enter a whole number for this limit." in response.content.decode()
+    assert not QuotaLimit.objects.filter(organization=organization).exists()
+
+
+def test_changing_a_limit_to_a_fraction_is_refused_and_keeps_it(client, quotas, organization):
+    limit = QuotaLimit.objects.create(
+        park=organization.park, organization=organization, resource="vcpu", limit=64
+    )
+
+    response = client.post(
+        quotas, {"action": "set", "limit_id": limit.pk, "value": "7.5"}, follow=True, **ENGLISH
+    )
+
+    assert "Enter a whole number for this limit." in response.content.decode()
+    assert QuotaLimit.objects.get(pk=limit.pk).limit == 64

@@ -6,7 +6,7 @@ probe does reach what it aims at, then inside a host over SSH as the tenant's ro
 must be refused. A probe that is broken fails the first half, so no test passes by being broken.
 Probes that write put back the value they read: unconfined, they change nothing.
 
-Reaching another organization's host on the network: test_host_network.py,
+Reaching another organization's host on the network: test_runtime_network.py,
 test_hosts_of_one_organization_reach_each_other_and_no_one_else.
 """
 
@@ -28,7 +28,7 @@ from loam_agent.hosts.model import DesiredHost, HostError, HostNetwork
 from loam_agent.hosts.reconcile import ssh_answers
 from loam_agent.hosts.runtime import BASE_DEVICES, HostRuntime
 
-from tests.agent.test_host_network import SSH_OPTIONS, inside
+from tests.agent.test_runtime_network import SSH_OPTIONS, inside
 
 pytestmark = pytest.mark.containers
 

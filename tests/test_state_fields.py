@@ -19,7 +19,7 @@ from django.apps import apps
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
-APPS = Path(__file__).resolve().parent.parent.parent / "apps"
+APPS = Path(__file__).resolve().parent.parent / "apps"
 FIELD = "state"
 # (model, field) of the state fields named otherwise.
 OTHER_STATE_FIELDS = [("orchestration.Node", "health")]
