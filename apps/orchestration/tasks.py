@@ -26,6 +26,7 @@ from apps.orchestration.backends.base import (
 )
 from apps.orchestration.backends.registry import driver_of
 from apps.orchestration.models import Backend, Task, TaskState
+from apps.quotas.selectors import accelerator_limit
 from apps.tenants.models import Park
 
 MAX_RETRIES = 5
@@ -54,6 +55,8 @@ def task_spec(task: Task) -> TaskSpec:
         image=task.image.code,
         command=task.command,
         time_limit_min=_minutes_until(task.deadline),
+        organization_id=task.organization_id,
+        accelerator_limit=accelerator_limit(task.organization_id),
     )
 
 

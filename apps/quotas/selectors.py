@@ -118,3 +118,15 @@ def usage_held_besides(organizations, holder) -> Usage:
         if count is not holder:
             total += count(organizations)
     return total
+
+
+def accelerator_limit(organization_id: int) -> int | None:
+    """The organization's own limit on accelerators of all models (None: it has none), for a
+    backend that enforces it as well (Slurm's GrpTRES)."""
+    return (
+        QuotaLimit.objects.filter(
+            organization_id=organization_id, resource=QuotaResource.ACCELERATORS
+        )
+        .values_list("limit", flat=True)
+        .first()
+    )

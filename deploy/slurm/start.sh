@@ -83,8 +83,11 @@ done
 mkdir -p "$R"/{etc,state,log,dev,munge,pids,spool,jobs}
 chmod 755 "$R" "$R/etc"  # the job user and slurmrestd read slurm.conf and reach jobs/
 chmod 700 "$R/state"     # the JWT key and the DB password live here
-# Job scripts run with jobs/ as their working dir and write their output there.
+# Job scripts run with jobs/ as their working dir and write their output there: each
+# organization's in its own folder (made by the driver, mode 2750 in this folder's group), so
+# this one is only crossed, not listed, by the tenants' users.
 chown "$JOB_USER:" "$R/jobs"
+chmod 711 "$R/jobs"
 for n in $(seq 1 "$NODES"); do mkdir -p "$R/spool/gpu-node$n"; done
 # Fake GPUs: character devices with NVIDIA's major number; Slurm only needs the files to exist
 # (they are never opened here) to hand out indices and set CUDA_VISIBLE_DEVICES.
@@ -157,6 +160,10 @@ AccountingStoragePort=$DBD_PORT
 # For slurmdbd connections Slurm reads the munge socket from here, not from AuthInfo.
 AccountingStoragePass=$R/munge/munge.sock
 AccountingStorageTRES=gres/gpu
+# Only users with an association run jobs, within its limits (an organization's GrpTRES is its
+# accelerator quota); a user sees only its own jobs (JOB_USER, an operator, sees them all).
+AccountingStorageEnforce=associations,limits
+PrivateData=jobs,usage,users,accounts
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
 # Feature=<own name>: REST v0.0.38 rejects "required_nodes", so a job is pinned to a node with
@@ -231,6 +238,12 @@ slurmdbd </dev/null
 wait_for 60 slurmdbd sacctmgr -n show cluster
 # slurmctld must find its cluster in the accounting DB.
 sacctmgr -n -P show cluster format=cluster | grep -qx "$CLUSTER" || sacctmgr -i add cluster "$CLUSTER" >/dev/null
+# The portal's own user: an operator (it reads every organization's jobs) with an account for
+# the tasks of a backend that runs every tenant as it ("tenants": "shared").
+sacctmgr -n -P show account loam format=account | grep -qx loam \
+  || sacctmgr -i add account loam description=portal organization=loam >/dev/null
+sacctmgr -n -P show user "$JOB_USER" format=user | grep -qx "$JOB_USER" \
+  || sacctmgr -i add user "$JOB_USER" account=loam defaultaccount=loam adminlevel=operator >/dev/null
 stamp "slurmdbd up (database $DB)"
 
 slurmctld </dev/null

@@ -6,6 +6,7 @@ GPU indices, the live state and the job's own output, and what it cost. Celery r
 the live server; the test plays Celery beat (`schedule_queues`) while the page polls.
 """
 
+import re
 import time
 
 import pytest
@@ -64,7 +65,7 @@ def test_a_task_ordered_in_the_browser_runs_on_slurm(
     page.wait_for_url(lambda url: "/tasks/new/" not in url)
 
     task = Task.objects.get(name="resnet")
-    assert task.backend_handle.isdigit()
+    assert re.fullmatch(r"loam_o\d+/\d+", task.backend_handle)  # its account and job id
     expect(page.locator("#backend-job")).to_contain_text(task.backend_handle)
 
     end = time.monotonic() + 40

@@ -234,6 +234,11 @@ class TaskSpec:
     image: str
     command: str
     time_limit_min: int | None = None  # until the task's deadline, where it has one
+    # Whose task it is, for a backend that keeps tenants apart itself (Slurm: an account and a
+    # Unix user per organization), and the organization's accelerator quota, which such a
+    # backend enforces too (None: no limit).
+    organization_id: int | None = None
+    accelerator_limit: int | None = None
 
 
 TASK_PENDING = "pending"

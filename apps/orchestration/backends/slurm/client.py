@@ -269,6 +269,7 @@ class JobRequest:
     constraints: str | None = None  # node features, e.g. a node's own name to pin the job
     standard_output: str | None = None  # path; Slurm's patterns (%j) allowed
     standard_error: str | None = None
+    account: str | None = None  # the Slurm account charged; None: the user's default
     environment: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_ENVIRONMENT))
 
     def to_api(self) -> dict[str, Any]:
@@ -298,6 +299,8 @@ class JobRequest:
             job["standard_output"] = self.standard_output
         if self.standard_error:
             job["standard_error"] = self.standard_error
+        if self.account:
+            job["account"] = self.account
         return {"script": self.script, "job": job}
 
 

@@ -19,8 +19,18 @@ Config (a Backend row's JSON):
                    a GRES type not mapped is passed on as is, and the catalog must know it
                    (an unknown model is reported at registration, never guessed)
     slurm_conf     path of slurm.conf, for `scontrol` (node drain and resume: REST v0.0.38 has
-                   no endpoint for them)
+                   no endpoint for them) and `sacctmgr`
     timeout_s      seconds per REST call (default 30)
+    tenants        "accounts" (default): each organization's tasks run under its own Slurm
+                   account and Unix user, in its own directory under jobs_dir (`tenants.py`),
+                   submitted and cancelled with a token of that user (needs key_file), while
+                   `user` (a Slurm operator: it sees every job) reads their state; "shared":
+                   every task runs as `user` in jobs_dir (one tenant only: nothing keeps them
+                   apart)
+    account_prefix an organization's account and Unix user are "<account_prefix><its id>"
+                   (default "loam_o")
+    create_users   add a missing Unix user with useradd (default true: the worker runs as root
+                   on the head node); false: the site's directory provides them
 
 A job is pinned to the node Loam's scheduler chose with `constraints` naming the node: v0.0.38
 rejects `required_nodes`, so every node carries a feature named after itself.
@@ -46,6 +56,7 @@ from apps.orchestration.backends.base import (
     TaskSpec,
     TaskStatus,
 )
+from apps.orchestration.backends.slurm import tenants
 from apps.orchestration.backends.slurm.client import (
     JobRequest,
     SlurmClient,
@@ -80,6 +91,14 @@ class SlurmDriver:
             missing.append("key_file or token")
         if missing:
             raise BackendError(f"Slurm config is missing {', '.join(missing)}")
+        self.tenants = config.get("tenants", "accounts")
+        if self.tenants not in ("accounts", "shared"):
+            raise BackendError('Slurm config "tenants" is "accounts" or "shared"')
+        if self.tenants == "accounts" and not config.get("key_file"):
+            raise BackendError(
+                "Slurm config needs key_file to run each organization's jobs as its own user "
+                '(a ready token names one user only), or "tenants": "shared"'
+            )
         self.config = config
         self.jobs_dir = str(config["jobs_dir"]).rstrip("/")
         self.gpu_models: Mapping[str, str] = config.get("gpu_models") or {}
@@ -87,7 +106,8 @@ class SlurmDriver:
 
     # --- the client ------------------------------------------------------------------------------
 
-    def _client(self) -> SlurmClient:
+    def _client(self, user: str | None = None) -> SlurmClient:
+        """A client speaking as `user` (default: the configured operator user)."""
         key = None
         if self.config.get("key_file"):
             try:
@@ -96,16 +116,16 @@ class SlurmDriver:
                 raise BackendError(f"cannot read the Slurm JWT key file: {exc}") from exc
         return SlurmClient(
             self.config["url"],
-            self.config["user"],
+            user or self.config["user"],
             key=key,
             token=None if key else self.config["token"],
             timeout=float(self.config.get("timeout_s", 30)),
         )
 
-    def _call(self, method: str, *args):
+    def _call(self, method: str, *args, user: str | None = None):
         """One client call, Slurm's errors as BackendError (transient ones retried)."""
         try:
-            with self._client() as client:
+            with self._client(user) as client:
                 return getattr(client, method)(*args)
         except SlurmError as exc:
             raise BackendError(f"Slurm: {exc}", transient=exc.transient) from exc
@@ -178,13 +198,24 @@ class SlurmDriver:
     # --- batch -----------------------------------------------------------------------------------
 
     def submit_task(self, spec: TaskSpec) -> str:
+        """The job's handle: "<account>/<job id>" for an organization's own account, the job id
+        alone where every task runs as the configured user."""
         if spec.accelerator_milli % MILLI:
             raise BackendError(
                 "Slurm pools run whole GPUs only: a share of a card cannot be given to a job"
             )
+        tenant = self._tenant(spec.organization_id)
+        if tenant is not None:
+            tenants.ensure(
+                tenant,
+                gpu_limit=spec.accelerator_limit,
+                create_users=bool(self.config.get("create_users", True)),
+                slurm_conf=self.config.get("slurm_conf"),
+            )
+        jobs_dir = tenant.jobs_dir if tenant else self.jobs_dir
         job = JobRequest(
             script=f"#!/bin/bash\n{spec.command}\n",
-            working_dir=self.jobs_dir,
+            working_dir=jobs_dir,
             name=spec.name,
             partition=self.config.get("partition"),
             cpus_per_task=spec.vcpu,
@@ -192,17 +223,25 @@ class SlurmDriver:
             gpus=spec.accelerator_milli // MILLI,
             time_limit_min=spec.time_limit_min,
             constraints=spec.node,
-            standard_output=f"{self.jobs_dir}/loam-%j.out",
+            standard_output=f"{jobs_dir}/loam-%j.out",
+            account=tenant.name if tenant else None,
             environment={
                 "PATH": "/usr/local/bin:/usr/bin:/bin",
                 "LOAM_TASK": spec.name,
                 "LOAM_IMAGE": spec.image,
             },
         )
-        return str(self._call("submit", job))
+        job_id = self._call("submit", job, user=tenant.name if tenant else None)
+        return f"{tenant.name}/{job_id}" if tenant else str(job_id)
+
+    def _tenant(self, organization_id: int | None) -> tenants.SlurmTenant | None:
+        if self.tenants == "shared" or organization_id is None:
+            return None
+        prefix = str(self.config.get("account_prefix", "loam_o"))
+        return tenants.tenant_of(prefix, organization_id, self.jobs_dir)
 
     def task_status(self, handle: str) -> TaskStatus:
-        job_id = _job_id(handle)
+        _account, job_id = _parse_handle(handle)
         try:
             job = self._call("job", job_id)
         except BackendError as exc:
@@ -216,7 +255,9 @@ class SlurmDriver:
         return _status(job, record)
 
     def task_logs(self, handle: str) -> str:
-        path = f"{self.jobs_dir}/loam-{_job_id(handle)}.out"
+        account, job_id = _parse_handle(handle)
+        jobs_dir = f"{self.jobs_dir}/{account}" if account else self.jobs_dir
+        path = f"{jobs_dir}/loam-{job_id}.out"
         try:
             with open(path, "rb") as output:
                 output.seek(0, os.SEEK_END)
@@ -229,18 +270,21 @@ class SlurmDriver:
             raise BackendError(f"cannot read the job's output {path}: {exc}") from exc
 
     def cancel_task(self, handle: str) -> None:
-        self._call("cancel", _job_id(handle))
+        account, job_id = _parse_handle(handle)
+        self._call("cancel", job_id, user=account)  # as its owner: Slurm checks that too
 
 
 def _healthy(node: SlurmNode) -> bool:
     return not node.drained and not (set(node.state.split("+")) & _UNHEALTHY)
 
 
-def _job_id(handle: str) -> int:
+def _parse_handle(handle: str) -> tuple[str | None, int]:
+    """(account or None, job id) from "<account>/<job id>" or a bare job id."""
+    account, _, job_id = handle.rpartition("/")
     try:
-        return int(handle)
+        return account or None, int(job_id)
     except ValueError:
-        raise BackendError(f"not a Slurm job id: {handle!r}") from None
+        raise BackendError(f"not a Slurm job handle: {handle!r}") from None
 
 
 def _status(job: SlurmJob | None, record: SlurmJob | None) -> TaskStatus:

@@ -3,6 +3,7 @@ operator, its GPU nodes synced as a pool, training tasks run as Slurm jobs on th
 scheduler chose, followed to the end, cancelled, failed, and billed from Slurm's accounting."""
 
 import os
+import re
 import subprocess
 import time
 
@@ -173,7 +174,8 @@ def test_a_task_runs_as_a_slurm_job_and_is_billed_from_accounting(
         task = submit(slurm_world, organization, owner)
     task.refresh_from_db()
     assert task.state in (TaskState.PLACED, TaskState.RUNNING)
-    assert task.backend_handle.isdigit()  # the Slurm job id
+    # The organization's own Slurm account, and the job id.
+    assert re.fullmatch(rf"loam_o{organization.pk}/\d+", task.backend_handle)
 
     follow_until(task, {TaskState.RUNNING, TaskState.SUCCEEDED})
     follow_until(task, {TaskState.SUCCEEDED})
@@ -199,10 +201,15 @@ def test_a_task_runs_as_a_slurm_job_and_is_billed_from_accounting(
     assert ", ".join(map(str, status["devices"])) in page
 
 
-def sacct_elapsed_seconds(cluster, job_id: str) -> int:
+def job_id(task) -> int:
+    """The Slurm job id of a task's handle ("<account>/<job id>")."""
+    return int(task.backend_handle.rpartition("/")[2])
+
+
+def sacct_elapsed_seconds(cluster, job: int) -> int:
     """What Slurm's accounting says the job ran (sacct's ElapsedRaw)."""
     answer = subprocess.run(
-        ["sacct", "-j", job_id, "-n", "-X", "-P", "-o", "ElapsedRaw"],
+        ["sacct", "-j", str(job), "-n", "-X", "-P", "-o", "ElapsedRaw"],
         env={**os.environ, "SLURM_CONF": cluster.slurm_conf},
         capture_output=True,
         text=True,
@@ -237,7 +244,7 @@ def test_a_job_ending_while_slurmrestd_is_unreachable_is_billed_sacct_s_seconds(
     def ended_in_slurm():
         jobs.follow_task(task.pk)  # cannot ask: the task's state is unknown
         meter_organization(organization.pk, until=timezone.now())
-        return slurm.accounting(int(task.backend_handle)).end_time
+        return slurm.accounting(job_id(task)).end_time
 
     with slurm_cluster.client() as slurm:
         wait_for(ended_in_slurm, seconds=40, every=2)
@@ -257,7 +264,7 @@ def test_a_job_ending_while_slurmrestd_is_unreachable_is_billed_sacct_s_seconds(
     follow_until(task, {TaskState.SUCCEEDED})
     meter_organization(organization.pk, until=timezone.now())
     billed = sum(UsageRecord.objects.filter(workload__task=task).values_list("seconds", flat=True))
-    elapsed = sacct_elapsed_seconds(slurm_cluster, task.backend_handle)
+    elapsed = sacct_elapsed_seconds(slurm_cluster, job_id(task))
     print(f"\nsacct elapsed {elapsed} s, billed {billed} s")
     assert 20 <= elapsed <= 25
     assert abs(billed - elapsed) <= 1
@@ -286,7 +293,7 @@ def test_cancelling_a_task_cancels_its_slurm_job(
     with django_capture_on_commit_callbacks(execute=True):
         cancel_task(task=task, actor=owner)
     # Right after a cancel Slurm says COMPLETING for a moment, then CANCELLED.
-    wait_for(lambda: slurm.job(int(task.backend_handle)).state == "CANCELLED")
+    wait_for(lambda: slurm.job(job_id(task)).state == "CANCELLED")
     task.refresh_from_db()
     assert task.state == TaskState.CANCELLED
 

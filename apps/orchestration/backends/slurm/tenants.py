@@ -1,0 +1,163 @@
+"""An organization on a Slurm cluster, the way HPC centres run one: its own Slurm account, a
+Unix user its jobs run as (one per organization, not per member: the portal, not Slurm, knows
+who in an organization may do what, and a member's files are the organization's), and a jobs
+directory only that user (and the portal's group) can enter.
+
+Slurm then keeps tenants apart by itself: a job runs with its organization's uid, so it cannot
+read or write another's output; `PrivateData=jobs` hides other accounts' jobs, and Slurm lets a
+user cancel only its own; the account's `GrpTRES=gres/gpu=N` is the organization's accelerator
+quota, so even a job submitted around the portal cannot pass it.
+
+Made on the organization's first task (`ensure`), checked again on each: one `sacctmgr` call
+when nothing changed. Needs what an HPC centre's provisioning needs: Slurm admin rights for
+`sacctmgr` (the portal's worker runs as root or SlurmUser on the head node) and, with
+`create_users`, root to add the Unix user (else the site's directory must already have it).
+"""
+
+import grp
+import os
+import pwd
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from apps.orchestration.backends.base import BackendError
+
+# A Slurm account name and a Unix user name at once: lower case, digits and "_", short.
+_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,31}$")
+
+
+@dataclass(frozen=True)
+class SlurmTenant:
+    """One organization's identity on the cluster: its account and Unix user share `name`."""
+
+    name: str
+    jobs_dir: str
+
+    @property
+    def output_pattern(self) -> str:
+        return f"{self.jobs_dir}/loam-%j.out"
+
+    def output_of(self, job_id: int) -> str:
+        return f"{self.jobs_dir}/loam-{job_id}.out"
+
+
+def tenant_of(prefix: str, organization_id: int, jobs_root: str) -> SlurmTenant:
+    name = f"{prefix}{organization_id}"
+    if not _NAME.match(name):
+        raise BackendError(f"Slurm: {name!r} is not a valid account and user name")
+    return SlurmTenant(name=name, jobs_dir=f"{jobs_root}/{name}")
+
+
+def ensure(
+    tenant: SlurmTenant,
+    *,
+    gpu_limit: int | None,
+    create_users: bool,
+    slurm_conf: str | None,
+) -> None:
+    """The tenant's Unix user, jobs directory and Slurm account exist, with `gpu_limit` (None:
+    no limit) as the account's GrpTRES."""
+    _unix_user(tenant.name, create=create_users)
+    _jobs_dir(tenant)
+    sacctmgr = _Sacctmgr(slurm_conf)
+    rows = sacctmgr.run(
+        "show", "assoc", "where", f"account={tenant.name}", "format=user,grptres", "-n", "-P"
+    )
+    associations = dict(line.split("|", 1) for line in rows.splitlines() if "|" in line)
+    if "" not in associations:  # the account's own association
+        sacctmgr.run(
+            "add",
+            "account",
+            tenant.name,
+            "description=loam organization",
+            "organization=loam",
+            "fairshare=1",
+        )
+    if tenant.name not in associations:
+        sacctmgr.run(
+            "add", "user", tenant.name, f"account={tenant.name}", f"defaultaccount={tenant.name}"
+        )
+    wanted = f"gres/gpu={gpu_limit}" if gpu_limit is not None else ""
+    if associations.get("", "") != wanted:
+        sacctmgr.run(
+            "modify",
+            "account",
+            "where",
+            f"name={tenant.name}",
+            "set",
+            f"grptres=gres/gpu={gpu_limit if gpu_limit is not None else -1}",
+        )
+
+
+def _unix_user(name: str, *, create: bool) -> None:
+    try:
+        pwd.getpwnam(name)
+        return
+    except KeyError:
+        if not create:
+            raise BackendError(
+                f"Slurm: the Unix user {name} does not exist on the cluster; add it to the "
+                "site's directory, or let the portal create it (create_users)"
+            ) from None
+    done = subprocess.run(
+        [
+            "useradd",
+            "--system",
+            "--user-group",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+            "--shell",
+            "/usr/sbin/nologin",
+            name,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    # Another worker may have made it meanwhile (exit 9: the name is taken).
+    if done.returncode not in (0, 9):
+        raise BackendError(f"Slurm: cannot add the Unix user {name}: {done.stderr.strip()}")
+
+
+def _jobs_dir(tenant: SlurmTenant) -> None:
+    """Owned by the tenant's user, in the jobs root's group (the portal's, which reads the
+    output), mode 2750: other tenants cannot enter it, and what the jobs write stays readable
+    by the portal (the set-group-id bit gives new files the directory's group)."""
+    path = Path(tenant.jobs_dir)
+    user = pwd.getpwnam(tenant.name)
+    group = path.parent.stat().st_gid
+    try:
+        path.mkdir(mode=0o750, exist_ok=True)
+        if (path.stat().st_uid, path.stat().st_gid) != (user.pw_uid, group):
+            os.chown(path, user.pw_uid, group)
+        path.chmod(0o2750)
+    except OSError as exc:
+        raise BackendError(
+            f"Slurm: cannot prepare {path} for {tenant.name} "
+            f"(group {grp.getgrgid(group).gr_name}): {exc}"
+        ) from exc
+
+
+class _Sacctmgr:
+    def __init__(self, slurm_conf: str | None):
+        self.env = {**os.environ, **({"SLURM_CONF": slurm_conf} if slurm_conf else {})}
+
+    def run(self, *args: str) -> str:
+        try:
+            done = subprocess.run(
+                ["sacctmgr", "-i", *args],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BackendError(
+                f"sacctmgr {shlex.join(args)} failed: {exc}", transient=True
+            ) from exc
+        if done.returncode != 0:
+            raise BackendError(f"sacctmgr {shlex.join(args)}: {done.stderr.strip()}")
+        return done.stdout
