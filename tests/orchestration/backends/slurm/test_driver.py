@@ -301,5 +301,6 @@ def test_an_operator_registers_a_slurm_backend_in_the_console(
         {**form, "region": RegionFactory(park=other_park).pk, "config": json.dumps(again)},
     )
     assert refused.status_code == 422
-    assert f"as backend “hpc” of park “{park.name}”" in refused.content.decode()
+    [error] = refused.context["form"].errors["config"]  # in this operator's language
+    assert "“hpc”" in error and f"“{park.name}”" in error
     assert list(Backend.objects.values_list("name", flat=True)) == ["hpc"]
