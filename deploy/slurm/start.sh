@@ -114,8 +114,13 @@ for u in munge "$REST_DAEMON_USER" "$JOB_USER"; do
 done
 
 # --- already up? ---------------------------------------------------------------------------------
-if alive slurmrestd "$R/pids/slurmrestd.pid" && alive slurmctld "$R/pids/slurmctld.pid" \
-  && [ -s "$R/env" ] && scontrol ping 2>/dev/null | grep -q UP; then
+all_alive() {
+  local n
+  alive munged "$R/munge/munged.pid" && alive slurmdbd "$R/pids/slurmdbd.pid" \
+    && alive slurmctld "$R/pids/slurmctld.pid" && alive slurmrestd "$R/pids/slurmrestd.pid" || return 1
+  for n in $(seq 1 "$NODES"); do alive slurmd "$R/pids/slurmd-gpu-node$n.pid" || return 1; done
+}
+if all_alive && [ -s "$R/env" ] && scontrol ping 2>/dev/null | grep -q UP; then
   echo "Slurm test cluster already up under $R (env: $R/env)"
   exit 0
 fi
