@@ -4,9 +4,11 @@ the nginx template's variables are the ones every caller sets. (deploy/stack/sta
 real thing; tests/e2e/test_production_stack.py checks it from the outside.)"""
 
 import gc
+import os
 import re
 import runpy
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -474,3 +476,49 @@ def test_the_strict_validation_catches_an_unknown_field(tmp_path):
     kubernetes_validate.validate(job, version, strict=False)
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(job, version, strict=True)
+
+
+# --- deploy/slurm ------------------------------------------------------------------------------
+
+
+def _can_switch_to_munge() -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam("munge")
+    except KeyError:
+        return False
+    return os.geteuid() == 0 and shutil.which("runuser") is not None
+
+
+@pytest.mark.skipif(not _can_switch_to_munge(), reason="needs root and the munge user")
+def test_slurm_start_refuses_a_run_dir_its_daemon_users_cannot_reach(tmp_path):
+    """A clone under a `mktemp -d` folder (mode 700): refused with the folder and the user,
+    before any daemon starts (munged used to fail later with "Failed to check logfile")."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    run_dir = private / "clone" / "var" / "slurm"
+    # Ports no cluster uses: were the check to let it through, nothing of anyone's is touched.
+    knobs = {
+        "LOAM_SLURM_ROOT": str(run_dir),
+        "LOAM_SLURM_REST_PORT": "6890",
+        "LOAM_SLURM_CTLD_PORT": "6887",
+        "LOAM_SLURM_DBD_PORT": "6889",
+        "LOAM_SLURM_SLURMD_PORT0": "17900",
+        "LOAM_SLURM_MYSQL_PORT": "3396",
+    }
+    done = subprocess.run(
+        ["bash", str(DEPLOY / "slurm" / "start.sh")],
+        env={**os.environ, **knobs},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    match = re.search(
+        r"user munge cannot reach the run dir \S+: (\S+) is not searchable", done.stderr
+    )
+    assert match, done.stderr
+    assert Path(match[1]) in run_dir.parents
+    assert not (run_dir / "munge").exists() and not (run_dir / "pids").exists()

@@ -17,6 +17,9 @@ from apps.orchestration.models import (
 class BackendAdmin(admin.ModelAdmin):
     list_display = ["name", "driver", "park", "is_enabled", "last_checked_at"]
     list_filter = ["driver", "is_enabled"]
+    # A driver and its config are checked when registered (register_backend: the driver answers,
+    # its endpoint is no other backend's); an edit here would skip that.
+    readonly_fields = ["driver", "config", "endpoint"]
 
 
 @admin.register(Pool)

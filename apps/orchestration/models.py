@@ -29,6 +29,10 @@ class Backend(models.Model):
     is_enabled = models.BooleanField(_("enabled"), default=True)
     last_error = models.TextField(_("last error"), blank=True)
     last_checked_at = models.DateTimeField(_("last checked at"), null=True, blank=True)
+    # The outside system its config reaches, as the driver names it (registry.endpoint_of);
+    # empty where the driver names none. Unique across parks, so two registrations of one
+    # cluster cannot both commit, however they race.
+    endpoint = models.CharField(_("endpoint"), max_length=300, blank=True, editable=False)
 
     class Meta:
         verbose_name = _("backend")
@@ -36,6 +40,11 @@ class Backend(models.Model):
         ordering = ["park", "name"]
         constraints = [
             models.UniqueConstraint(fields=["park", "name"], name="backend_name_unique"),
+            models.UniqueConstraint(
+                fields=["endpoint"],
+                condition=~models.Q(endpoint=""),
+                name="backend_endpoint_unique",
+            ),
         ]
 
     def __str__(self):

@@ -3,7 +3,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 from django.utils.text import get_text_list
@@ -19,7 +19,13 @@ from apps.core.transactions import lock, lock_all, locked, locked_update_or_crea
 from apps.core.transitions import check_transition
 from apps.orchestration import adapter
 from apps.orchestration.backends.base import BackendError, Capability, NodeTelemetry, ReportedPool
-from apps.orchestration.backends.registry import driver_names, driver_of, get_driver, supports
+from apps.orchestration.backends.registry import (
+    driver_names,
+    driver_of,
+    endpoint_of,
+    get_driver,
+    supports,
+)
 from apps.orchestration.models import (
     NODE_HEALTH_TRANSITIONS,
     Accelerator,
@@ -595,12 +601,40 @@ def validate_backend_config(*, driver: str, config) -> list[ReportedPool]:
         ) from exc
 
 
+def _free_endpoint(*, driver: str, config: dict) -> str:
+    """The endpoint the config reaches, refused when another backend, in any park, has it:
+    one cluster registered twice would count its capacity twice."""
+    try:
+        endpoint = endpoint_of(driver, config) or ""
+    except ValueError as exc:
+        raise ValidationError(
+            {"config": _("The driver refused this configuration: %(error)s") % {"error": exc}}
+        ) from exc
+    holder = (
+        Backend.objects.filter(endpoint=endpoint).select_related("park").first()
+        if endpoint
+        else None
+    )
+    if holder is not None:
+        raise ValidationError(
+            {
+                "config": _(
+                    "%(endpoint)s is already registered, as backend “%(backend)s” of park "
+                    "“%(park)s”."
+                )
+                % {"endpoint": endpoint, "backend": holder.name, "park": holder.park.name}
+            }
+        )
+    return endpoint
+
+
 @transaction.atomic(durable=True)
 def register_backend(
     *, park, operator, name: str, driver: str, config: dict, region=None
 ) -> Backend:
-    """Register a backend once its driver has answered for its capacity. The pools and nodes
-    it reports are registered too, in `region` (the operator moves pools later)."""
+    """Register a backend once its driver has answered for its capacity, unless another
+    backend (in any park) reaches the same endpoint. The pools and nodes it reports are
+    registered too, in `region` (the operator moves pools later)."""
     _require_operator(operator, park)
     name = (name or "").strip()
     if not name:
@@ -610,6 +644,7 @@ def register_backend(
             {"name": _("This park already has a backend called “%(name)s”.") % {"name": name}}
         )
     reported = validate_backend_config(driver=driver, config=config)
+    endpoint = _free_endpoint(driver=driver, config=config)
     names = [pool.name for pool in reported]
     if len(set(names)) != len(names):
         raise ValidationError({"config": _("The driver reports two pools with the same name.")})
@@ -627,9 +662,20 @@ def register_backend(
         raise ValidationError({"region": _("Choose the region the reported pools stand in.")})
     if region is not None and region.park_id != park.pk:
         raise ValidationError({"region": _("This region is not in the park.")})
-    backend = Backend.objects.create(
-        park=park, name=name, driver=driver, config=config, last_checked_at=timezone.now()
-    )
+    try:
+        with transaction.atomic():
+            backend = Backend.objects.create(
+                park=park,
+                name=name,
+                driver=driver,
+                config=config,
+                endpoint=endpoint,
+                last_checked_at=timezone.now(),
+            )
+    except IntegrityError:
+        # Registered meanwhile by a concurrent request (the constraint kept one): say by whom.
+        _free_endpoint(driver=driver, config=config)
+        raise
     nodes = 0
     for reported_pool in reported:
         pool = Pool.objects.create(

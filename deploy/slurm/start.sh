@@ -9,13 +9,24 @@
 # Everything lives under $LOAM_SLURM_ROOT (default var/slurm in the repo, git-ignored); /etc/slurm
 # is never read (SLURM_CONF points at our own slurm.conf). Stop with deploy/slurm/stop.sh.
 #
+# Run again, it starts only the daemons that are not alive and leaves the others, and their jobs,
+# running (deploy/slurm/restart-rest.sh restarts slurmrestd alone that way). Only stop.sh cancels
+# jobs. The knobs below are saved in $LOAM_SLURM_ROOT/knobs: a later run reuses them unless set.
+#
 # Writes $LOAM_SLURM_ROOT/env (KEY=value lines; `set -a; . env` in bash) for the tests and the
 # driver: LOAM_SLURM_URL, LOAM_SLURM_USER, LOAM_SLURM_JWT_KEY, LOAM_SLURM_JOBS_DIR, SLURM_CONF.
 #
 # Env knobs: LOAM_SLURM_ROOT, LOAM_SLURM_REST_PORT (6820), LOAM_SLURM_USER (loam-slurm: the Unix
 # user that jobs run as and that the REST client names), LOAM_SLURM_MYSQL_PORT (3306),
-# LOAM_SLURM_DB (loam_slurm_acct), LOAM_SLURM_CTLD_PORT (6817), LOAM_SLURM_DBD_PORT (6819),
-# LOAM_SLURM_SLURMD_PORT0 (17000: node N listens on PORT0+N).
+# LOAM_SLURM_DB (loam_acct_<key>), LOAM_SLURM_DB_USER (loam_<key>: the MariaDB user slurmdbd logs
+# in as), where <key> is named after the run dir, so each cluster on one MariaDB has its own
+# database and user unless told otherwise, LOAM_SLURM_CTLD_PORT (6817),
+# LOAM_SLURM_DBD_PORT (6819), LOAM_SLURM_SLURMD_PORT0 (17000: node N listens on PORT0+N).
+#
+# The DB user's password is kept in $LOAM_SLURM_ROOT/state/db.pass and never changed: a user this
+# script did not create with that password (another cluster's) is refused, not reset.
+# The run dir and every folder above it must be searchable by the munge, slurmrestd and job
+# users (a clone under a `mktemp -d` folder, mode 700, is refused before anything starts).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -26,13 +37,20 @@ R=$(cd "$R" && pwd)  # Slurm's config files need absolute paths.
 case "$R" in *[[:space:]]*)
   echo "deploy/slurm/start.sh: the run dir must not contain whitespace: '$R'" >&2; exit 1 ;;
 esac
+# A later run (restart-rest.sh's too) keeps the knobs this run dir was started with, unless set.
+if [ -s "$R/knobs" ]; then
+  while IFS='=' read -r k v; do
+    [[ $k =~ ^LOAM_SLURM_[A-Z0-9_]+$ ]] && [ -z "${!k+x}" ] && export "$k=$v"
+  done <"$R/knobs"
+fi
 REST_PORT=${LOAM_SLURM_REST_PORT:-6820}
 CTLD_PORT=${LOAM_SLURM_CTLD_PORT:-6817}
 DBD_PORT=${LOAM_SLURM_DBD_PORT:-6819}
 SLURMD_PORT0=${LOAM_SLURM_SLURMD_PORT0:-17000}
 MYSQL_PORT=${LOAM_SLURM_MYSQL_PORT:-3306}
-DB=${LOAM_SLURM_DB:-loam_slurm_acct}
-DB_USER=loam_slurm
+run_key=$(printf %s "$R" | sha1sum | cut -c1-10)
+DB=${LOAM_SLURM_DB:-loam_acct_$run_key}
+DB_USER=${LOAM_SLURM_DB_USER:-loam_$run_key}
 JOB_USER=${LOAM_SLURM_USER:-loam-slurm}
 REST_DAEMON_USER=slurmrest  # slurmrestd refuses to run as root or as SlurmUser
 CLUSTER=loam
@@ -53,33 +71,79 @@ wait_for() {  # wait_for SECONDS WHAT CMD...: poll CMD every 0.2 s; fail after S
     sleep 0.2
   done
 }
-alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# alive NAME PIDFILE: the PID file names a running NAME (a PID left by a crash may be another
+# process's by now).
+alive() {
+  local p; p=$(cat "$2" 2>/dev/null) && [ -n "$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$1" ]
+}
 port_busy() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
-# --- already up? ---------------------------------------------------------------------------------
-if alive "$R/pids/slurmrestd.pid" && alive "$R/pids/slurmctld.pid" && [ -s "$R/env" ] \
-  && scontrol ping 2>/dev/null | grep -q UP; then
-  echo "Slurm test cluster already up under $R (env: $R/env)"
-  exit 0
-fi
-# Leftovers of an earlier run that died half-way (some PID files alive): stop them, start clean.
-if compgen -G "$R/pids/*.pid" >/dev/null || [ -s "$R/munge/munged.pid" ]; then
-  bash "$here/stop.sh" >/dev/null
-fi
-rm -f "$R/env"  # written again only once the cluster answers
-# A port taken by someone else would make a daemon exit with only a line in its log.
-for p in "$REST_PORT" "$CTLD_PORT" "$DBD_PORT" $(seq $((SLURMD_PORT0 + 1)) $((SLURMD_PORT0 + NODES))); do
-  if port_busy "$p"; then
-    echo "deploy/slurm/start.sh: port $p on 127.0.0.1 is already in use" >&2; exit 1
-  fi
-done
+cat >"$R/knobs" <<KNOBS
+LOAM_SLURM_REST_PORT=$REST_PORT
+LOAM_SLURM_CTLD_PORT=$CTLD_PORT
+LOAM_SLURM_DBD_PORT=$DBD_PORT
+LOAM_SLURM_SLURMD_PORT0=$SLURMD_PORT0
+LOAM_SLURM_MYSQL_PORT=$MYSQL_PORT
+LOAM_SLURM_DB=$DB
+LOAM_SLURM_DB_USER=$DB_USER
+LOAM_SLURM_USER=$JOB_USER
+KNOBS
 
-# --- users and directories -----------------------------------------------------------------------
+# --- users, and can they reach the run dir? ------------------------------------------------------
 # Jobs run as JOB_USER (the user named in the JWT), so it must be a real Unix user;
 # slurmrestd runs as its own system user.
 for u in "$JOB_USER" "$REST_DAEMON_USER"; do
   id "$u" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$u"
 done
+# munged, slurmrestd and the jobs run as these users, each in the run dir: a folder above it they
+# cannot search fails much later, in a daemon's log (munged: "Failed to check logfile").
+unreachable() {  # unreachable USER: the first folder from / down to $R that USER cannot search
+  local d=/ part parts
+  IFS=/ read -ra parts <<<"${R#/}"
+  for part in "${parts[@]}"; do
+    runuser -u "$1" -- test -x "$d" || { echo "$d"; return 0; }
+    d=${d%/}/$part
+  done
+  runuser -u "$1" -- test -x "$d" || { echo "$d"; return 0; }
+  return 1
+}
+for u in munge "$REST_DAEMON_USER" "$JOB_USER"; do
+  if d=$(unreachable "$u"); then
+    echo "deploy/slurm/start.sh: user $u cannot reach the run dir $R: $d is not searchable by it" \
+      "(mode $(stat -c %a "$d")); use a LOAM_SLURM_ROOT outside it, or chmod o+x $d" >&2
+    exit 1
+  fi
+done
+
+# --- already up? ---------------------------------------------------------------------------------
+all_alive() {
+  local n
+  alive munged "$R/munge/munged.pid" && alive slurmdbd "$R/pids/slurmdbd.pid" \
+    && alive slurmctld "$R/pids/slurmctld.pid" && alive slurmrestd "$R/pids/slurmrestd.pid" || return 1
+  for n in $(seq 1 "$NODES"); do alive slurmd "$R/pids/slurmd-gpu-node$n.pid" || return 1; done
+}
+if all_alive && [ -s "$R/env" ] && scontrol ping 2>/dev/null | grep -q UP; then
+  echo "Slurm test cluster already up under $R (env: $R/env)"
+  exit 0
+fi
+# Some daemons alive (a restart, or a run that died half-way): they are kept, with their jobs,
+# and only the others are started below. Each `alive` check stands before its daemon's start.
+rm -f "$R/env"  # written again only once the cluster answers
+# A port taken by someone else would make a daemon exit with only a line in its log.
+ports=()
+alive slurmrestd "$R/pids/slurmrestd.pid" || ports+=("$REST_PORT")
+alive slurmctld "$R/pids/slurmctld.pid" || ports+=("$CTLD_PORT")
+alive slurmdbd "$R/pids/slurmdbd.pid" || ports+=("$DBD_PORT")
+for n in $(seq 1 "$NODES"); do
+  alive slurmd "$R/pids/slurmd-gpu-node$n.pid" || ports+=($((SLURMD_PORT0 + n)))
+done
+for p in "${ports[@]}"; do
+  if port_busy "$p"; then
+    echo "deploy/slurm/start.sh: port $p on 127.0.0.1 is already in use" >&2; exit 1
+  fi
+done
+
+# --- directories ---------------------------------------------------------------------------------
 mkdir -p "$R"/{etc,state,log,dev,munge,pids,spool,jobs}
 chmod 755 "$R" "$R/etc"  # the job user and slurmrestd read slurm.conf and reach jobs/
 chmod 700 "$R/state"     # the JWT key and the DB password live here
@@ -106,11 +170,15 @@ chmod 600 "$R/state/db.pass"
 chown -R munge:munge "$R/munge"
 chmod 400 "$R/munge/munge.key"
 chmod 711 "$R/munge"  # other users (slurmrestd, job steps) must reach the socket
-rm -f "$R/munge/munge.sock"*
-runuser -u munge -- /usr/sbin/munged --socket="$R/munge/munge.sock" --key-file="$R/munge/munge.key" \
-  --pid-file="$R/munge/munged.pid" --log-file="$R/munge/munged.log" --seed-file="$R/munge/munged.seed" \
-  </dev/null
-stamp "munged up"
+if alive munged "$R/munge/munged.pid"; then
+  stamp "munged already up"
+else
+  rm -f "$R/munge/munge.sock"*
+  runuser -u munge -- /usr/sbin/munged --socket="$R/munge/munge.sock" --key-file="$R/munge/munge.key" \
+    --pid-file="$R/munge/munged.pid" --log-file="$R/munge/munged.log" --seed-file="$R/munge/munged.seed" \
+    </dev/null
+  stamp "munged up"
+fi
 
 # --- configuration -------------------------------------------------------------------------------
 cat >"$R/etc/slurm.conf" <<CONF
@@ -201,40 +269,54 @@ chmod 600 "$R/etc/slurmdbd.conf"  # slurmdbd refuses a config others can read (i
 
 # --- MariaDB: reuse the one on 127.0.0.1:$MYSQL_PORT, else start a private one ------------------
 sql() { mariadb -h 127.0.0.1 -P "$MYSQL_PORT" -u root -e "$1"; }
-if mariadb-admin -h 127.0.0.1 -P "$MYSQL_PORT" -u root ping >/dev/null 2>&1; then
-  # mariadb-admin ping succeeds even when the login is refused: check that root can log in.
-  if ! sql "SELECT 1" >/dev/null 2>&1; then
-    echo "deploy/slurm/start.sh: MariaDB on 127.0.0.1:$MYSQL_PORT does not let root in without" \
-      "a password; set LOAM_SLURM_MYSQL_PORT to a free port to use a private one" >&2
+if alive slurmdbd "$R/pids/slurmdbd.pid"; then
+  stamp "slurmdbd already up: its database is left as it is"
+else
+  if alive mariadbd "$R/pids/mariadb.pid"; then
+    stamp "private MariaDB already up on 127.0.0.1:$MYSQL_PORT"
+  elif mariadb-admin -h 127.0.0.1 -P "$MYSQL_PORT" -u root ping >/dev/null 2>&1; then
+    # mariadb-admin ping succeeds even when the login is refused: check that root can log in.
+    if ! sql "SELECT 1" >/dev/null 2>&1; then
+      echo "deploy/slurm/start.sh: MariaDB on 127.0.0.1:$MYSQL_PORT does not let root in without" \
+        "a password; set LOAM_SLURM_MYSQL_PORT to a free port to use a private one" >&2
+      exit 1
+    fi
+    stamp "reusing MariaDB on 127.0.0.1:$MYSQL_PORT"
+  else
+    mkdir -p "$R/mysql"
+    chown mysql:mysql "$R/mysql"
+    [ -d "$R/mysql/mysql" ] || mariadb-install-db --no-defaults --user=mysql --datadir="$R/mysql" \
+      --auth-root-authentication-method=normal >"$R/log/mariadb-install.log" 2>&1
+    # --no-defaults: ignore /etc/mysql (the system server's config and socket).
+    setpriv --reuid=mysql --regid=mysql --init-groups /usr/sbin/mariadbd --no-defaults \
+      --datadir="$R/mysql" --bind-address=127.0.0.1 --port="$MYSQL_PORT" \
+      --socket="$R/mysql/mysqld.sock" --pid-file="$R/mysql/mariadbd.pid" --skip-log-bin \
+      --innodb-buffer-pool-size=64M --innodb-log-file-size=16M \
+      </dev/null >"$R/log/mariadb.log" 2>&1 &
+    echo $! >"$R/pids/mariadb.pid"
+    wait_for 60 "MariaDB on 127.0.0.1:$MYSQL_PORT" sql "SELECT 1"
+    stamp "private MariaDB up on 127.0.0.1:$MYSQL_PORT"
+  fi
+  # The DB user is created with this run dir's password, never altered: one that exists with
+  # another password belongs to another cluster on this MariaDB, whose slurmdbd would lose it.
+  pass=$(cat "$R/state/db.pass")
+  sql "CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$pass';
+    CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$pass';"
+  if ! MYSQL_PWD=$pass mariadb -h 127.0.0.1 -P "$MYSQL_PORT" -u "$DB_USER" -e "SELECT 1" >/dev/null 2>&1; then
+    echo "deploy/slurm/start.sh: the MariaDB user $DB_USER exists with another password than" \
+      "$R/state/db.pass (another cluster's user?); set LOAM_SLURM_DB_USER to a user of this" \
+      "cluster's own (and LOAM_SLURM_DB to its own database)" >&2
     exit 1
   fi
-  stamp "reusing MariaDB on 127.0.0.1:$MYSQL_PORT"
-else
-  mkdir -p "$R/mysql"
-  chown mysql:mysql "$R/mysql"
-  [ -d "$R/mysql/mysql" ] || mariadb-install-db --no-defaults --user=mysql --datadir="$R/mysql" \
-    --auth-root-authentication-method=normal >"$R/log/mariadb-install.log" 2>&1
-  # --no-defaults: ignore /etc/mysql (the system server's config and socket).
-  setpriv --reuid=mysql --regid=mysql --init-groups /usr/sbin/mariadbd --no-defaults \
-    --datadir="$R/mysql" --bind-address=127.0.0.1 --port="$MYSQL_PORT" \
-    --socket="$R/mysql/mysqld.sock" --pid-file="$R/mysql/mariadbd.pid" --skip-log-bin \
-    --innodb-buffer-pool-size=64M --innodb-log-file-size=16M \
-    </dev/null >"$R/log/mariadb.log" 2>&1 &
-  echo $! >"$R/pids/mariadb.pid"
-  wait_for 60 "MariaDB on 127.0.0.1:$MYSQL_PORT" sql "SELECT 1"
-  stamp "private MariaDB up on 127.0.0.1:$MYSQL_PORT"
+  # The accounting DB belongs to this run dir: with no saved controller state (a new run dir),
+  # job ids restart at 1, so old accounting rows would be mistaken for new jobs; start it afresh.
+  [ -e "$R/state/job_state" ] || sql "DROP DATABASE IF EXISTS \`$DB\`"
+  sql "CREATE DATABASE IF NOT EXISTS \`$DB\`;
+    GRANT ALL ON \`$DB\`.* TO '$DB_USER'@'localhost'; GRANT ALL ON \`$DB\`.* TO '$DB_USER'@'127.0.0.1';"
+  slurmdbd </dev/null
 fi
-# The accounting DB belongs to this run dir: with no saved controller state (a new run dir), job
-# ids restart at 1, so old accounting rows would be mistaken for new jobs; start it afresh.
-[ -e "$R/state/job_state" ] || sql "DROP DATABASE IF EXISTS \`$DB\`"
-pass=$(cat "$R/state/db.pass")
-sql "CREATE DATABASE IF NOT EXISTS \`$DB\`;
-  CREATE USER IF NOT EXISTS '$DB_USER'@'localhost'; ALTER USER '$DB_USER'@'localhost' IDENTIFIED BY '$pass';
-  CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1'; ALTER USER '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$pass';
-  GRANT ALL ON \`$DB\`.* TO '$DB_USER'@'localhost'; GRANT ALL ON \`$DB\`.* TO '$DB_USER'@'127.0.0.1';"
 
-# --- slurmdbd, then the controller and the nodes -------------------------------------------------
-slurmdbd </dev/null
+# --- slurmdbd (started above with its database), then the controller and the nodes ----------------
 wait_for 60 slurmdbd sacctmgr -n show cluster
 # slurmctld must find its cluster in the accounting DB.
 sacctmgr -n -P show cluster format=cluster | grep -qx "$CLUSTER" || sacctmgr -i add cluster "$CLUSTER" >/dev/null
@@ -246,11 +328,13 @@ sacctmgr -n -P show user "$JOB_USER" format=user | grep -qx "$JOB_USER" \
   || sacctmgr -i add user "$JOB_USER" account=loam defaultaccount=loam adminlevel=operator >/dev/null
 stamp "slurmdbd up (database $DB)"
 
-slurmctld </dev/null
+alive slurmctld "$R/pids/slurmctld.pid" || slurmctld </dev/null
 ctld_up() { scontrol ping | grep -q UP; }
 wait_for 30 slurmctld ctld_up
 stamp "slurmctld up on port $CTLD_PORT"
-for n in $(seq 1 "$NODES"); do slurmd -N "gpu-node$n" </dev/null; done
+for n in $(seq 1 "$NODES"); do
+  alive slurmd "$R/pids/slurmd-gpu-node$n.pid" || slurmd -N "gpu-node$n" </dev/null
+done
 # Ready when every node answers; jobs recovered from saved state may keep one mixed/allocated.
 nodes_up() {
   local states; states=$(sinfo -h -N -o %T | sort -u)
@@ -262,10 +346,12 @@ stamp "$NODES slurmd up ($(sinfo -h -o '%N %T' | tr '\n' ' '))"
 # --- slurmrestd ----------------------------------------------------------------------------------
 # SLURM_JWT=daemon: slurmrestd passes each request's token on instead of using munge itself.
 # It does not daemonize: run it in the background and record its PID.
-SLURM_JWT=daemon setpriv --reuid="$REST_DAEMON_USER" --regid="$REST_DAEMON_USER" --init-groups \
-  /usr/sbin/slurmrestd -a rest_auth/jwt -s openapi/v0.0.38,openapi/dbv0.0.38 "127.0.0.1:$REST_PORT" \
-  </dev/null >"$R/log/slurmrestd.log" 2>&1 &
-echo $! >"$R/pids/slurmrestd.pid"
+if ! alive slurmrestd "$R/pids/slurmrestd.pid"; then
+  SLURM_JWT=daemon setpriv --reuid="$REST_DAEMON_USER" --regid="$REST_DAEMON_USER" --init-groups \
+    /usr/sbin/slurmrestd -a rest_auth/jwt -s openapi/v0.0.38,openapi/dbv0.0.38 "127.0.0.1:$REST_PORT" \
+    </dev/null >>"$R/log/slurmrestd.log" 2>&1 &
+  echo $! >"$R/pids/slurmrestd.pid"
+fi
 # Ready only when a real token for JOB_USER works (proves the JWT setup end to end).
 token=$(scontrol token username="$JOB_USER" lifespan=60 | sed -n 's/^SLURM_JWT=//p')
 rest_ok() {

@@ -8,6 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone, translation
 
+from apps.orchestration.backends import registry
+from apps.orchestration.backends.simulator import SimulatorDriver
+from apps.orchestration.backends.slurm.client import endpoint_of
 from apps.orchestration.models import Allocation, Backend, Node, Pool
 from apps.orchestration.services import probe_backend, register_node
 from apps.orders.models import Instance
@@ -140,3 +143,20 @@ def telemetry(console):
 def devices_of(instance) -> list[int]:
     allocation = instance.workload.allocations.get(released_at__isnull=True)
     return sorted(allocation.accelerators.values_list("index", flat=True))
+
+
+class RemoteDriver(SimulatorDriver):
+    """A simulator that names the cluster its config reaches (`url`), as the Slurm driver does."""
+
+    name = "remote"
+
+    @staticmethod
+    def endpoint(config):
+        return endpoint_of(config["url"])
+
+
+@pytest.fixture
+def remote_driver(monkeypatch):
+    """The `remote` driver, offered for the test."""
+    monkeypatch.setitem(registry._DRIVERS, RemoteDriver.name, RemoteDriver)
+    return RemoteDriver

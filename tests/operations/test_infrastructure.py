@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone, translation
 
 from apps.core.errors import PermissionDenied
@@ -30,7 +30,13 @@ from apps.orchestration.services import (
 )
 from apps.orders.idle import set_idle_policy
 from apps.orders.services import submit_create
-from tests.factories import ParkFactory, ParkOperatorFactory, RegionFactory, UserFactory
+from tests.factories import (
+    BackendFactory,
+    ParkFactory,
+    ParkOperatorFactory,
+    RegionFactory,
+    UserFactory,
+)
 from tests.lock_order import recording
 
 pytestmark = pytest.mark.django_db
@@ -133,6 +139,67 @@ def test_only_the_parks_operators_register_backends(console, stranger, owner):
             register_backend(
                 park=console.park, operator=user, name="x", driver="simulator", config={}
             )
+
+
+@pytest.fixture
+def remote(remote_driver):
+    """register(park, operator, region, name=, url=): a `remote` backend of one pool."""
+
+    def register(park, operator, region, *, name, url):
+        return register_backend(
+            park=park,
+            operator=operator,
+            name=name,
+            driver=remote_driver.name,
+            config={**simulated((f"{name}-p", "test-h1", 1)), "url": url},
+            region=region,
+        )
+
+    return register
+
+
+def test_a_cluster_registered_in_any_park_is_refused_again(console, operator, remote):
+    first = remote(console.park, operator, console.region, name="hpc", url="http://Head:6820/")
+    assert first.endpoint == "http://head:6820"
+    other_park = ParkFactory(name="North")
+    other_operator = ParkOperatorFactory(park=other_park).user
+    region = RegionFactory(park=other_park)
+
+    with pytest.raises(ValidationError) as excinfo:
+        remote(other_park, other_operator, region, name="hpc2", url="HTTP://head:6820")
+
+    assert excinfo.value.message_dict["config"] == [
+        f"http://head:6820 is already registered, as backend “hpc” of park “{console.park.name}”."
+    ]
+    assert not Backend.objects.filter(name="hpc2").exists()
+    assert not Pool.objects.filter(name="hpc2-p").exists()
+    # Another cluster, and drivers that name no endpoint, register as before.
+    remote(other_park, other_operator, region, name="hpc3", url="http://head:6821")
+    register_backend(
+        park=other_park,
+        operator=other_operator,
+        name="sim2",
+        driver="simulator",
+        config=simulated(("p2", "test-h1", 1)),
+        region=region,
+    )
+    assert Backend.objects.get(name="sim2").endpoint == ""
+
+
+def test_a_config_whose_endpoint_cannot_be_read_is_refused(console, operator, remote):
+    with pytest.raises(ValidationError) as excinfo:
+        remote(console.park, operator, console.region, name="hpc", url="http://head:99999")
+    assert "The driver refused this configuration" in excinfo.value.message_dict["config"][0]
+
+
+def test_two_backends_cannot_hold_one_endpoint_however_they_race(console):
+    """What holds when two registrations pass the check at once: one commits, the other's
+    insert fails (register_backend turns that into the same refusal)."""
+    BackendFactory(park=console.park, name="a", endpoint="http://head:6820")
+    BackendFactory(park=console.park, name="b")  # no endpoint: never a clash
+    BackendFactory(park=console.park, name="c")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        BackendFactory(park=ParkFactory(), name="d", endpoint="http://head:6820")
 
 
 # --- Probing: health and telemetry -----------------------------------------------------------

@@ -16,6 +16,7 @@ from apps.orders.models import IdlePolicy, Instance, OrderState
 from apps.quotas.models import QuotaLimit
 from tests.factories import (
     ApprovalPolicyFactory,
+    BackendFactory,
     FlavorFactory,
     ImageFactory,
     InstanceFactory,
@@ -509,6 +510,20 @@ def test_register_a_backend_from_the_form(ops, console):
     no_region = ops.post(path, {**data, "name": "b4", "region": ""})
     assert no_region.status_code == 422 and "Choose the region" in html(no_region)
     assert not Backend.objects.filter(name__in=["b2", "b3", "b4"]).exists()
+
+
+def test_registering_a_cluster_registered_elsewhere_is_a_form_error(ops, console, remote_driver):
+    BackendFactory(name="hpc", endpoint="http://head:6820")
+    config = {"pools": [], "url": "http://HEAD:6820/"}
+    data = {"action": "register", "name": "again", "driver": "remote", "region": ""}
+
+    refused = ops.post(
+        f"/ops/parks/{console.park.pk}/backends/", {**data, "config": json.dumps(config)}
+    )
+
+    assert refused.status_code == 422
+    assert "http://head:6820 is already registered, as backend “hpc” of park" in html(refused)
+    assert not Backend.objects.filter(name="again").exists()
 
 
 def test_check_a_backend_now(ops, console):

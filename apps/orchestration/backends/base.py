@@ -277,6 +277,10 @@ class Driver(Protocol):
 
     def __init__(self, config: dict) -> None: ...
 
+    # Optional: `endpoint(config) -> str | None`, a static method naming the outside system
+    # the config reaches (a Slurm driver: slurmrestd's normalized URL). No two backends, in any
+    # park, may name the same one (`Backend.endpoint` is unique): its capacity would count twice.
+
 
 class InventoryDriver(Driver, Protocol):
     def capacity(self) -> list[ReportedPool]:

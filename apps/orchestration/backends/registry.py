@@ -66,6 +66,16 @@ def driver_of(backend) -> Driver:
     return get_driver(backend.driver, config)
 
 
+def endpoint_of(name: str, config) -> str | None:
+    """The outside system a backend's config reaches, as its driver names it (`endpoint`, see
+    Driver); None for a driver that names none (the simulator's and the agent's backends are
+    the portal's own). Offered or not: a registered row keeps its endpoint. ValueError for a
+    config whose endpoint the driver cannot read."""
+    driver = _DRIVERS.get(name)
+    endpoint = getattr(driver, "endpoint", None)
+    return endpoint(config) if endpoint is not None and isinstance(config, dict) else None
+
+
 def supports(name: str, capability: Capability) -> bool:
     driver = _offered().get(name)
     return driver is not None and capability in driver.capabilities

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -63,6 +64,22 @@ _NOT_ENDED = _NOT_STARTED | {
 }
 
 DEFAULT_ENVIRONMENT: Mapping[str, str] = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def endpoint_of(url: str) -> str:
+    """slurmrestd's URL as one key for the cluster behind it: scheme and host lowercased, the
+    scheme's default port left out, no trailing slash (names are not resolved: "localhost" and
+    "127.0.0.1" stay two keys). ValueError for a URL without a scheme and host."""
+    parts = urlsplit(str(url).strip())
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    if not scheme or not host:
+        raise ValueError(f"not a URL: {url!r}")
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    port = parts.port  # ValueError for a port out of range
+    netloc = host if port in (None, _DEFAULT_PORTS.get(scheme)) else f"{host}:{port}"
+    return f"{scheme}://{netloc}{parts.path.rstrip('/')}"
 
 
 # --- tokens -----------------------------------------------------------------------------------

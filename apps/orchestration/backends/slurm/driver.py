@@ -63,6 +63,7 @@ from apps.orchestration.backends.slurm.client import (
     SlurmError,
     SlurmJob,
     SlurmNode,
+    endpoint_of,
 )
 
 MILLI = 1000
@@ -83,6 +84,11 @@ class SlurmDriver:
         "jobs_dir": "/shared/loam/jobs",
         "gpu_models": {"a100": "a100-sxm-80gb"},
     }
+
+    @staticmethod
+    def endpoint(config: dict) -> str | None:
+        """slurmrestd's URL, normalized: a cluster is registered once (issue 32)."""
+        return endpoint_of(config["url"]) if config.get("url") else None
 
     def __init__(self, config: dict):
         config = config or {}

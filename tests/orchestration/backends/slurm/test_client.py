@@ -19,6 +19,7 @@ from apps.orchestration.backends.slurm.client import (
     SlurmJob,
     SlurmNode,
     decode_wait_status,
+    endpoint_of,
     make_token,
     parse_gpu_gres,
     parse_gpu_indices,
@@ -85,6 +86,32 @@ def test_parse_gpu_gres(gres, expected):
 )
 def test_parse_gpu_indices(detail, expected):
     assert parse_gpu_indices(detail) == expected
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:6820",
+        "HTTP://127.0.0.1:6820/",
+        " http://127.0.0.1:6820// ",
+    ],
+)
+def test_endpoint_of_names_one_slurmrestd_however_its_url_is_spelled(url):
+    assert endpoint_of(url) == "http://127.0.0.1:6820"
+
+
+def test_endpoint_of_leaves_out_the_default_port_and_keeps_a_path():
+    assert endpoint_of("https://Slurm.Example:443/rest/") == "https://slurm.example/rest"
+    assert endpoint_of("http://slurm.example:80") == "http://slurm.example"
+    assert endpoint_of("http://[::1]:6820") == "http://[::1]:6820"
+    # Names are not resolved: two spellings of one machine stay two keys.
+    assert endpoint_of("http://localhost:6820") != endpoint_of("http://127.0.0.1:6820")
+
+
+@pytest.mark.parametrize("url", ["slurm-head:6820", "not a url", "http://h:99999"])
+def test_endpoint_of_refuses_what_is_not_a_url(url):
+    with pytest.raises(ValueError):
+        endpoint_of(url)
 
 
 def test_parse_index_list():

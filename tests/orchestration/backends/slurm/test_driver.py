@@ -28,6 +28,8 @@ from tests.factories import (
     AcceleratorModelFactory,
     FlavorFactory,
     FlavorFamilyFactory,
+    ParkFactory,
+    ParkOperatorFactory,
     PriceFactory,
     RegionFactory,
 )
@@ -362,3 +364,17 @@ def test_an_operator_registers_a_slurm_backend_in_the_console(
     backend = Backend.objects.get(park=park, name="hpc")
     assert backend.driver == "slurm"
     assert backend.pools.get().nodes.count() >= 3
+
+    # The same cluster again, its slurmrestd URL spelled otherwise, even from another park.
+    other_park = ParkFactory()
+    other_operator = ParkOperatorFactory(park=other_park).user
+    client.force_login(other_operator)
+    again = {**driver_config(slurm_cluster), "url": slurm_cluster.url.upper() + "/"}
+    refused = client.post(
+        reverse("operations:backend_list", args=[other_park.pk]),
+        {**form, "region": RegionFactory(park=other_park).pk, "config": json.dumps(again)},
+    )
+    assert refused.status_code == 422
+    [error] = refused.context["form"].errors["config"]  # in this operator's language
+    assert "“hpc”" in error and f"“{park.name}”" in error
+    assert list(Backend.objects.values_list("name", flat=True)) == ["hpc"]
