@@ -13,8 +13,10 @@ class OrchestrationConfig(AppConfig):
         from apps.orchestration.backends.registry import load_drivers
         from apps.orchestration.scheduling import task_quota_usage
         from apps.orchestration.selectors import free_room_by_model
-        from apps.quotas.services import QUOTA_HOLDERS
+        from apps.orchestration.tasks import accelerator_limit_changed
+        from apps.quotas.services import ACCELERATOR_LIMIT_CHANGED, QUOTA_HOLDERS
 
         load_drivers(settings.LOAM_BACKEND_DRIVERS)
         FREE_ROOM.plug(free_room_by_model)
         QUOTA_HOLDERS.plug(task_quota_usage)
+        ACCELERATOR_LIMIT_CHANGED.plug(accelerator_limit_changed)

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db.models import Max
 from django.utils import timezone
 
+from apps.core.transactions import on_commit_task
 from apps.orchestration import capacity, scheduling, services
 from apps.orchestration.backends.base import (
     TASK_PENDING,
@@ -154,6 +155,28 @@ def cancel_backend_task(self, task_id: int) -> None:
         task_driver(task).cancel_task(task.backend_handle)
     except BackendError as exc:
         retry_if_transient(self, exc)
+
+
+def accelerator_limit_changed(organization_id: int) -> None:
+    """`quotas.services.ACCELERATOR_LIMIT_CHANGED`: the backends that enforce it are told
+    after commit."""
+    on_commit_task(sync_tenant_limits, organization_id)
+
+
+@shared_task(bind=True, acks_late=True, max_retries=MAX_RETRIES)
+def sync_tenant_limits(self, organization_id: int) -> None:
+    """The organization's accelerator limit, as it stands now, to each backend that has run its
+    tasks and enforces the limit itself (`set_tenant_limit`: a Slurm account's GrpTRES), so a
+    lowered quota holds there at once, not from the organization's next task."""
+    limit = accelerator_limit(organization_id)
+    for backend in Backend.objects.filter(pools__tasks__organization_id=organization_id).distinct():
+        set_tenant_limit = getattr(driver_of(backend), "set_tenant_limit", None)
+        if set_tenant_limit is None:
+            continue
+        try:
+            set_tenant_limit(organization_id, limit)
+        except BackendError as exc:
+            retry_if_transient(self, exc)
 
 
 @shared_task

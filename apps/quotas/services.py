@@ -409,6 +409,18 @@ def _quota_message(limit: QuotaLimit, used, wanted, *, shown_limit=None) -> str:
     return text % values
 
 
+# A backend that enforces an organization's accelerator limit itself (a Slurm account's
+# GrpTRES) is told when it changes; backends are orchestration's, a floor above. Each provider
+# is a callable (organization_id), run inside the transaction that changed the limit.
+ACCELERATOR_LIMIT_CHANGED = ExtensionPoint("an organization's accelerator limit changed")
+
+
+def _accelerator_limit_changed(limit: QuotaLimit) -> None:
+    if limit.organization_id and limit.resource == QuotaResource.ACCELERATORS:
+        for tell in ACCELERATOR_LIMIT_CHANGED.providers():
+            tell(limit.organization_id)
+
+
 @transaction.atomic
 def apply_default_limits(*, organization: Organization, tier: str) -> None:
     """Give an organization the park's default limits for its tier ("unverified"/"verified").
@@ -423,9 +435,12 @@ def apply_default_limits(*, organization: Organization, tier: str) -> None:
             accelerator_model=None,
             defaults={"limit": default},
         )
-        if not created and limit.limit < default:
+        raised = not created and limit.limit < default
+        if raised:
             limit.limit = default
             limit.save(update_fields=["limit", "updated_at"])
+        if created or raised:
+            _accelerator_limit_changed(limit)
 
 
 @transaction.atomic(durable=True)
@@ -445,6 +460,7 @@ def set_limit(*, limit: QuotaLimit, operator, value: int) -> QuotaLimit:
         target=limit.organization or limit.park,
         data={"resource": limit.resource, "from": previous, "to": value},
     )
+    _accelerator_limit_changed(limit)
     return limit
 
 
@@ -491,4 +507,5 @@ def add_quota_limit(
             "to": value,
         },
     )
+    _accelerator_limit_changed(limit)
     return limit

@@ -240,6 +240,12 @@ class SlurmDriver:
         job_id = self._call("submit", job, user=tenant.name if tenant else None)
         return f"{tenant.name}/{job_id}" if tenant else str(job_id)
 
+    def set_tenant_limit(self, organization_id: int, gpu_limit: int | None) -> None:
+        """The organization's accelerator quota changed: its account's GrpTRES follows."""
+        tenant = self._tenant(organization_id)
+        if tenant is not None:
+            tenants.set_limit(tenant, gpu_limit=gpu_limit, slurm_conf=self.config.get("slurm_conf"))
+
     def _tenant(self, organization_id: int | None) -> tenants.SlurmTenant | None:
         if self.tenants == "shared" or organization_id is None:
             return None

@@ -80,8 +80,22 @@ def ensure(
         sacctmgr.run(
             "add", "user", tenant.name, f"account={tenant.name}", f"defaultaccount={tenant.name}"
         )
-    wanted = f"gres/gpu={gpu_limit}" if gpu_limit is not None else ""
-    if associations.get("", "") != wanted:
+    _limit(sacctmgr, tenant, associations.get("", ""), gpu_limit)
+
+
+def set_limit(tenant: SlurmTenant, *, gpu_limit: int | None, slurm_conf: str | None) -> None:
+    """The account's GrpTRES is `gpu_limit` now (None: no limit), if the account exists (one
+    made later gets the limit then)."""
+    sacctmgr = _Sacctmgr(slurm_conf)
+    rows = sacctmgr.run(
+        "show", "assoc", "where", f"account={tenant.name}", "user=", "format=grptres", "-n", "-P"
+    ).splitlines()
+    if rows:
+        _limit(sacctmgr, tenant, rows[0], gpu_limit)
+
+
+def _limit(sacctmgr, tenant: SlurmTenant, current: str, gpu_limit: int | None) -> None:
+    if current != (f"gres/gpu={gpu_limit}" if gpu_limit is not None else ""):
         sacctmgr.run(
             "modify",
             "account",

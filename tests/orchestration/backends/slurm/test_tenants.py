@@ -15,6 +15,7 @@ from apps.orchestration.backends.slurm.client import SlurmClient, SlurmError
 from apps.orchestration.models import TaskState
 from apps.orchestration.scheduling import submit_task
 from apps.quotas.models import QuotaLimit, QuotaResource
+from apps.quotas.services import set_limit
 from apps.tenants.models import VerificationState
 from tests.slurm import slurm_park
 
@@ -70,6 +71,19 @@ def as_user(user: str, cluster, *command: str) -> subprocess.CompletedProcess:
         text=True,
         cwd="/",
     )
+
+
+def account_limit(cluster, account: str) -> str:
+    """The account's own GrpTRES, as sacctmgr shows it ("" for none)."""
+    rows = subprocess.run(
+        ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"account={account}", "user="]
+        + ["format=grptres"],
+        env={**os.environ, "SLURM_CONF": cluster.slurm_conf},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    return rows[0]
 
 
 def slurm_state(cluster, job_id: int) -> str:
@@ -172,23 +186,7 @@ def test_the_accelerator_quota_is_the_accounts_limit_even_around_the_portal(
         django_capture_on_commit_callbacks,
     )
     account, _job = account_and_job(task)
-    limits = subprocess.run(
-        [
-            "sacctmgr",
-            "-n",
-            "-P",
-            "show",
-            "assoc",
-            "where",
-            f"account={account}",
-            "format=user,grptres",
-        ],
-        env={**os.environ, "SLURM_CONF": slurm_cluster.slurm_conf},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    assert "|gres/gpu=2" in limits
+    assert account_limit(slurm_cluster, account) == "gres/gpu=2"
 
     # A job of 2 more cards submitted straight to Slurm, as the organization's user, waits
     # on the account's limit: with the portal's task it would hold 3.
@@ -219,3 +217,33 @@ def test_the_accelerator_quota_is_the_accounts_limit_even_around_the_portal(
         check=True,
     )
     jobs.task_driver(task).cancel_task(task.backend_handle)
+
+
+def test_a_changed_quota_reaches_the_account_at_once(
+    two_tenants,
+    slurm_cluster,
+    organization,
+    owner,
+    operator,
+    django_capture_on_commit_callbacks,
+):
+    """Lowered by an operator, the quota holds on the cluster now, not from the organization's
+    next task."""
+    limit = QuotaLimit.objects.create(
+        park=organization.park,
+        organization=organization,
+        resource=QuotaResource.ACCELERATORS,
+        limit=3,
+    )
+    task = run(
+        two_tenants,
+        organization,
+        owner,
+        f"echo {SECRET.format(organization.pk)}; sleep 1",
+        django_capture_on_commit_callbacks,
+    )
+    account, _job = account_and_job(task)
+    assert account_limit(slurm_cluster, account) == "gres/gpu=3"
+    with django_capture_on_commit_callbacks(execute=True):
+        set_limit(limit=limit, operator=operator, value=1)
+    assert account_limit(slurm_cluster, account) == "gres/gpu=1"
