@@ -1,7 +1,7 @@
 """Time from submitting a training task to Slurm until it runs, through Loam's Slurm driver.
 
 Needs the test cluster (bash deploy/slurm/start.sh). Submits --jobs one-GPU jobs, one at a time
-(each waits for the previous to be running), round-robin over the nodes and over
+(each waits for the previous to be running, and to be gone once cancelled), round-robin over the nodes and over
 --organizations tenants (each runs as its own Slurm account and Unix user, made on its first
 job; 0: every job as the driver's own user), polls each every --poll seconds, cancels it once running, and prints p50/p95/max of
 submit → running, and of the submit call alone for a tenant's first job (its account made) and
@@ -86,6 +86,10 @@ def main() -> None:
             time.sleep(args.poll)
         to_running.append(time.perf_counter() - start)
         driver.cancel_task(handle)
+        # Gone before the next submit: Slurm defers scheduling while a job completes, and a
+        # submit within that moment would wait for its next cycle (about 3 s here).
+        while not driver.task_status(handle).finished:
+            time.sleep(args.poll)
     print(
         f"jobs: {len(to_running)} over {len(nodes)} nodes and {args.organizations} "
         f"organizations, polled every {args.poll:g} s"

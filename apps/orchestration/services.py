@@ -782,12 +782,10 @@ def _sync_reported_nodes(backend: Backend, reported: list[ReportedPool]) -> list
 @transaction.atomic
 def _record_telemetry(backend, nodes, readings: list[NodeTelemetry], now) -> None:
     # In id order, as placement locks them: one UPDATE of many rows locks them in whatever
-    # order it meets them. Health moves are checked against their table here and written with
-    # the telemetry in that one UPDATE, not by transition(), which writes a row at a time and
-    # records its event without the park (a node has none of its own).
+    # order it meets them.
     lock_all(Node, [node.pk for node in nodes])
     by_host = {reading.hostname: reading for reading in readings}
-    moved = False
+    healths = {}
     for node in nodes:
         reading = by_host.get(node.hostname)
         health = node.health
@@ -800,10 +798,8 @@ def _record_telemetry(backend, nodes, readings: list[NodeTelemetry], now) -> Non
                 health = NodeHealth.DOWN
             elif node.health in (NodeHealth.DOWN, NodeHealth.UNKNOWN):
                 health = NodeHealth.HEALTHY
-        moved |= _move_health(backend, node, health)
-    Node.objects.bulk_update(nodes, ["telemetry", "last_seen_at", "health"])
-    if moved:
-        free_room_changed()
+        healths[node.pk] = health
+    _write_health(backend, nodes, healths, also=("telemetry", "last_seen_at"))
 
 
 @transaction.atomic
@@ -811,26 +807,31 @@ def _nodes_unknown(backend, nodes) -> None:
     """The backend could not be asked: its nodes' health is unknown (no new placements) until
     it answers again."""
     lock_all(Node, [node.pk for node in nodes])
-    moved = [node for node in nodes if _move_health(backend, node, NodeHealth.UNKNOWN)]
-    Node.objects.bulk_update(moved, ["health"])
+    _write_health(backend, nodes, dict.fromkeys((node.pk for node in nodes), NodeHealth.UNKNOWN))
+
+
+def _write_health(backend, nodes, healths: dict, *, also=()) -> None:
+    """Each of `nodes` (locked) moved to its health in `healths` as the table allows, audited,
+    and written in one UPDATE with the `also` fields (not by transition(), which writes a row
+    at a time and records its event without the park: a node has none of its own)."""
+    names = dict(Node._meta.get_field("health").flatchoices)
+    moved = False
+    for node in nodes:
+        health = healths[node.pk]
+        if health == node.health:
+            continue
+        check_transition(NODE_HEALTH_TRANSITIONS, node.health, health, label=str(node), names=names)
+        record_event(
+            action="node.health_changed",
+            target=node,
+            park=backend.park,
+            data={"from": node.health, "to": health},
+        )
+        node.health = health
+        moved = True
+    Node.objects.bulk_update(nodes, [*also, "health"])
     if moved:
         free_room_changed()
-
-
-def _move_health(backend, node, health) -> bool:
-    """Move `node` (unsaved) to `health` as its table allows, audited; False if it is there."""
-    if health == node.health:
-        return False
-    names = dict(Node._meta.get_field("health").flatchoices)
-    check_transition(NODE_HEALTH_TRANSITIONS, node.health, health, label=str(node), names=names)
-    record_event(
-        action="node.health_changed",
-        target=node,
-        park=backend.park,
-        data={"from": node.health, "to": health},
-    )
-    node.health = health
-    return True
 
 
 def merged_telemetry(previous: dict, reading: NodeTelemetry, now) -> dict:
