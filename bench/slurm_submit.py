@@ -1,11 +1,11 @@
 """Time from submitting a training task to Slurm until it runs, through Loam's Slurm driver.
 
 Needs the test cluster (bash deploy/slurm/start.sh). Submits --jobs one-GPU jobs, one at a time
-(each waits for the previous to be running, and to be gone once cancelled), round-robin over the nodes and over
---organizations tenants (each runs as its own Slurm account and Unix user, made on its first
-job; 0: every job as the driver's own user), polls each every --poll seconds, cancels it once running, and prints p50/p95/max of
-submit → running, and of the submit call alone for a tenant's first job (its account made) and
-for the others. No database is needed.
+(each waits for the previous to be running, and to be gone once cancelled), round-robin over
+the nodes and over --organizations tenants (each runs as its own Slurm account and Unix user,
+made on its first job; 0: every job as the driver's own user), polls each every --poll seconds,
+cancels it once running, and prints p50/p95/max of submit → running, and of the submit call
+alone for a tenant's first job (its account made) and for the others. No database is needed.
 
     python bench/slurm_submit.py --jobs 20 [--organizations 2] [--first-organization 9000]
 """
