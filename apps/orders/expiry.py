@@ -10,7 +10,7 @@ and cleared when the host starts again, so a started host's auto-release starts 
 
 from datetime import datetime, timedelta
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -44,7 +44,9 @@ NOTICE_DAYS = (3, 1)
 
 def _stop_time(at: datetime | None, after_hours, now: datetime) -> datetime:
     if at is not None and after_hours is not None:
-        raise ValidationError(_("Give either a time or a number of hours, not both."))
+        raise ValidationError(
+            {NON_FIELD_ERRORS: _("Give either a time or a number of hours, not both.")}
+        )
     if after_hours is not None:
         if isinstance(after_hours, bool) or not isinstance(after_hours, int):
             raise ValidationError({"after_hours": _("Enter a whole number.")})
