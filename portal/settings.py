@@ -249,6 +249,9 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.orders.tasks.enforce_idle_policies",
         "schedule": 300,
     },
+    # A scheduled stop happens within a minute of its time; hosts left stopped are released.
+    "stop-scheduled-hosts": {"task": "apps.orders.tasks.stop_scheduled_hosts", "schedule": 30},
+    "release-stopped-hosts": {"task": "apps.orders.tasks.release_stopped_hosts", "schedule": 3600},
     # Work left waiting (a killed worker, a lost message, a failed dispatch) is sent again.
     "reconcile-hosts": {"task": "apps.orders.tasks.reconcile_hosts", "schedule": 60},
     "reconcile-tasks": {"task": "apps.orchestration.tasks.reconcile_tasks", "schedule": 60},

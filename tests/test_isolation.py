@@ -143,6 +143,7 @@ def foreign_objects(foreign_org):
                 "release",
                 "port-mappings",
                 "security-group",
+                "schedule-stop",
             )
         },
         **foreign_catalog(),

@@ -45,12 +45,17 @@ ACTIONS = {
     "catalog.image_withdrawn": gettext_lazy("Image withdrawn"),
     "catalog.price_scheduled": gettext_lazy("Price set"),
     "catalog.price_withdrawn": gettext_lazy("Scheduled price withdrawn"),
+    "instance.auto_released": gettext_lazy("Stopped instance released by the park's policy"),
     "instance.force_released": gettext_lazy("Instance force-released"),
     "instance.idle_notice": gettext_lazy("Idle instance notice"),
     "instance.idle_stopped": gettext_lazy("Idle instance stopped"),
     "instance.port_mapping_added": gettext_lazy("Port mapping added"),
     "instance.port_mapping_removed": gettext_lazy("Port mapping removed"),
+    "instance.release_notice": gettext_lazy("Notice of a stopped instance's release"),
+    "instance.scheduled_stop": gettext_lazy("Instance stopped as scheduled"),
     "instance.security_group_changed": gettext_lazy("Instance moved to another security group"),
+    "instance.stop_scheduled": gettext_lazy("Instance stop scheduled"),
+    "instance.stop_unscheduled": gettext_lazy("Scheduled instance stop cleared"),
     "invitation.accepted": gettext_lazy("Invitation accepted"),
     "invitation.created": gettext_lazy("Member invited"),
     "invitation.resent": gettext_lazy("Invitation resent"),
@@ -110,8 +115,10 @@ TRANSITIONS = {
 
 SYSTEM_ACTORS = {
     "system": gettext_lazy("System"),
+    "system:auto-release": gettext_lazy("System · auto-release"),
     "system:billing": gettext_lazy("System · billing"),
     "system:idle-policy": gettext_lazy("System · idle policy"),
+    "system:scheduled-stop": gettext_lazy("System · scheduled stop"),
     "system:scheduler": gettext_lazy("System · scheduler"),
 }
 

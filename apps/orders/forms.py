@@ -7,6 +7,7 @@ from apps.catalog.models import Flavor, Image, PriceKind, Region
 from apps.catalog.selectors import compatible_images, price_in_force
 from apps.core.money import format_money
 from apps.orchestration.models import TaskPreference
+from apps.orders.expiry import MAX_AFTER_HOURS, MIN_AFTER_HOURS
 from apps.orders.models import PORT_MAX, PORT_MIN, InstanceState, PortProtocol, SecurityGroup
 from apps.orders.selectors import NOT_RELEASED
 from apps.orders.services import (
@@ -253,6 +254,32 @@ class OperationKeyForm(forms.Form):
 
 class DiskForm(forms.Form):
     data_disk_gb = forms.IntegerField(label=_("New cloud disk size (GB)"), min_value=1)
+
+
+class StopScheduleForm(forms.Form):
+    """Stop at a moment (read in the reader's time zone) or after a number of hours; the
+    "clear" button clears the schedule. The service checks the range."""
+
+    at = forms.DateTimeField(
+        label=_("Stop at"),
+        required=False,
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"],
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+    )
+    after_hours = forms.IntegerField(
+        label=_("or stop after (hours)"),
+        required=False,
+        min_value=MIN_AFTER_HOURS,
+        max_value=MAX_AFTER_HOURS,
+    )
+
+    def clean(self):
+        data = super().clean()
+        if "clear" in self.data:
+            return {"at": None, "after_hours": None}
+        if not self.errors and data.get("at") is None and data.get("after_hours") is None:
+            raise forms.ValidationError(_("Give a time to stop at, or a number of hours."))
+        return data
 
 
 class BandwidthForm(forms.Form):

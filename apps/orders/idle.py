@@ -282,17 +282,32 @@ def idle_rows(candidates: list[IdleCandidate]) -> list[IdleInstance]:
 
 
 @transaction.atomic(durable=True)
-def set_idle_policy(*, park, operator, threshold_minutes: int, auto_stop: bool) -> IdlePolicy:
+def set_idle_policy(
+    *,
+    park,
+    operator,
+    threshold_minutes: int,
+    auto_stop: bool,
+    release_stopped_after_days: int | None = None,
+) -> IdlePolicy:
+    """The park's host policy: idle hosts, and (when given) after how many days stopped hosts
+    are released (`apps.orders.expiry`; 0: never)."""
     require_operator(operator, park, _("Only this park's operators may change its policy."))
     policy = IdlePolicy.objects.filter(park=park).first() or IdlePolicy(park=park)
     policy.threshold_minutes, policy.auto_stop = threshold_minutes, auto_stop
+    if release_stopped_after_days is not None:
+        policy.release_stopped_after_days = release_stopped_after_days
     policy.full_clean(exclude=["park"])
     policy.save()
     record_event(
         action="park.idle_policy",
         actor=operator,
         target=park,
-        data={"threshold_minutes": threshold_minutes, "auto_stop": auto_stop},
+        data={
+            "threshold_minutes": threshold_minutes,
+            "auto_stop": auto_stop,
+            "release_stopped_after_days": policy.release_stopped_after_days,
+        },
     )
     return policy
 

@@ -210,6 +210,10 @@ class Instance(models.Model):
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     released_at = models.DateTimeField(_("released at"), null=True, blank=True)
+    # When the tenant's scheduled stop (定时关机) is due; cleared once the host stops.
+    stop_at = models.DateTimeField(_("stop at"), null=True, blank=True)
+    # Its last stop, from which the park's auto-release counts; cleared when it starts again.
+    stopped_at = models.DateTimeField(_("stopped at"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("instance")
@@ -238,6 +242,9 @@ class Instance(models.Model):
         indexes = [
             models.Index(fields=["organization", "state"]),
             models.Index(fields=["node", "state"]),
+            # The beat jobs' scans: due scheduled stops, hosts stopped long enough to release.
+            models.Index(fields=["state", "stop_at"], name="instance_state_stop_at"),
+            models.Index(fields=["state", "stopped_at"], name="instance_state_stopped_at"),
         ]
 
     def __str__(self):
@@ -478,8 +485,9 @@ class ApprovalPolicy(models.Model):
 
 
 class IdlePolicy(models.Model):
-    """How a park treats hosts whose accelerators stay idle: after how long they count as
-    idle, and whether they are stopped on their own (their owners are told either way)."""
+    """How a park treats hosts it is not using: those whose accelerators stay idle (after how
+    long they count as idle, and whether they are stopped on their own; their owners are told
+    either way), and those left stopped (after how many days they are released)."""
 
     park = models.OneToOneField(
         Park, on_delete=models.CASCADE, related_name="idle_policy", verbose_name=_("park")
@@ -490,6 +498,11 @@ class IdlePolicy(models.Model):
         help_text=_("An instance counts as idle once all its accelerators stayed idle this long."),
     )
     auto_stop = models.BooleanField(_("stop idle instances automatically"), default=False)
+    release_stopped_after_days = models.PositiveIntegerField(
+        _("release instances stopped for more than (days)"),
+        default=15,
+        help_text=_("Owners are mailed 3 days and 1 day before; 0: never released."),
+    )
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
@@ -501,6 +514,10 @@ class IdlePolicy(models.Model):
             models.CheckConstraint(
                 condition=models.Q(threshold_minutes__gte=10, threshold_minutes__lte=10080),
                 name="idle_policy_threshold_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(release_stopped_after_days__lte=365),
+                name="idle_policy_release_days_range",
             ),
         ]
 

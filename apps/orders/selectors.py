@@ -1,4 +1,4 @@
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db.models import Count, Prefetch, Q
 from django.utils import timezone
@@ -9,6 +9,7 @@ from apps.orchestration.models import Placement
 from apps.orders.models import (
     DEFAULT_SECURITY_RULES,
     INSTANCE_HOLDING_STATES,
+    IdlePolicy,
     Instance,
     InstanceState,
     Order,
@@ -252,3 +253,34 @@ def hosts_of_group(group: SecurityGroup):
         .exclude(state=InstanceState.RELEASED)
         .order_by("pk")
     )
+
+
+# --- hosts left stopped (apps.orders.expiry) ---------------------------------------------------
+
+DEFAULT_RELEASE_DAYS = IdlePolicy._meta.get_field("release_stopped_after_days").default
+
+
+def release_days(park_ids) -> dict[int, int]:
+    """Each park's "release hosts stopped for more than N days" (0: never): its policy's, or
+    the default where it has none."""
+    set_days = dict(
+        IdlePolicy.objects.filter(park_id__in=park_ids).values_list(
+            "park_id", "release_stopped_after_days"
+        )
+    )
+    return {park_id: set_days.get(park_id, DEFAULT_RELEASE_DAYS) for park_id in park_ids}
+
+
+def release_at(instance: Instance, days: int) -> datetime | None:
+    """When a stopped host is released under a policy of `days` (None: never, or not stopped)."""
+    if not days or instance.state != InstanceState.STOPPED or instance.stopped_at is None:
+        return None
+    return instance.stopped_at + timedelta(days=days)
+
+
+def release_date_of(instance: Instance) -> datetime | None:
+    """When its park releases this host if it stays stopped (None: it will not)."""
+    if instance.state != InstanceState.STOPPED:
+        return None
+    park_id = instance.organization.park_id
+    return release_at(instance, release_days([park_id])[park_id])

@@ -96,12 +96,16 @@ def move_instance(
         changes["released_at"] = timezone.now()
         # Its backend freed their public ports with the host.
         PortMapping.objects.filter(instance_id=instance.pk).delete()
+    if to in SCHEDULE_ENDS_IN:
+        changes["stop_at"] = None
+    if to == InstanceState.STARTING:
+        changes["stopped_at"] = None
     instance = transition(
         instance,
         to,
         table=INSTANCE_TRANSITIONS,
         actor=actor,
-        changes=changes,
+        changes=lambda row: {**changes, **_stopped_since(row, to)},
         audit_data={"error": error_message} if error_message else None,
         held=held or created,
     )
@@ -111,6 +115,20 @@ def move_instance(
     meters.follow_instance(instance, created=created)
     notify(instance.organization, f"instance.{to}", instance_event(instance))
     return instance
+
+
+# A scheduled stop is done (or moot) once the host stops, by whatever path, or goes away.
+SCHEDULE_ENDS_IN = frozenset(
+    {InstanceState.STOPPED, InstanceState.RELEASING, InstanceState.RELEASED, InstanceState.ERROR}
+)
+
+
+def _stopped_since(row: Instance, to: str) -> dict:
+    """A stop starts the park's auto-release clock; a stopped host resized stays stopped and
+    keeps counting from its stop."""
+    if to == InstanceState.STOPPED and row.state != InstanceState.RESIZING:
+        return {"stopped_at": timezone.now()}
+    return {}
 
 
 @in_transaction

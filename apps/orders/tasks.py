@@ -1,6 +1,7 @@
 """Jobs that call a host's backend driver and report the outcome to the order services, the
-idle policy's pass (beat, every 5 minutes), the hosts' monitoring samples (beat, every minute)
-and the owners' notices about their hosts.
+idle policy's pass (beat, every 5 minutes), scheduled stops (beat, every 30 s) and the release
+of hosts left stopped (beat, hourly), the hosts' monitoring samples (beat, every minute) and the
+owners' notices about their hosts.
 
 A driver call only makes a request (backends.base.HostDriver): the job that made it looks at it
 once at once, and while the backend works, a follow-up job looks again after a short countdown
@@ -22,16 +23,24 @@ from django.core.mail import send_mail
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone, translation
+from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
 from apps.orchestration.backends.base import BackendError, HostDriver, HostRequestStatus
 from apps.orchestration.tasks import MAX_RETRIES, retry_if_transient
-from apps.orders import idle, monitoring, operations, services
+from apps.orders import expiry, idle, monitoring, operations, services
 from apps.orders.hosts import host_driver, host_spec
 from apps.orders.models import Instance, InstanceState, Order, OrderKind, OrderState
 from apps.tenants.models import Role
 
-NOTICE_KINDS = ("idle", "idle_stopped", "force_released", "node_drained")
+NOTICE_KINDS = (
+    "idle",
+    "idle_stopped",
+    "force_released",
+    "node_drained",
+    "release_notice",
+    "auto_released",
+)
 
 # A request is looked at again after half the time it has taken so far, within these bounds:
 # a quick backend is seen done soon after it is, a slow one is not asked every half second.
@@ -248,6 +257,18 @@ def enforce_idle_policies() -> int:
 
 
 @shared_task
+def stop_scheduled_hosts() -> int:
+    """Beat, every 30 s: stop the hosts whose scheduled stop has come (within a minute of it)."""
+    return len(expiry.stop_due_hosts())
+
+
+@shared_task
+def release_stopped_hosts() -> dict:
+    """Beat, hourly: release hosts stopped past their park's days, and tell owners before."""
+    return expiry.release_stopped_hosts()
+
+
+@shared_task
 def sample_hosts() -> dict:
     """Beat, every minute: a monitoring sample of each running host whose backend's driver has
     METRICS, and samples past LOAM_HOST_SAMPLES_KEPT_S pruned (`monitoring.sample_hosts`)."""
@@ -257,8 +278,9 @@ def sample_hosts() -> dict:
 @shared_task(autoretry_for=(OSError,), retry_backoff=True, max_retries=5)
 def send_instance_notice(instance_id: int, kind: str, reason: str = "") -> int:
     """Mail the organization's owners about their instance; returns how many were written to.
-    `reason` is the operator's (force_released, node_drained) or the policy's threshold in
-    minutes (idle_stopped)."""
+    `reason` is the operator's (force_released, node_drained), the policy's threshold in
+    minutes (idle_stopped) or days (auto_released), or when the host is released, in ISO 8601
+    (release_notice)."""
     if kind not in NOTICE_KINDS:
         raise ValueError(f"unknown notice {kind!r}")
     instance = (
@@ -286,6 +308,7 @@ def send_instance_notice(instance_id: int, kind: str, reason: str = "") -> int:
             "kind": kind,
             "reason": reason,
             "idle_since": reading[0] if reading else None,
+            "release_at": parse_datetime(reason) if kind == "release_notice" else None,
             "url": settings.LOAM_BASE_URL
             + reverse("orders:instance_detail", kwargs={"instance_id": instance.pk}),
         }

@@ -19,6 +19,11 @@ urlpatterns = [
         name="instance_operation",
     ),
     path(
+        "instances/<int:instance_id>/stop-schedule/",
+        views.instance_stop_schedule,
+        name="instance_stop_schedule",
+    ),
+    path(
         "instances/<int:instance_id>/port-mappings/",
         network_views.instance_port_mappings,
         name="instance_port_mappings",

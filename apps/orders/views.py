@@ -13,7 +13,7 @@ from apps.catalog.models import Flavor
 from apps.core.errors import DomainError
 from apps.core.numbers import parse_id
 from apps.core.web import back_to, refusals
-from apps.orders import monitoring, operations, services
+from apps.orders import expiry, monitoring, operations, services
 from apps.orders.forms import (
     BandwidthForm,
     DiskForm,
@@ -21,6 +21,7 @@ from apps.orders.forms import (
     InstanceOrderForm,
     OperationKeyForm,
     ResizeForm,
+    StopScheduleForm,
 )
 from apps.orders.models import (
     INSTANCE_BUSY_STATES,
@@ -31,7 +32,13 @@ from apps.orders.models import (
     OrderState,
 )
 from apps.orders.network_views import network_context
-from apps.orders.selectors import instance_orders, instances_for, orders_for, pending_orders
+from apps.orders.selectors import (
+    instance_orders,
+    instances_for,
+    orders_for,
+    pending_orders,
+    release_date_of,
+)
 from apps.quotas.selectors import quota_rows
 from apps.tenants.decorators import organization_view
 from apps.tenants.roles import Action, can
@@ -194,6 +201,8 @@ def instance_detail(request, instance_id):
         "disk_form": DiskForm(initial={"data_disk_gb": instance.data_disk_gb + 100}),
         "bandwidth_form": BandwidthForm(initial={"bandwidth_mbps": instance.bandwidth_mbps}),
         "network": network_context(request, instance),
+        "schedule": _schedule_context(instance),
+        "release_at": release_date_of(instance),
         "monitoring": {
             "url": reverse("orders:instance_monitoring", kwargs={"instance_id": instance.pk}),
             "ranges": list(monitoring.RANGES.values()),
@@ -224,6 +233,46 @@ def instance_monitoring(request, instance_id):
     response = JsonResponse(monitoring.monitoring(instance, chart=chart))
     response["Cache-Control"] = "no-store"
     return response
+
+
+SCHEDULE_PARTIAL = "orders/partials/_instance_stop_schedule.html"
+
+
+def _schedule_context(instance: Instance, form=None) -> dict:
+    return {
+        "instance": instance,
+        "form": form or StopScheduleForm(),
+        "can_schedule": instance.state in expiry.SCHEDULABLE_STATES,
+    }
+
+
+@organization_view(Action.ORDER)
+@require_POST
+def instance_stop_schedule(request, instance_id):
+    """Set (a time, or hours from now) or clear the host's scheduled stop: the section again
+    (HTMX; 422 when refused), or back to the page with the outcome as a message."""
+    instance = get_for_organization(Instance, request.organization, pk=instance_id)
+    form = StopScheduleForm(request.POST)
+    refused = True
+    if form.is_valid():
+        with refusals(request, form) as outcome:
+            instance = expiry.schedule_stop(
+                instance=instance, actor=request.user, **form.cleaned_data
+            )
+        refused = outcome.refused
+        if not refused:
+            form = None
+    if request.htmx:
+        context = {"schedule": _schedule_context(instance, form)}
+        return render(request, SCHEDULE_PARTIAL, context, status=422 if refused else 200)
+    if refused:
+        for errors in form.errors.values():
+            messages.error(request, errors[0])
+    elif instance.stop_at is None:
+        messages.success(request, _("Scheduled stop cleared."))
+    else:
+        messages.success(request, _("Stop scheduled."))
+    return redirect("orders:instance_detail", instance_id=instance.pk)
 
 
 OPERATION_FORMS = {

@@ -590,12 +590,25 @@ def test_idle_page_lists_idle_hosts_and_notifies_owners(ops, console, running, t
 
 def test_idle_policy_form(ops, console):
     path = f"/ops/parks/{console.park.pk}/idle/"
-    saved = ops.post(path, {"action": "policy", "threshold_minutes": "90", "auto_stop": "on"})
+    assert 'name="release_stopped_after_days" value="15"' in html(ops.get(path))
+    saved = ops.post(
+        path,
+        {
+            "action": "policy",
+            "threshold_minutes": "90",
+            "auto_stop": "on",
+            "release_stopped_after_days": "0",
+        },
+    )
     assert saved.status_code == 302
     policy = IdlePolicy.objects.get(park=console.park)
     assert (policy.threshold_minutes, policy.auto_stop) == (90, True)
-    bad = ops.post(path, {"action": "policy", "threshold_minutes": "5"})
+    assert policy.release_stopped_after_days == 0  # never released
+    bad = ops.post(
+        path, {"action": "policy", "threshold_minutes": "5", "release_stopped_after_days": "-1"}
+    )
     assert bad.status_code == 422 and "greater than or equal to 10" in html(bad)
+    assert "greater than or equal to 0" in html(bad)
     assert ops.get(path, {"min_minutes": "-4"}).status_code == 200
 
 

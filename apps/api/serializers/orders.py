@@ -1,9 +1,11 @@
+from django.utils.translation import gettext as _
 from rest_framework import serializers
 
 from apps.api.serializers.fields import InputSerializer, IntegerField
 from apps.api.serializers.networking import organization_group
 from apps.catalog.models import Flavor, Image, Region
 from apps.orchestration.models import TaskPreference
+from apps.orders.expiry import MAX_AFTER_HOURS, MIN_AFTER_HOURS
 from apps.orders.models import Instance, Order
 from apps.orders.services import (
     MAX_BANDWIDTH_MBPS,
@@ -136,11 +138,15 @@ class InstanceSerializer(serializers.ModelSerializer):
             "access",
             "security_group",
             "error_message",
+            "stop_at",
             "created_at",
             "updated_at",
             "released_at",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "stop_at": {"help_text": "When its scheduled stop is due; null: none scheduled."}
+        }
 
 
 class ResizeSerializer(InputSerializer):
@@ -156,6 +162,32 @@ class ResizeSerializer(InputSerializer):
 
 class DiskSerializer(InputSerializer):
     data_disk_gb = serializers.IntegerField(min_value=1, max_value=MAX_DATA_DISK_GB)
+
+
+class StopScheduleSerializer(InputSerializer):
+    """One of `at` (null: clear the schedule) or `after_hours`."""
+
+    at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="When to stop, ISO 8601 (without an offset: the park's time zone), within "
+        "30 days; null: clear the scheduled stop.",
+    )
+    after_hours = serializers.IntegerField(
+        min_value=MIN_AFTER_HOURS,
+        max_value=MAX_AFTER_HOURS,
+        required=False,
+        help_text="Stop this many hours from now.",
+    )
+
+    def validate(self, data):
+        if "at" in data and "after_hours" in data:
+            raise serializers.ValidationError(_("Give either at or after_hours, not both."))
+        if "at" not in data and "after_hours" not in data:
+            raise serializers.ValidationError(
+                _("Give at (a time, or null to clear) or after_hours.")
+            )
+        return data
 
 
 class BandwidthSerializer(InputSerializer):

@@ -25,8 +25,9 @@ from apps.api.serializers.orders import (
     QuotaSerializer,
     QuoteSerializer,
     ResizeSerializer,
+    StopScheduleSerializer,
 )
-from apps.orders import networking, operations, services
+from apps.orders import expiry, networking, operations, services
 from apps.orders.models import Instance, Order, OrderKind, PortMapping
 from apps.orders.selectors import port_mappings_of
 from apps.quotas.models import QuotaLimit
@@ -139,6 +140,7 @@ class InstanceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
         "port_mapping": Action.VIEW,
         "remove_port_mapping": Action.ORDER,
         "security_group": Action.ORDER,
+        "schedule_stop": Action.ORDER,
     }
     filterset_fields = ["state"]
     ordering_fields = ["created_at", "name", "state"]
@@ -159,6 +161,25 @@ class InstanceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
     set_bandwidth = _operation(
         OrderKind.SET_BANDWIDTH, BandwidthSerializer, url_path="set-bandwidth"
     )
+
+    @extend_schema(
+        request=StopScheduleSerializer,
+        responses=InstanceSerializer,
+        description="Schedule the host's stop (定时关机) at `at` or `after_hours` from now, or "
+        'clear it with `{"at": null}`. It stops then, as with the stop operation, whatever '
+        "the park's idle policy says; the schedule is cleared once the host stops. Only a "
+        "running or starting host takes one (else 409); a time past, beyond 30 days or "
+        "hours outside 1–720 are a 400.",
+    )
+    @action(detail=True, methods=["post"], url_path="schedule-stop")
+    def schedule_stop(self, request, pk=None):
+        instance = self.get_object()
+        serializer = StopScheduleSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        instance = expiry.schedule_stop(
+            instance=instance, actor=current_actor(request), **serializer.validated_data
+        )
+        return Response(InstanceSerializer(self.get_queryset().get(pk=instance.pk)).data)
 
     # --- reaching the host: port mappings and its security group -------------------------------
 

@@ -8,6 +8,7 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.billing.forms import to_minor
 from apps.orchestration.backends.registry import config_examples, driver_names
+from apps.orders.expiry import MAX_RELEASE_DAYS
 from apps.orders.models import IdlePolicy
 
 
@@ -119,4 +120,10 @@ class IdlePolicyForm(forms.Form):
         label=capfirst(IdlePolicy._meta.get_field("auto_stop").verbose_name),
         required=False,
         help_text=_("Owners are mailed when an instance is stopped."),
+    )
+    release_stopped_after_days = forms.IntegerField(
+        label=capfirst(IdlePolicy._meta.get_field("release_stopped_after_days").verbose_name),
+        min_value=0,
+        max_value=MAX_RELEASE_DAYS,
+        help_text=IdlePolicy._meta.get_field("release_stopped_after_days").help_text,
     )

@@ -32,6 +32,7 @@ from apps.orders.idle import (
     set_idle_policy,
 )
 from apps.orders.models import Instance
+from apps.orders.selectors import DEFAULT_RELEASE_DAYS
 from apps.tenants.decorators import operator_view
 from apps.tenants.selectors import operated_park
 
@@ -200,6 +201,9 @@ def idle_capacity(request, park_id):
         initial={
             "threshold_minutes": policy.threshold_minutes if policy else DEFAULT_THRESHOLD_MINUTES,
             "auto_stop": policy.auto_stop if policy else False,
+            "release_stopped_after_days": policy.release_stopped_after_days
+            if policy
+            else DEFAULT_RELEASE_DAYS,
         },
     )
     if request.method == "POST":

@@ -368,6 +368,7 @@ def their_instance(world, other_organization, other_owner, django_capture_on_com
         ("resize", {"flavor": "g1.2x"}),
         ("expand-disk", {"data_disk_gb": 500}),
         ("set-bandwidth", {"bandwidth_mbps": 100}),
+        ("schedule-stop", {"after_hours": 2}),
     ],
 )
 def test_another_organizations_instance_is_404(api, world, their_instance, action, data):
