@@ -157,6 +157,11 @@ def auto_release(*, instance_id: int, days: int, now: datetime) -> Order | None:
     due = release_at(instance, days)
     if due is None or due > now:
         return None
+    last_notice = now - timedelta(days=NOTICE_DAYS[-1])
+    if not _notices(instance).filter(created_at__lte=last_notice).exists():
+        # Never without a day's notice, though the park shortened its days meanwhile.
+        _notify(instance, days_before=NOTICE_DAYS[-1], due=now + timedelta(days=NOTICE_DAYS[-1]))
+        return None
     order = request_operation(
         instance=instance,
         actor=AUTO_RELEASE,
@@ -184,14 +189,23 @@ def send_release_notice(*, instance_id: int, days: int, now: datetime) -> AuditE
     if due is None or due <= now or due - now > timedelta(days=NOTICE_DAYS[0]):
         return None
     days_before = min(d for d in NOTICE_DAYS if due - now <= timedelta(days=d))
-    sent = AuditEvent.objects.filter(
+    sent = _notices(instance).values_list("data", flat=True)
+    if any((data or {}).get("days_before", 0) <= days_before for data in sent):
+        return None
+    return _notify(instance, days_before=days_before, due=due)
+
+
+def _notices(instance: Instance):
+    """The release notices sent since the host last stopped."""
+    return AuditEvent.objects.filter(
         action="instance.release_notice",
         object_type=Instance._meta.label_lower,
         object_id=str(instance.pk),
         created_at__gte=instance.stopped_at,
-    ).values_list("data", flat=True)
-    if any((data or {}).get("days_before", 0) <= days_before for data in sent):
-        return None
+    )
+
+
+def _notify(instance: Instance, *, days_before: int, due: datetime) -> AuditEvent:
     event = record_event(
         action="instance.release_notice",
         actor=AUTO_RELEASE,

@@ -211,7 +211,9 @@ def test_a_missed_notice_is_not_sent_late(clock, stopped_host):
 
 
 def test_a_host_stopped_past_the_days_is_released(clock, stopped_host, owner, run_jobs):
-    clock.shift(15 * DAY - timedelta(seconds=1))
+    clock.shift(14 * DAY)
+    assert release_stopped_hosts() == {"released": 0, "notified": 1}  # a day to go
+    clock.shift(DAY - timedelta(seconds=1))
     assert release_stopped_hosts()["released"] == 0
     clock.shift(timedelta(seconds=1))
     with run_jobs():
@@ -233,6 +235,27 @@ def test_the_parks_days_apply_and_zero_never_releases(clock, stopped_host, world
     clock.shift(300 * DAY)
     assert release_stopped_hosts() == {"released": 0, "notified": 0}
     IdlePolicy.objects.filter(pk=policy.pk).update(release_stopped_after_days=2)
+    assert release_stopped_hosts() == {"released": 0, "notified": 0}  # its day's notice first
+    clock.shift(DAY)
+    assert release_stopped_hosts()["released"] == 1
+
+
+def test_a_host_is_never_released_without_a_days_notice(clock, stopped_host, world, run_jobs):
+    """The park shortens its days to fewer than the host has been stopped: the host is not
+    released on the next run but told it will be in a day, and released then."""
+    clock.shift(10 * DAY)
+    assert release_stopped_hosts() == {"released": 0, "notified": 0}
+    IdlePolicy.objects.create(park=world.park, release_stopped_after_days=5)
+    with run_jobs():
+        assert release_stopped_hosts() == {"released": 0, "notified": 0}
+    stopped_host.refresh_from_db()
+    assert stopped_host.state == "stopped"
+    (notice,) = events(stopped_host, "instance.release_notice")
+    assert notice.data == {"days_before": 1, "release_at": (now() + DAY).isoformat()}
+    assert "即将被释放" in mail.outbox[-1].subject
+    clock.shift(DAY - HOUR)
+    assert release_stopped_hosts()["released"] == 0
+    clock.shift(HOUR)
     assert release_stopped_hosts()["released"] == 1
 
 
