@@ -787,11 +787,7 @@ def task_progress(
     keeps waiting longer than LOAM_TASK_PENDING_REPORT_S is reported once in the audit log, not
     left silent. An answer ends what `task_unreachable` said."""
     now = now or timezone.now()
-    task = (
-        Task.objects.select_for_update(no_key=True)
-        .filter(pk=task_id, state__in=(TaskState.PLACED, TaskState.RUNNING))
-        .first()
-    )
+    task = _task_at_backend(task_id)
     if task is None:
         return
     if running_at is not None:
@@ -817,17 +813,22 @@ def task_progress(
     Task.objects.filter(pk=task_id).update(logs=_clip(logs), backend_status=status)
 
 
+def _task_at_backend(task_id: int) -> Task | None:
+    """The task, locked, while its backend has it (placed or running)."""
+    return (
+        Task.objects.select_for_update(no_key=True)
+        .filter(pk=task_id, state__in=(TaskState.PLACED, TaskState.RUNNING))
+        .first()
+    )
+
+
 @transaction.atomic(durable=True)
 def task_unreachable(*, task_id: int, error: str, now=None) -> None:
     """The backend could not be asked how a task does: its state is unknown from the first
     time it could not be (`unreachable_since`, kept until the backend answers again), and its
     meter is measured no further than the backend last said it ran."""
     now = now or timezone.now()
-    task = (
-        Task.objects.select_for_update(no_key=True)
-        .filter(pk=task_id, state__in=(TaskState.PLACED, TaskState.RUNNING))
-        .first()
-    )
+    task = _task_at_backend(task_id)
     if task is None:
         return
     status = dict(task.backend_status or {})

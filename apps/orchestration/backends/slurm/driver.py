@@ -37,8 +37,6 @@ rejects `required_nodes`, so every node carries a feature named after itself.
 """
 
 import os
-import shlex
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -65,6 +63,7 @@ from apps.orchestration.backends.slurm.client import (
     SlurmNode,
     endpoint_of,
 )
+from apps.orchestration.backends.slurm.commands import slurm_command
 
 MILLI = 1000
 LOG_LIMIT_BYTES = 256 * 1024  # the tail of a job's output the portal keeps
@@ -187,19 +186,7 @@ class SlurmDriver:
         self._scontrol("update", f"nodename={hostname}", "state=resume")
 
     def _scontrol(self, *args: str) -> None:
-        env = dict(os.environ)
-        if self.config.get("slurm_conf"):
-            env["SLURM_CONF"] = self.config["slurm_conf"]
-        try:
-            done = subprocess.run(
-                ["scontrol", *args], env=env, capture_output=True, text=True, timeout=30
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise BackendError(
-                f"scontrol {shlex.join(args)} failed: {exc}", transient=True
-            ) from exc
-        if done.returncode != 0:
-            raise BackendError(f"scontrol {shlex.join(args)}: {done.stderr.strip()}")
+        slurm_command("scontrol", *args, slurm_conf=self.config.get("slurm_conf"))
 
     # --- batch -----------------------------------------------------------------------------------
 

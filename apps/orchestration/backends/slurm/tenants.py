@@ -18,12 +18,13 @@ import grp
 import os
 import pwd
 import re
-import shlex
 import subprocess
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from apps.orchestration.backends.base import BackendError
+from apps.orchestration.backends.slurm.commands import slurm_command
 
 # A Slurm account name and a Unix user name at once: lower case, digits and "_", short.
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,31}$")
@@ -35,13 +36,6 @@ class SlurmTenant:
 
     name: str
     jobs_dir: str
-
-    @property
-    def output_pattern(self) -> str:
-        return f"{self.jobs_dir}/loam-%j.out"
-
-    def output_of(self, job_id: int) -> str:
-        return f"{self.jobs_dir}/loam-{job_id}.out"
 
 
 def tenant_of(prefix: str, organization_id: int, jobs_root: str) -> SlurmTenant:
@@ -62,13 +56,13 @@ def ensure(
     no limit) as the account's GrpTRES."""
     _unix_user(tenant.name, create=create_users)
     _jobs_dir(tenant)
-    sacctmgr = _Sacctmgr(slurm_conf)
-    rows = sacctmgr.run(
+    sacctmgr = _sacctmgr(slurm_conf)
+    rows = sacctmgr(
         "show", "assoc", "where", f"account={tenant.name}", "format=user,grptres", "-n", "-P"
     )
     associations = dict(line.split("|", 1) for line in rows.splitlines() if "|" in line)
     if "" not in associations:  # the account's own association
-        sacctmgr.run(
+        sacctmgr(
             "add",
             "account",
             tenant.name,
@@ -77,7 +71,7 @@ def ensure(
             "fairshare=1",
         )
     if tenant.name not in associations:
-        sacctmgr.run(
+        sacctmgr(
             "add", "user", tenant.name, f"account={tenant.name}", f"defaultaccount={tenant.name}"
         )
     _limit(sacctmgr, tenant, associations.get("", ""), gpu_limit)
@@ -86,8 +80,8 @@ def ensure(
 def set_limit(tenant: SlurmTenant, *, gpu_limit: int | None, slurm_conf: str | None) -> None:
     """The account's GrpTRES is `gpu_limit` now (None: no limit), if the account exists (one
     made later gets the limit then)."""
-    sacctmgr = _Sacctmgr(slurm_conf)
-    rows = sacctmgr.run(
+    sacctmgr = _sacctmgr(slurm_conf)
+    rows = sacctmgr(
         "show", "assoc", "where", f"account={tenant.name}", "user=", "format=grptres", "-n", "-P"
     ).splitlines()
     if rows:
@@ -96,7 +90,7 @@ def set_limit(tenant: SlurmTenant, *, gpu_limit: int | None, slurm_conf: str | N
 
 def _limit(sacctmgr, tenant: SlurmTenant, current: str, gpu_limit: int | None) -> None:
     if current != (f"gres/gpu={gpu_limit}" if gpu_limit is not None else ""):
-        sacctmgr.run(
+        sacctmgr(
             "modify",
             "account",
             "where",
@@ -155,23 +149,5 @@ def _jobs_dir(tenant: SlurmTenant) -> None:
         ) from exc
 
 
-class _Sacctmgr:
-    def __init__(self, slurm_conf: str | None):
-        self.env = {**os.environ, **({"SLURM_CONF": slurm_conf} if slurm_conf else {})}
-
-    def run(self, *args: str) -> str:
-        try:
-            done = subprocess.run(
-                ["sacctmgr", "-i", *args],
-                env=self.env,
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise BackendError(
-                f"sacctmgr {shlex.join(args)} failed: {exc}", transient=True
-            ) from exc
-        if done.returncode != 0:
-            raise BackendError(f"sacctmgr {shlex.join(args)}: {done.stderr.strip()}")
-        return done.stdout
+def _sacctmgr(slurm_conf: str | None):
+    return partial(slurm_command, "sacctmgr", "-i", slurm_conf=slurm_conf)
