@@ -297,12 +297,19 @@ else
     wait_for 60 "MariaDB on 127.0.0.1:$MYSQL_PORT" sql "SELECT 1"
     stamp "private MariaDB up on 127.0.0.1:$MYSQL_PORT"
   fi
-  # The DB user is created with this run dir's password, never altered: one that exists with
-  # another password belongs to another cluster on this MariaDB, whose slurmdbd would lose it.
+  # The DB user is created with this run dir's password. One named by the knob that exists with
+  # another password belongs to another cluster on this MariaDB, whose slurmdbd would lose it:
+  # refused, never altered. The default user is named after this run dir, so one with another
+  # password was an earlier cluster's in this same folder, since removed: it is this one's now.
   pass=$(cat "$R/state/db.pass")
   sql "CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$pass';
     CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$pass';"
-  if ! MYSQL_PWD=$pass mariadb -h 127.0.0.1 -P "$MYSQL_PORT" -u "$DB_USER" -e "SELECT 1" >/dev/null 2>&1; then
+  db_login() { MYSQL_PWD=$pass mariadb -h 127.0.0.1 -P "$MYSQL_PORT" -u "$DB_USER" -e "SELECT 1" >/dev/null 2>&1; }
+  if ! db_login && [ "$DB_USER" = "loam_$run_key" ]; then
+    sql "ALTER USER '$DB_USER'@'localhost' IDENTIFIED BY '$pass';
+      ALTER USER '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$pass';"
+  fi
+  if ! db_login; then
     echo "deploy/slurm/start.sh: the MariaDB user $DB_USER exists with another password than" \
       "$R/state/db.pass (another cluster's user?); set LOAM_SLURM_DB_USER to a user of this" \
       "cluster's own (and LOAM_SLURM_DB to its own database)" >&2
