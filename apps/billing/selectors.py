@@ -126,10 +126,12 @@ def _unrecorded_meters(organization: Organization):
 def _accrued(meters, now: datetime) -> tuple[int, Decimal]:
     """(what `meters` ran up to `now` that metering has not recorded yet, what the open ones
     cost an hour). A meter closed since the last pass counts to its end: its charge is owed
-    from the moment it closed, not from when metering records it."""
+    from the moment it closed, not from when metering records it; an open one counts as far as
+    metering will measure it (`Meter.known_until`), so a task's cost so far never runs ahead of
+    what its backend has said and then drops back."""
     accrued, hourly = 0, Decimal(0)
     for meter in meters:
-        end = now if meter.ended_at is None else min(now, meter.ended_at)
+        end = min(now, meter.ended_at or meter.known_until or now)
         seconds = max(0, int((end - meter.started_at).total_seconds()))
         accrued += max(0, amount_for(meter.hourly_minor, seconds) - meter.metered_minor)
         if meter.ended_at is None:

@@ -1,5 +1,6 @@
 import random
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
@@ -139,3 +140,25 @@ def test_revenue_by_month_sums_each_month_and_counts_its_tenants_once(park):
     top = top_tenants(park, since=this_month)
     assert [(o.name, o.spent) for o in top] == [("alpha", 300), ("beta", 300), ("gamma", 300)]
     assert [o.name for o in top_tenants(park, since=this_month, limit=1)] == ["alpha"]
+
+
+# --- A task's cost so far --------------------------------------------------------------------
+
+
+def test_a_tasks_cost_so_far_goes_no_further_than_its_backend_said_it_ran():
+    """What the page shows is what metering will bill: up to the last time the backend said the
+    task ran, so the figure never runs ahead and drops back once the real end is learned."""
+    from apps.billing.selectors import task_cost_minor
+    from tests.factories import TaskFactory
+
+    task = TaskFactory(state="running")
+    MeterFactory(
+        organization=task.organization,
+        instance=None,
+        task=task,
+        hourly_minor=Decimal(3600),  # 1 a second
+        started_at=NOW - timedelta(seconds=120),
+        metered_until=NOW - timedelta(seconds=120),
+        known_until=NOW - timedelta(seconds=45),
+    )
+    assert task_cost_minor(task, now=NOW) == 75
