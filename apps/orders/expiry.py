@@ -21,7 +21,12 @@ from apps.core.models import AuditEvent
 from apps.core.transactions import locked, on_commit_task
 from apps.orders.models import Instance, InstanceState, Order, OrderKind
 from apps.orders.operations import request_operation
-from apps.orders.selectors import release_at, release_days
+from apps.orders.selectors import (
+    RELEASE_NOTICE_AT_LEAST,
+    release_at,
+    release_days,
+    release_notices,
+)
 from apps.tenants.access import SystemActor, authorize
 from apps.tenants.models import Park
 from apps.tenants.roles import Action
@@ -157,10 +162,9 @@ def auto_release(*, instance_id: int, days: int, now: datetime) -> Order | None:
     due = release_at(instance, days)
     if due is None or due > now:
         return None
-    last_notice = now - timedelta(days=NOTICE_DAYS[-1])
-    if not _notices(instance).filter(created_at__lte=last_notice).exists():
+    if not release_notices(instance).filter(created_at__lte=now - RELEASE_NOTICE_AT_LEAST).exists():
         # Never without a day's notice, though the park shortened its days meanwhile.
-        _notify(instance, days_before=NOTICE_DAYS[-1], due=now + timedelta(days=NOTICE_DAYS[-1]))
+        _notify(instance, days_before=NOTICE_DAYS[-1], due=now + RELEASE_NOTICE_AT_LEAST)
         return None
     order = request_operation(
         instance=instance,
@@ -189,20 +193,10 @@ def send_release_notice(*, instance_id: int, days: int, now: datetime) -> AuditE
     if due is None or due <= now or due - now > timedelta(days=NOTICE_DAYS[0]):
         return None
     days_before = min(d for d in NOTICE_DAYS if due - now <= timedelta(days=d))
-    sent = _notices(instance).values_list("data", flat=True)
+    sent = release_notices(instance).values_list("data", flat=True)
     if any((data or {}).get("days_before", 0) <= days_before for data in sent):
         return None
     return _notify(instance, days_before=days_before, due=due)
-
-
-def _notices(instance: Instance):
-    """The release notices sent since the host last stopped."""
-    return AuditEvent.objects.filter(
-        action="instance.release_notice",
-        object_type=Instance._meta.label_lower,
-        object_id=str(instance.pk),
-        created_at__gte=instance.stopped_at,
-    )
 
 
 def _notify(instance: Instance, *, days_before: int, due: datetime) -> AuditEvent:

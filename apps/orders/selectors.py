@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from apps.catalog.models import Flavor
 from apps.core import sql
+from apps.core.models import AuditEvent
 from apps.orchestration.models import Placement
 from apps.orders.models import (
     DEFAULT_SECURITY_RULES,
@@ -278,9 +279,34 @@ def release_at(instance: Instance, days: int) -> datetime | None:
     return instance.stopped_at + timedelta(days=days)
 
 
-def release_date_of(instance: Instance) -> datetime | None:
-    """When its park releases this host if it stays stopped (None: it will not)."""
+# A stopped host is released only once its owners were told at least this long before.
+RELEASE_NOTICE_AT_LEAST = timedelta(days=1)
+
+
+def release_notices(instance: Instance):
+    """The release notices sent since the host last stopped (audit events)."""
+    return AuditEvent.objects.filter(
+        action="instance.release_notice",
+        object_type=Instance._meta.label_lower,
+        object_id=str(instance.pk),
+        created_at__gte=instance.stopped_at,
+    )
+
+
+def release_date_of(instance: Instance, *, now: datetime | None = None) -> datetime | None:
+    """When its park releases this host if it stays stopped (None: it will not): its policy's
+    date, or later where its owners have not been told a day before (the park shortened its
+    days)."""
     if instance.state != InstanceState.STOPPED:
         return None
     park_id = instance.organization.park_id
-    return release_at(instance, release_days([park_id])[park_id])
+    due = release_at(instance, release_days([park_id])[park_id])
+    if due is None:
+        return None
+    first_notice = (
+        release_notices(instance)
+        .order_by("created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    return max(due, (first_notice or now or timezone.now()) + RELEASE_NOTICE_AT_LEAST)

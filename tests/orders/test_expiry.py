@@ -12,6 +12,7 @@ from apps.core.errors import InvalidTransition, PermissionDenied
 from apps.core.models import AuditEvent
 from apps.orders import expiry
 from apps.orders.models import IdlePolicy, OrderKind
+from apps.orders.selectors import release_date_of
 from apps.orders.tasks import release_stopped_hosts, stop_scheduled_hosts
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
@@ -246,6 +247,7 @@ def test_a_host_is_never_released_without_a_days_notice(clock, stopped_host, wor
     clock.shift(10 * DAY)
     assert release_stopped_hosts() == {"released": 0, "notified": 0}
     IdlePolicy.objects.create(park=world.park, release_stopped_after_days=5)
+    assert release_date_of(stopped_host) == now() + DAY  # not its policy's date, past already
     with run_jobs():
         assert release_stopped_hosts() == {"released": 0, "notified": 0}
     stopped_host.refresh_from_db()
@@ -253,7 +255,9 @@ def test_a_host_is_never_released_without_a_days_notice(clock, stopped_host, wor
     (notice,) = events(stopped_host, "instance.release_notice")
     assert notice.data == {"days_before": 1, "release_at": (now() + DAY).isoformat()}
     assert "即将被释放" in mail.outbox[-1].subject
-    clock.shift(DAY - HOUR)
+    clock.shift(HOUR)
+    assert release_date_of(stopped_host) == now() + DAY - HOUR  # a day after its notice
+    clock.shift(DAY - 2 * HOUR)
     assert release_stopped_hosts()["released"] == 0
     clock.shift(HOUR)
     assert release_stopped_hosts()["released"] == 1
