@@ -57,24 +57,40 @@ def ensure(
     _unix_user(tenant.name, create=create_users)
     _jobs_dir(tenant)
     sacctmgr = _sacctmgr(slurm_conf)
-    rows = sacctmgr(
-        "show", "assoc", "where", f"account={tenant.name}", "format=user,grptres", "-n", "-P"
-    )
-    associations = dict(line.split("|", 1) for line in rows.splitlines() if "|" in line)
-    if "" not in associations:  # the account's own association
-        sacctmgr(
-            "add",
+    associations = _associations(sacctmgr, tenant)
+    adds = {
+        "": [
             "account",
             tenant.name,
             "description=loam organization",
             "organization=loam",
             "fairshare=1",
-        )
-    if tenant.name not in associations:
-        sacctmgr(
-            "add", "user", tenant.name, f"account={tenant.name}", f"defaultaccount={tenant.name}"
-        )
+        ],
+        tenant.name: [
+            "user",
+            tenant.name,
+            f"account={tenant.name}",
+            f"defaultaccount={tenant.name}",
+        ],
+    }
+    for user, add in adds.items():  # the account's own association, then its user's
+        if user not in associations:
+            try:
+                sacctmgr("add", *add)
+            except BackendError:
+                # Another worker submitting the organization's first tasks made it meanwhile.
+                associations = _associations(sacctmgr, tenant)
+                if user not in associations:
+                    raise
     _limit(sacctmgr, tenant, associations.get("", ""), gpu_limit)
+
+
+def _associations(sacctmgr, tenant: SlurmTenant) -> dict[str, str]:
+    """{user ("" for the account itself): its GrpTRES} of the tenant's account."""
+    rows = sacctmgr(
+        "show", "assoc", "where", f"account={tenant.name}", "format=user,grptres", "-n", "-P"
+    )
+    return dict(line.split("|", 1) for line in rows.splitlines() if "|" in line)
 
 
 def set_limit(tenant: SlurmTenant, *, gpu_limit: int | None, slurm_conf: str | None) -> None:

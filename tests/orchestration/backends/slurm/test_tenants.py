@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from apps.orchestration import tasks as jobs
+from apps.orchestration.backends.slurm import tenants
 from apps.orchestration.backends.slurm.client import SlurmClient, SlurmError
 from apps.orchestration.models import TaskState
 from apps.orchestration.scheduling import submit_task
@@ -247,3 +248,24 @@ def test_a_changed_quota_reaches_the_account_at_once(
     with django_capture_on_commit_callbacks(execute=True):
         set_limit(limit=limit, operator=operator, value=1)
     assert account_limit(slurm_cluster, account) == "gres/gpu=1"
+
+
+def test_an_account_another_worker_made_meanwhile_is_taken_as_made(slurm_cluster, monkeypatch):
+    """An organization's first tasks are submitted by several workers at once: one that read
+    "no account" just before another made it finds it there when its own add is refused
+    ("Nothing new added"), and goes on."""
+    prefix = f"loam_t{os.getpid()}_"  # an account no other test made
+    tenant = tenants.tenant_of(prefix, int(time.time()), str(slurm_cluster.jobs_dir))
+    conf = slurm_cluster.slurm_conf
+    tenants.ensure(tenant, gpu_limit=4, create_users=True, slurm_conf=conf)  # the other worker
+    read = tenants._associations
+    reads = []
+
+    def stale_first(*args):  # this worker read before the other made it
+        reads.append(args)
+        return {} if len(reads) == 1 else read(*args)
+
+    monkeypatch.setattr(tenants, "_associations", stale_first)
+    tenants.ensure(tenant, gpu_limit=4, create_users=True, slurm_conf=conf)
+    assert len(reads) == 2  # its add was refused, and it read again
+    assert account_limit(slurm_cluster, tenant.name) == "gres/gpu=4"
