@@ -205,7 +205,7 @@ class SlurmDriver:
                 create_users=bool(self.config.get("create_users", True)),
                 slurm_conf=self.config.get("slurm_conf"),
             )
-        jobs_dir = tenant.jobs_dir if tenant else self.jobs_dir
+        jobs_dir = self._jobs_dir(tenant.name if tenant else None)
         job = JobRequest(
             script=f"#!/bin/bash\n{spec.command}\n",
             working_dir=jobs_dir,
@@ -237,7 +237,13 @@ class SlurmDriver:
         if self.tenants == "shared" or organization_id is None:
             return None
         prefix = str(self.config.get("account_prefix", "loam_o"))
-        return tenants.tenant_of(prefix, organization_id, self.jobs_dir)
+        name = tenants.account_name(prefix, organization_id)
+        return tenants.SlurmTenant(name=name, jobs_dir=self._jobs_dir(name))
+
+    def _jobs_dir(self, account: str | None) -> str:
+        """Where an account's jobs run and write (its own folder), or, with none, every job
+        that runs as `user`."""
+        return f"{self.jobs_dir}/{account}" if account else self.jobs_dir
 
     def task_status(self, handle: str) -> TaskStatus:
         _account, job_id = _parse_handle(handle)
@@ -255,8 +261,7 @@ class SlurmDriver:
 
     def task_logs(self, handle: str) -> str:
         account, job_id = _parse_handle(handle)
-        jobs_dir = f"{self.jobs_dir}/{account}" if account else self.jobs_dir
-        path = f"{jobs_dir}/loam-{job_id}.out"
+        path = f"{self._jobs_dir(account)}/loam-{job_id}.out"
         try:
             with open(path, "rb") as output:
                 output.seek(0, os.SEEK_END)

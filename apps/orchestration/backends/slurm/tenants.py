@@ -38,11 +38,12 @@ class SlurmTenant:
     jobs_dir: str
 
 
-def tenant_of(prefix: str, organization_id: int, jobs_root: str) -> SlurmTenant:
+def account_name(prefix: str, organization_id: int) -> str:
+    """The organization's account and Unix user name."""
     name = f"{prefix}{organization_id}"
     if not _NAME.match(name):
         raise BackendError(f"Slurm: {name!r} is not a valid account and user name")
-    return SlurmTenant(name=name, jobs_dir=f"{jobs_root}/{name}")
+    return name
 
 
 def ensure(
@@ -97,11 +98,9 @@ def set_limit(tenant: SlurmTenant, *, gpu_limit: int | None, slurm_conf: str | N
     """The account's GrpTRES is `gpu_limit` now (None: no limit), if the account exists (one
     made later gets the limit then)."""
     sacctmgr = _sacctmgr(slurm_conf)
-    rows = sacctmgr(
-        "show", "assoc", "where", f"account={tenant.name}", "user=", "format=grptres", "-n", "-P"
-    ).splitlines()
-    if rows:
-        _limit(sacctmgr, tenant, rows[0], gpu_limit)
+    associations = _associations(sacctmgr, tenant)
+    if "" in associations:
+        _limit(sacctmgr, tenant, associations[""], gpu_limit)
 
 
 def _limit(sacctmgr, tenant: SlurmTenant, current: str, gpu_limit: int | None) -> None:

@@ -255,7 +255,8 @@ def test_an_account_another_worker_made_meanwhile_is_taken_as_made(slurm_cluster
     "no account" just before another made it finds it there when its own add is refused
     ("Nothing new added"), and goes on."""
     prefix = f"loam_t{os.getpid()}_"  # an account no other test made
-    tenant = tenants.tenant_of(prefix, int(time.time()), str(slurm_cluster.jobs_dir))
+    name = tenants.account_name(prefix, int(time.time()))
+    tenant = tenants.SlurmTenant(name=name, jobs_dir=f"{slurm_cluster.jobs_dir}/{name}")
     conf = slurm_cluster.slurm_conf
     tenants.ensure(tenant, gpu_limit=4, create_users=True, slurm_conf=conf)  # the other worker
     read = tenants._associations
