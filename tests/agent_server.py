@@ -18,15 +18,15 @@ IMAGE = "debian-12"
 IMAGE_DIR = os.environ.get("LOAM_AGENT_IMAGE_DIR", "/var/cache/loam-agent/images")
 
 
-def missing_for_hosts() -> str:
-    """Why real hosts can't run here ('' when they can)."""
+def missing_for_hosts(image: str = IMAGE) -> str:
+    """Why real hosts of `image` can't run here ('' when they can)."""
     if os.geteuid() != 0:
         return "container hosts need root"
     for tool in ("systemd-nspawn", "gcc", "ssh", "ssh-keygen"):
         if not shutil.which(tool):
             return f"{tool} is not installed (deploy/agent/install.sh)"
-    if not (Path(IMAGE_DIR) / IMAGE / "rootfs").is_dir():
-        return f"the host image is not built in {IMAGE_DIR} (loam-agent image build)"
+    if not (Path(IMAGE_DIR) / image / "rootfs").is_dir():
+        return f"the host image {image} is not built in {IMAGE_DIR} (loam-agent image build)"
     return ""
 
 
@@ -41,10 +41,10 @@ class AgentPark:
     pool: object
 
 
-def build_agent_park(*, quota: int) -> AgentPark:
+def build_agent_park(*, quota: int, image: str = IMAGE) -> AgentPark:
     """A verified organization (owner, quota of `quota` hosts and cards), an agent backend with
     one pool, a one-card flavor (1 vCPU, 1 GB) and a two-card one of its family priced in the
-    pool's region, the agent's image."""
+    pool's region, the agent's image `image`."""
     from apps.quotas.models import QuotaLimit
     from tests.factories import (
         AcceleratorModelFactory,
@@ -71,7 +71,7 @@ def build_agent_park(*, quota: int) -> AgentPark:
     flavor = FlavorFactory(
         family__park=park, family__accelerator_model=model, accelerator_count=1, vcpu=1, ram_gb=1
     )
-    image = ImageFactory(park=park, code=IMAGE, os="Debian 12")
+    image = ImageFactory(park=park, code=image, os="Debian 12")
     image.compatible_accelerators.add(model)
     PriceFactory(flavor=flavor, region=region, amount_minor=1000)
     larger = FlavorFactory(family=flavor.family, accelerator_count=2, vcpu=2, ram_gb=2)
@@ -167,16 +167,25 @@ def start_agent_server(*, pool, operator, portal_url: str, work: Path, cards: in
     from apps.agents.services import issue_join_token
 
     _token, secret = issue_join_token(pool=pool, operator=operator)
+    return run_agent_server(join_token=secret, portal_url=portal_url, work=work, cards=cards)
+
+
+def run_agent_server(
+    *, join_token: str, portal_url: str, work: Path, cards: int, ca_bundle: str = ""
+) -> AgentServer:
+    """Enrol a real agent with `join_token` and start `loam-agent run` against `portal_url`
+    (trusting `ca_bundle`, a portal with a private CA's certificate, where given)."""
     work.mkdir(parents=True, exist_ok=True)
     state_dir = work / "state"
     config = work / "agent.toml"
+    trust = f'ca_bundle = "{ca_bundle}"\n' if ca_bundle else ""
     config.write_text(
         f'portal_url = "{portal_url}"\ncredential_path = "{work / "credential.json"}"\n'
-        f'state_dir = "{state_dir}"\n' + network_config()
+        f'state_dir = "{state_dir}"\n' + trust + network_config()
     )
     env = {**os.environ, **fake_cards(work, cards)}
     agent = [sys.executable, "-m", "loam_agent", "--config", str(config)]
-    subprocess.run([*agent, "enrol", "--token", secret], env=env, check=True)
+    subprocess.run([*agent, "enrol", "--token", join_token], env=env, check=True)
     log = work / "agent.log"
     process = subprocess.Popen(
         [*agent, "run"], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT

@@ -43,3 +43,18 @@ def screenshot(page, request):
         return path
 
     return take
+
+
+@pytest.fixture(scope="module")
+def stack():
+    """The production stack (tests/e2e/stack.py); skipped without one, failed in CI."""
+    from tests.e2e.stack import find_stack
+
+    return find_stack()
+
+
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args):
+    # Chromium cannot be handed the stack's own CA; the stack's HTTPS checks verify it instead
+    # (Stack.tls). Pages of the live server are plain HTTP and unaffected.
+    return {**browser_context_args, "ignore_https_errors": True}
