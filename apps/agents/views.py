@@ -8,6 +8,7 @@ import shlex
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied as HttpPermissionDenied
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
@@ -228,12 +229,17 @@ def host_service_auth(request):
     service; an `internal` location in nginx, so no browser asks it. 200 with the upstream
     (X-Loam-Upstream, address:port) and the secret to present there (X-Loam-Service-Token)
     when the signed-in user is a member of the host's organization whose role may start and
-    stop hosts, and the host runs with that service; 401 when nobody is signed in (nginx sends
-    them to sign in); 403 otherwise, which nginx answers with the site's 404, as for any page
-    of another organization (auth_request passes on 401 and 403 only)."""
+    stop hosts, and the host runs with that service; 401 when nobody is signed in, with the
+    sign-in page to send them to and back (X-Loam-Sign-In); 403 otherwise, which nginx answers
+    with the site's 404, as for any page of another organization (auth_request passes on 401
+    and 403 only)."""
+    uri = request.headers.get("X-Original-URI", "")
     if not request.user.is_authenticated:
-        return HttpResponse(status=401)
-    match = SERVICE_PATH.match(request.headers.get("X-Original-URI", ""))
+        sign_in = redirect_to_login(uri if SERVICE_PATH.match(uri) else "/")
+        response = HttpResponse(status=401)
+        response["X-Loam-Sign-In"] = sign_in["Location"]
+        return response
+    match = SERVICE_PATH.match(uri)
     instance = None
     if match:
         instance = (

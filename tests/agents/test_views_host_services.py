@@ -80,8 +80,14 @@ def test_only_roles_that_operate_hosts_open_them(pytorch_host, request, role, st
         assert "X-Loam-Service-Token" not in response and "X-Loam-Upstream" not in response
 
 
-def test_signed_out_is_a_401_for_nginx_to_send_to_sign_in(pytorch_host):
-    assert ask(None, f"/instances/{pytorch_host.pk}/jupyter/").status_code == 401
+def test_signed_out_is_a_401_naming_the_sign_in_page_and_the_way_back(pytorch_host):
+    response = ask(None, f"/instances/{pytorch_host.pk}/jupyter/lab?a=1&b=2")
+
+    assert response.status_code == 401
+    assert response["X-Loam-Sign-In"] == (
+        f"/accounts/login/?next=/instances/{pytorch_host.pk}/jupyter/lab%3Fa%3D1%26b%3D2"
+    )
+    assert "X-Loam-Upstream" not in response
 
 
 def test_another_organization_s_owner_is_refused(pytorch_host, other_owner):
