@@ -73,7 +73,9 @@ class ServiceHandler(socketserver.BaseRequestHandler):
             name, _sep, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
         self.server.seen.append({"method": method, "path": path, "headers": headers})
-        if headers.get("upgrade", "").lower() == "websocket":
+        # As a WebSocket server does (RFC 6455 §4.2.1): both headers, or no handshake.
+        connection = {token.strip().lower() for token in headers.get("connection", "").split(",")}
+        if headers.get("upgrade", "").lower() == "websocket" and "upgrade" in connection:
             accept = base64.b64encode(
                 hashlib.sha1((headers["sec-websocket-key"] + WEBSOCKET_GUID).encode()).digest()
             ).decode()
