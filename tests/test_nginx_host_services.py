@@ -3,7 +3,8 @@ rendered as deploy/stack/start.sh renders it, a real nginx over HTTPS in front o
 (Django's live server) and, for the host's service, a small HTTP and WebSocket server that
 records what reaches it. Signed out is sent to sign in, another organization gets the site's
 404, the owner's requests reach the service with the host's secret and without the portal's
-cookies, and a WebSocket (a kernel's) passes."""
+cookies, a WebSocket (a kernel's) passes, and a service that isn't listening yet is the
+portal's page that tries again."""
 
 import base64
 import hashlib
@@ -23,7 +24,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from apps.agents.models import PortPurpose, ReportedState
+from apps.agents.models import AgentHostPort, PortPurpose, ReportedState
 from apps.orders.models import InstanceState
 from tests.factories import (
     AgentHostFactory,
@@ -310,6 +311,22 @@ def test_a_websocket_passes_both_ways(nginx, world, service):
     (seen,) = service.seen
     assert seen["headers"]["authorization"] == f"token {TOKEN}"
     assert seen["headers"]["upgrade"] == "websocket"
+
+
+def test_a_service_not_answering_yet_is_the_portal_s_page_that_retries(nginx, world, service):
+    port = free_port()  # nothing listens there: the service has not started yet
+    AgentHostPort.objects.filter(purpose=PortPurpose.SERVICE).update(server_port=port)
+
+    status, response, body = get(
+        nginx,
+        f"/instances/{world['instance'].pk}/jupyter/lab",
+        user=world["owner"],
+        headers={"Accept-Language": "en"},
+    )
+
+    assert status == 503
+    assert response.headers["Refresh"] == "3"
+    assert b'class="navbar' in body and b"JupyterLab isn't answering yet" in body
 
 
 def test_the_check_itself_is_no_page(nginx, world):

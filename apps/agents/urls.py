@@ -2,8 +2,8 @@
 "agents_ops", a park's operators only) and a host's card figures under /instances/ (namespace
 "agents", the host's organization only); what a partner's server downloads to install the agent
 under /agent/ (namespace "agent_install", public); nginx's check before a host's web service
-under /internal/ (namespace "agents_internal", which nginx serves to no browser). The agent API
-itself is `api_urls`."""
+and its page while one doesn't answer, under /internal/ (namespace "agents_internal", for
+nginx). The agent API itself is `api_urls`."""
 
 from django.urls import include, path
 
@@ -34,6 +34,7 @@ install_patterns = [
 
 internal_patterns = [
     path("host-service-auth/", views.host_service_auth, name="host_service_auth"),
+    path("host-service-starting/", views.host_service_starting, name="host_service_starting"),
 ]
 
 urlpatterns = [

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET
 from apps.agents import selectors, services
 from apps.agents.forms import AgentPoolForm, JoinTokenForm
 from apps.agents.models import AgentServer, JoinToken
+from apps.catalog.models import IMAGE_SERVICES
 from apps.core.errors import DomainError, PermissionDenied
 from apps.core.numbers import parse_id
 from apps.core.web import refusals
@@ -32,6 +33,7 @@ from apps.tenants.roles import Action
 from apps.tenants.selectors import get_for_operator, get_for_organization, operated_park
 
 TOKENS_PER_PAGE = 50
+SERVICE_RETRY_S = 3
 SERVERS_PER_PAGE = 50
 REFRESH_SECONDS = 5
 
@@ -254,5 +256,23 @@ def host_service_auth(request):
         return HttpResponse(status=403)
     response = HttpResponse()
     response["X-Loam-Upstream"], response["X-Loam-Service-Token"] = upstream
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_GET
+def host_service_starting(request):
+    """What nginx shows instead of its bare 502 when a host's web service doesn't answer (it
+    starts with the host, in a few seconds): the site's page, trying again by itself. It names
+    the service of the path nginx was asked for (X-Original-URI) and tells nothing else."""
+    match = SERVICE_PATH.match(request.headers.get("X-Original-URI", ""))
+    labels = {s.name: s.label for services in IMAGE_SERVICES.values() for s in services}
+    response = render(
+        request,
+        "agents/host_service_starting.html",
+        {"label": labels.get(match[2]) if match else None, "retry_s": SERVICE_RETRY_S},
+        status=503,
+    )
+    response["Refresh"] = response["Retry-After"] = str(SERVICE_RETRY_S)
     response["Cache-Control"] = "no-store"
     return response

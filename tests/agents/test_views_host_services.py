@@ -124,6 +124,18 @@ def test_only_get_is_answered(pytorch_host, owner):
     assert response.status_code == 405
 
 
+def test_the_starting_page_names_the_service_and_retries(client):
+    response = client.get(
+        "/internal/host-service-starting/",
+        HTTP_X_ORIGINAL_URI="/instances/7/tensorboard/#scalars",
+        HTTP_ACCEPT_LANGUAGE="en",
+    )
+
+    assert response.status_code == 503
+    assert response["Refresh"] == response["Retry-After"] == "3"
+    assert "TensorBoard isn't answering yet" in response.content.decode()
+
+
 # --- the instance page ---------------------------------------------------------------------------
 
 
