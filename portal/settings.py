@@ -454,6 +454,21 @@ except ValueError as exc:
     raise ImproperlyConfigured(
         f"LOAM_AGENT_PUBLIC_PORTS={_public_ports!r}: {exc}; write it as e.g. 20000-29999"
     ) from exc
+# The networks the portal's nginx reaches agent servers from (CIDR, comma-separated): the only
+# sources let in to a host's web services (JupyterLab, TensorBoard) on their server ports,
+# whatever its security group says. Empty suits a portal on the agent server itself (its own
+# connections to its hosts pass no host's rules); a portal elsewhere names its egress address.
+# A change reaches a host with its next network change.
+_portal_networks = env.list("LOAM_PORTAL_SOURCE_NETWORKS", default=[])
+try:
+    LOAM_PORTAL_SOURCE_NETWORKS = tuple(
+        str(ipaddress.ip_network(network, strict=False)) for network in _portal_networks
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(
+        f"LOAM_PORTAL_SOURCE_NETWORKS={','.join(_portal_networks)!r}: {exc}; write networks "
+        "in CIDR form, e.g. 203.0.113.7/32,10.0.0.0/8"
+    ) from exc
 # Port mappings a tenant may add to one host (each forwards a port of its server's public
 # address to a port of the host).
 LOAM_MAX_PORT_MAPPINGS = env.int("LOAM_MAX_PORT_MAPPINGS", default=10)

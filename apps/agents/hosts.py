@@ -14,12 +14,19 @@ provisioned (the lowest free in the server's range), and one more per port mappi
 (`set_network`); a server port is one host's per protocol until the host is removed. A network
 change (mappings, ingress rules, group) is a new generation the agent applies live, except
 while a growing disk keeps the host stopped: the restart generation that follows carries it.
+
+Web services: a host whose image starts some (`catalog.models.IMAGE_SERVICES`: JupyterLab,
+TensorBoard) gets a server port for each with the host, a secret for the portal's proxy to
+present to them, and ingress on their ports from the portal's networks only
+(LOAM_PORTAL_SOURCE_NETWORKS): the tenant's security group never opens them
+(`agents.selectors.service_upstream` tells nginx where one is).
 """
 
 import ipaddress
 import secrets
 from collections.abc import Mapping, Sequence
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Prefetch
 from django.utils import timezone
@@ -51,6 +58,7 @@ from apps.orchestration.backends.base import (
     HostNetwork,
     HostPorts,
     HostRequestStatus,
+    HostService,
     HostSpec,
     NodeCapacity,
     NodeTelemetry,
@@ -90,6 +98,42 @@ def ingress_rows(rules) -> list[dict]:
             }
         )
     return rows
+
+
+def service_rows(services: Sequence[HostService]) -> list[dict]:
+    """The services as AgentHost.services keeps them."""
+    return [
+        {"name": service.name, "port": service.port, "base_url": service.base_url}
+        for service in services
+    ]
+
+
+def host_ingress(rules, services: Sequence[dict]) -> list[dict]:
+    """The host's ingress as the agent applies it: the tenant's rules (`ingress_rows`) less the
+    ports of its web services, which only the portal's networks reach."""
+    rows = ingress_rows(rules)
+    served = sorted({service["port"] for service in services})
+    if not served:
+        return rows
+    kept = []
+    for row in rows:
+        start = row["from_port"]
+        if row["protocol"] == TCP:
+            for port in served:
+                if port > row["to_port"]:
+                    break
+                if port >= start:
+                    if port > start:
+                        kept.append({**row, "from_port": start, "to_port": port - 1})
+                    start = port + 1
+        if start <= row["to_port"]:
+            kept.append({**row, "from_port": start})
+    portal = [
+        {"protocol": TCP, "from_port": port, "to_port": port, "source": network}
+        for port in served
+        for network in settings.LOAM_PORTAL_SOURCE_NETWORKS
+    ]
+    return kept + portal
 
 
 def parse_request(request: str) -> tuple[str, int]:
@@ -225,6 +269,7 @@ class AgentHostStore:
                 return host.request()
         handle = f"h-{secrets.token_hex(8)}"
         network = spec.network
+        services = service_rows(spec.services)
         host = AgentHost.objects.create(
             handle=handle,
             server=server,
@@ -240,9 +285,12 @@ class AgentHostStore:
             image=spec.image,
             ssh_public_keys=ssh_keys(spec.ssh_public_key),
             network_group=network.group if network else handle,
-            ingress=ingress_rows(network.ingress if network else OPEN_INGRESS),
+            ingress=host_ingress(network.ingress if network else OPEN_INGRESS, services),
+            services=services,
+            service_token=secrets.token_urlsafe(32) if services else "",
         )
-        # Its SSH port (and any mappings) now: none free fails the provisioning, undone.
+        # Its SSH port, its services' (and any mappings) now: none free fails the provisioning,
+        # undone.
         self._forward(host, server, network.mappings if network else ())
         routed = (public_ips or {}).get(server.node.pool.name)
         if routed is not None:
@@ -254,14 +302,20 @@ class AgentHostStore:
     # --- network -------------------------------------------------------------------------------
 
     def _forward(self, host: AgentHost, server: AgentServer, mappings: Sequence[PortForward]):
-        """Make the host's forwarded ports SSH and `mappings`: ports no longer wanted are freed,
-        new ones get the lowest free server port of their protocol (under the server's lock,
-        which the caller holds). Returns whether anything changed; raises BackendError, having
-        changed nothing it keeps, when a protocol's range is full."""
+        """Make the host's forwarded ports SSH, its web services' and `mappings`: ports no longer
+        wanted are freed, new ones get the lowest free server port of their protocol (under the
+        server's lock, which the caller holds). Returns whether anything changed; raises
+        BackendError, having changed nothing it keeps, when a protocol's range is full."""
+        served = {(TCP, service["port"]) for service in host.services}
         for mapping in mappings:
             if mapping.protocol not in PORT_PROTOCOLS or not 1 <= mapping.host_port <= 65535:
                 raise BackendError(f"agent: {mapping!r} is not a port the agent can forward")
+            if (mapping.protocol, mapping.host_port) in served:
+                raise BackendError(
+                    f"agent: {mapping!r} is the port of a web service only the portal reaches"
+                )
         wanted = {(m.protocol, m.host_port): PortPurpose.MAPPING for m in mappings}
+        wanted.update(dict.fromkeys(served, PortPurpose.SERVICE))
         wanted[(TCP, SSH_PORT)] = PortPurpose.SSH
         existing = {(p.protocol, p.host_port): p for p in host.ports.all()}
         gone = [port.pk for key, port in existing.items() if key not in wanted]
@@ -353,7 +407,7 @@ class AgentHostStore:
             server = host.server
             if host.state == WantedState.REMOVED:
                 return HostPorts(address=server.public_address or "")
-            ingress = ingress_rows(network.ingress)
+            ingress = host_ingress(network.ingress, host.services)
             changed = self._forward(host, server, network.mappings)
             changed = changed or (network.group, ingress) != (host.network_group, host.ingress)
             if changed:

@@ -16,6 +16,7 @@ from django.utils.translation import pgettext_lazy
 from apps.orchestration.backends.base import (
     PORT_PROTOCOLS,
     PURPOSE_MAPPING,
+    PURPOSE_SERVICE,
     PURPOSE_SSH,
 )
 from apps.orchestration.models import Accelerator, Node, NodeHealth, Pool
@@ -334,6 +335,12 @@ class AgentHost(models.Model):
     # "source"}]. Its forwarded ports are AgentHostPort rows.
     network_group = models.CharField(_("network group"), max_length=64, blank=True)
     ingress = models.JSONField(_("ingress rules"), default=list, blank=True)
+    # The web services its image starts ([{"name", "port", "base_url"}], `HostService`), each
+    # given a port of the server's public address (an AgentHostPort) that only the portal's
+    # networks reach, and the secret the portal's proxy presents to them: made with the host,
+    # never shown to anyone.
+    services = models.JSONField(_("web services"), default=list, blank=True)
+    service_token = models.CharField(_("web service token"), max_length=64, blank=True)
     reported_generation = models.PositiveIntegerField(_("reported generation"), null=True)
     # The `sequence` of the agent's report applied last: an older or repeated report (a retry,
     # a full report that crossed a newer change) is not applied over it.
@@ -381,13 +388,15 @@ class AgentHost(models.Model):
 class PortPurpose(models.TextChoices):
     SSH = PURPOSE_SSH, _("SSH")
     MAPPING = PURPOSE_MAPPING, _("Port mapping")
+    SERVICE = PURPOSE_SERVICE, _("Web service")
 
 
 class AgentHostPort(models.Model):
     """A port of a server's public address forwarded to a port of one of its hosts. A server
     port is one host's per protocol: allocated (the lowest free in the server's range) when
-    the host is provisioned (SSH) or a mapping is added, kept across stops, starts, resizes and
-    agent restarts, and deleted, so free again, when the host is removed."""
+    the host is provisioned (SSH, its image's web services) or a mapping is added, kept across
+    stops, starts, resizes and agent restarts, and deleted, so free again, when the host is
+    removed."""
 
     host = models.ForeignKey(
         AgentHost, on_delete=models.CASCADE, related_name="ports", verbose_name=_("host")

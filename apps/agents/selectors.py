@@ -15,6 +15,7 @@ from apps.agents.models import (
     CardSample,
     JoinToken,
     PortPurpose,
+    ReportedState,
     WantedState,
 )
 from apps.agents.services import AGENT_DRIVER
@@ -83,6 +84,7 @@ def desired_hosts(server: AgentServer) -> list[dict]:
             "image": host.image,
             "ssh_public_keys": list(host.ssh_public_keys),
             "network": host_network(host),
+            "services": [{**service, "token": host.service_token} for service in host.services],
         }
         for host in hosts
     ]
@@ -117,6 +119,51 @@ def host_network(host: AgentHost) -> dict:
 
 
 # --- the instance page -------------------------------------------------------------------------
+
+
+def host_service_names(instance) -> list[str]:
+    """The web services the instance's host on an agent server was given (none elsewhere)."""
+    if not instance.backend_handle or instance.node_id is None:
+        return []
+    host = AgentHost.objects.filter(
+        handle=instance.backend_handle, server__node_id=instance.node_id
+    ).values_list("services", flat=True)
+    return [service["name"] for service in host.first() or ()]
+
+
+def service_upstream(instance, name: str) -> tuple[str, str] | None:
+    """Where the portal's proxy reaches web service `name` of the instance's host, and the
+    secret it presents there: ("address:port", token), the port the one the host's server
+    forwards to it on its public address (else, a server with none, the host's own address,
+    which the server itself reaches). None unless the host runs, wanted and reported, with
+    that service."""
+    if not instance.backend_handle or instance.node_id is None:
+        return None
+    host = (
+        AgentHost.objects.filter(
+            handle=instance.backend_handle,
+            server__node_id=instance.node_id,
+            state=WantedState.RUNNING,
+            reported_state=ReportedState.RUNNING,
+        )
+        .select_related("server")
+        .first()
+    )
+    service = next((s for s in host.services if s["name"] == name), None) if host else None
+    if service is None:
+        return None
+    address, port = host.server.public_address, None
+    if address:
+        port = (
+            host.ports.filter(purpose=PortPurpose.SERVICE, host_port=service["port"])
+            .values_list("server_port", flat=True)
+            .first()
+        )
+    elif host.address:
+        address, port = host.address, service["port"]
+    if port is None:
+        return None
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}", host.service_token
 
 
 def agent_server_of(instance) -> AgentServer | None:

@@ -1,7 +1,9 @@
 """Mounted at the site root: the console's agent pages under /ops/agents/ (namespace
 "agents_ops", a park's operators only) and a host's card figures under /instances/ (namespace
 "agents", the host's organization only); what a partner's server downloads to install the agent
-under /agent/ (namespace "agent_install", public). The agent API itself is `api_urls`."""
+under /agent/ (namespace "agent_install", public); nginx's check before a host's web service
+and its page while one doesn't answer, under /internal/ (namespace "agents_internal", for
+nginx). The agent API itself is `api_urls`."""
 
 from django.urls import include, path
 
@@ -30,8 +32,14 @@ install_patterns = [
     path("loam-agent.tar.gz", distribution.agent_source, name="archive"),
 ]
 
+internal_patterns = [
+    path("host-service-auth/", views.host_service_auth, name="host_service_auth"),
+    path("host-service-starting/", views.host_service_starting, name="host_service_starting"),
+]
+
 urlpatterns = [
     path("agent/", include((install_patterns, "agent_install"))),
+    path("internal/", include((internal_patterns, "agents_internal"))),
     path("ops/agents/", include((operator_patterns, "agents_ops"))),
     path("instances/", include((tenant_patterns, "agents"))),
 ]

@@ -1,15 +1,18 @@
 """Pages of the host agents: the operator console's servers and join tokens (/ops/agents/,
-park operators only, another park's object is a 404), and the tenant's card figures of one of
-its hosts (JSON for the instance page's charts; another organization's host is a 404)."""
+park operators only, another park's object is a 404), the tenant's card figures of one of
+its hosts (JSON for the instance page's charts; another organization's host is a 404), and
+nginx's check before it opens a host's web service (JupyterLab, TensorBoard)."""
 
+import re
 import shlex
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied as HttpPermissionDenied
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -19,14 +22,18 @@ from django.views.decorators.http import require_GET
 from apps.agents import selectors, services
 from apps.agents.forms import AgentPoolForm, JoinTokenForm
 from apps.agents.models import AgentServer, JoinToken
+from apps.catalog.models import IMAGE_SERVICES
 from apps.core.errors import DomainError, PermissionDenied
 from apps.core.numbers import parse_id
 from apps.core.web import refusals
-from apps.orders.models import Instance
+from apps.orders.models import Instance, InstanceState
+from apps.tenants.access import allowed
 from apps.tenants.decorators import operator_view, organization_view
+from apps.tenants.roles import Action
 from apps.tenants.selectors import get_for_operator, get_for_organization, operated_park
 
 TOKENS_PER_PAGE = 50
+SERVICE_RETRY_S = 3
 SERVERS_PER_PAGE = 50
 REFRESH_SECONDS = 5
 
@@ -210,5 +217,62 @@ def instance_telemetry(request, instance_id):
     if data is None:
         raise Http404
     response = JsonResponse(data)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+# What nginx serves through `host_service_auth` (deploy/nginx/loam.conf: the same pattern).
+SERVICE_PATH = re.compile(r"^/instances/(\d+)/(jupyter|tensorboard)/")
+
+
+@require_GET
+def host_service_auth(request):
+    """nginx's `auth_request` before it proxies /instances/<id>/<service>/ to a host's web
+    service; an `internal` location in nginx, so no browser asks it. 200 with the upstream
+    (X-Loam-Upstream, address:port) and the secret to present there (X-Loam-Service-Token)
+    when the signed-in user is a member of the host's organization whose role may start and
+    stop hosts, and the host runs with that service; 401 when nobody is signed in, with the
+    sign-in page to send them to and back (X-Loam-Sign-In); 403 otherwise, which nginx answers
+    with the site's 404, as for any page of another organization (auth_request passes on 401
+    and 403 only)."""
+    uri = request.headers.get("X-Original-URI", "")
+    if not request.user.is_authenticated:
+        sign_in = redirect_to_login(uri if SERVICE_PATH.match(uri) else "/")
+        response = HttpResponse(status=401)
+        response["X-Loam-Sign-In"] = sign_in["Location"]
+        return response
+    match = SERVICE_PATH.match(uri)
+    instance = None
+    if match:
+        instance = (
+            Instance.objects.filter(pk=parse_id(match[1]), state=InstanceState.RUNNING)
+            .select_related("organization")
+            .first()
+        )
+    upstream = None
+    if instance is not None and allowed(request.user, instance.organization, Action.ORDER):
+        upstream = selectors.service_upstream(instance, match[2])
+    if upstream is None:
+        return HttpResponse(status=403)
+    response = HttpResponse()
+    response["X-Loam-Upstream"], response["X-Loam-Service-Token"] = upstream
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_GET
+def host_service_starting(request):
+    """What nginx shows instead of its bare 502 when a host's web service doesn't answer (it
+    starts with the host, in a few seconds): the site's page, trying again by itself. It names
+    the service of the path nginx was asked for (X-Original-URI) and tells nothing else."""
+    match = SERVICE_PATH.match(request.headers.get("X-Original-URI", ""))
+    labels = {s.name: s.label for services in IMAGE_SERVICES.values() for s in services}
+    response = render(
+        request,
+        "agents/host_service_starting.html",
+        {"label": labels.get(match[2]) if match else None, "retry_s": SERVICE_RETRY_S},
+        status=503,
+    )
+    response["Refresh"] = response["Retry-After"] = str(SERVICE_RETRY_S)
     response["Cache-Control"] = "no-store"
     return response

@@ -1,3 +1,4 @@
+from dataclasses import dataclass
 from decimal import Decimal
 
 from django.core.validators import RegexValidator
@@ -240,6 +241,26 @@ class Flavor(models.Model):
         return self.family.accelerator_model.compute_units * self.accelerator_count
 
 
+@dataclass(frozen=True)
+class ImageService:
+    """A web application an image starts at boot, which the portal opens for the host's
+    members in the browser (through nginx, `deploy/nginx/loam.conf`): its name in the host's
+    spec and its address (`/instances/<id>/<name>/`), the port it listens on inside the host,
+    and what its button says."""
+
+    name: str
+    port: int
+    label: str
+
+
+JUPYTER = ImageService(name="jupyter", port=8888, label="JupyterLab")
+TENSORBOARD = ImageService(name="tensorboard", port=6006, label="TensorBoard")
+# By image code: on an agent pool the code is the recipe's name
+# (agent/loam_agent/hosts/recipes/<code>.toml), and the recipe decides what is installed, so an
+# operator can't offer a service an image lacks by ticking a box.
+IMAGE_SERVICES: dict[str, tuple[ImageService, ...]] = {"pytorch": (JUPYTER, TENSORBOARD)}
+
+
 class Image(models.Model):
     """A bootable image with one accelerator software stack (CUDA, CANN, DTK, Neuware)."""
 
@@ -271,6 +292,10 @@ class Image(models.Model):
 
     def __str__(self):
         return self.name
+
+    @property
+    def services(self) -> tuple[ImageService, ...]:
+        return IMAGE_SERVICES.get(self.code, ())
 
 
 class PriceKind(models.TextChoices):

@@ -3,6 +3,7 @@
 from apps.orchestration.backends.base import (
     HostDriver,
     HostNetwork,
+    HostService,
     HostSpec,
     IngressRule,
     PortForward,
@@ -36,6 +37,22 @@ def host_network(instance: Instance) -> HostNetwork:
     )
 
 
+def service_base_url(instance_id: int, name: str) -> str:
+    """Where the portal serves a host's web service (nginx, deploy/nginx/loam.conf)."""
+    return f"/instances/{instance_id}/{name}/"
+
+
+def host_services(instance: Instance) -> tuple[HostService, ...]:
+    return tuple(
+        HostService(
+            name=service.name,
+            port=service.port,
+            base_url=service_base_url(instance.pk, service.name),
+        )
+        for service in instance.image.services
+    )
+
+
 def host_spec(instance: Instance, flavor=None) -> HostSpec:
     """The host as `flavor` (by default its own). A host shrinking to a smaller flavor keeps its
     lowest-indexed cards (as `orchestration.services.resize_capacity` does once it is done), so
@@ -53,4 +70,5 @@ def host_spec(instance: Instance, flavor=None) -> HostSpec:
         image=instance.image.code,
         ssh_public_key=instance.ssh_public_key,
         network=host_network(instance),
+        services=host_services(instance),
     )

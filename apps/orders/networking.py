@@ -451,6 +451,17 @@ def add_port_mapping(*, instance: Instance, actor, protocol: str, host_port) -> 
     fields = validate_mapping(protocol=protocol, host_port=host_port)
     instance = _locked_instance(instance)
     _require_mappable(instance)
+    served = {service.port: service.label for service in instance.image.services}
+    if fields["protocol"] == PortProtocol.TCP and fields["host_port"] in served:
+        raise ValidationError(
+            {
+                "host_port": _(
+                    "Port %(port)d is the host's %(service)s, which opens from its page "
+                    "through the portal; it can't be mapped."
+                )
+                % {"port": fields["host_port"], "service": served[fields["host_port"]]}
+            }
+        )
     mappings = instance.port_mappings.all()
     if mappings.filter(**fields).exists():
         raise ValidationError(

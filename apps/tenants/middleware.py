@@ -50,7 +50,9 @@ class MfaRequiredMiddleware:
             and mfa_required(user)
             and not has_totp(user)
         ):
-            if request.path.startswith("/api/"):  # a browser session calling the API
+            # A browser session calling the API, or nginx asking whether it may open a host's
+            # web service (which takes no redirect): a refusal, not the setup page.
+            if request.path.startswith(("/api/", "/internal/")):
                 return JsonResponse(
                     {
                         "detail": _("Set up two-factor authentication first."),

@@ -113,6 +113,7 @@ def test_provision_writes_the_desired_host(server, driver):
                 {"protocol": "udp", "from_port": 1, "to_port": 65535, "source": "0.0.0.0/0"},
             ],
         },
+        "services": [],  # its image starts no web service
     }
     server.refresh_from_db()
     assert server.hosts_version == before + 1

@@ -1,8 +1,10 @@
-"""The instance page's panel for a host on an agent server: live charts of its cards."""
+"""The instance page's pieces for a host on an agent server: live charts of its cards, and the
+buttons that open its web services."""
 
 from django import template
 
-from apps.agents.selectors import agent_server_of
+from apps.agents.selectors import agent_server_of, host_service_names
+from apps.orders.hosts import service_base_url
 from apps.orders.models import InstanceState
 
 register = template.Library()
@@ -16,3 +18,22 @@ def agent_host_charts(instance):
     if instance.state != InstanceState.RELEASED:
         server = agent_server_of(instance)
     return {"instance": instance, "server": server}
+
+
+@register.inclusion_tag("agents/partials/_host_services.html")
+def host_service_links(instance, may_operate: bool):
+    """A button per web service of the host (JupyterLab, TensorBoard), opening it in a new tab
+    through the portal: while it runs, for members whose role may start and stop hosts."""
+    services = []
+    if may_operate and instance.state == InstanceState.RUNNING and instance.image.services:
+        given = host_service_names(instance)
+        services = [
+            {
+                "name": service.name,
+                "label": service.label,
+                "url": service_base_url(instance.pk, service.name),
+            }
+            for service in instance.image.services
+            if service.name in given
+        ]
+    return {"services": services}

@@ -31,8 +31,9 @@ class Capability(StrEnum):
 # The transport protocols a forwarded port or an ingress rule names.
 TCP, UDP = "tcp", "udp"
 PORT_PROTOCOLS = (TCP, UDP)
-# What a forwarded port is for: the host's sshd (allocated with the host), or a tenant's mapping.
-PURPOSE_SSH, PURPOSE_MAPPING = "ssh", "mapping"
+# What a forwarded port is for: the host's sshd (allocated with the host), a tenant's mapping,
+# or a web service of its image that only the portal reaches (allocated with the host).
+PURPOSE_SSH, PURPOSE_MAPPING, PURPOSE_SERVICE = "ssh", "mapping", "service"
 SSH_PORT = 22
 
 
@@ -165,7 +166,7 @@ class ForwardedPort:
     protocol: str
     host_port: int
     server_port: int
-    purpose: str  # PURPOSE_SSH or PURPOSE_MAPPING
+    purpose: str  # PURPOSE_SSH, PURPOSE_MAPPING or PURPOSE_SERVICE
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,17 @@ class HostPorts:
             if (port.protocol, port.host_port) == (protocol, host_port):
                 return port.server_port
         return None
+
+
+@dataclass(frozen=True)
+class HostService:
+    """A web service the host's image starts (JupyterLab, TensorBoard): its name, the port it
+    listens on inside the host, and the path the portal serves it under (the service is told
+    it, so its own links carry it)."""
+
+    name: str
+    port: int
+    base_url: str
 
 
 @dataclass(frozen=True)
@@ -200,6 +212,8 @@ class HostSpec:
     # For a driver with NETWORK; None: the backend's default (a private network of the host's
     # own, every forwarded port open to all).
     network: HostNetwork | None = None
+    # For a driver that runs them (the agent's); others ignore them.
+    services: tuple[HostService, ...] = ()
 
 
 @dataclass(frozen=True)
