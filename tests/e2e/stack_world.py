@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,11 +46,25 @@ def build_in_stack(stack_root: Path, image: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _fresh_sequences() -> None:
+    """The stack's database outlives a run: factories' names and e-mails numbered from 0 in
+    each process would meet the last run's, so number from the clock."""
+    import factory
+
+    from tests import factories
+
+    start = time.time_ns() // 10**8 % 9_000_000  # tenths of a second; credit codes hold 7 digits
+    for value in vars(factories).values():
+        if isinstance(value, type) and issubclass(value, factory.Factory):
+            value.reset_sequence(start, force=True)
+
+
 def _build(image: str) -> dict:
     from apps.agents.services import issue_join_token
     from tests.agent_server import build_agent_park
     from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
+    _fresh_sequences()
     park = build_agent_park(quota=2, image=image)
     outsider = UserFactory()
     MembershipFactory(
