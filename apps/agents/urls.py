@@ -1,7 +1,8 @@
 """Mounted at the site root: the console's agent pages under /ops/agents/ (namespace
-"agents_ops", a park's operators only) and a host's card figures under /instances/ (namespace
-"agents", the host's organization only); what a partner's server downloads to install the agent
-under /agent/ (namespace "agent_install", public). The agent API itself is `api_urls`."""
+"agents_ops", a park's operators only) and a host's card figures and web terminal under
+/instances/ (namespace "agents", the host's organization only); what a partner's server
+downloads to install the agent under /agent/ (namespace "agent_install", public). The agent API
+itself is `api_urls`; the terminal's WebSocket is routed in portal/asgi.py."""
 
 from django.urls import include, path
 
@@ -23,6 +24,7 @@ tenant_patterns = [
         views.instance_telemetry,
         name="instance_telemetry",
     ),
+    path("<int:instance_id>/terminal/", views.instance_terminal, name="instance_terminal"),
 ]
 
 install_patterns = [

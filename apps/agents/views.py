@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
-from apps.agents import selectors, services
+from apps.agents import selectors, services, terminal
 from apps.agents.forms import AgentPoolForm, JoinTokenForm
 from apps.agents.models import AgentServer, JoinToken
 from apps.core.errors import DomainError, PermissionDenied
@@ -210,5 +210,21 @@ def instance_telemetry(request, instance_id):
     if data is None:
         raise Http404
     response = JsonResponse(data)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@organization_view()
+@require_GET
+def instance_terminal(request, instance_id):
+    """The web terminal's page (its socket: `consumers.TerminalConsumer`). Another
+    organization's host, and a role that may not operate hosts, get a 404 as for a host that
+    is not there; a host that is not running gets the page, which says so when it connects."""
+    instance = get_for_organization(
+        Instance.objects.select_related("pool__backend"), request.organization, pk=instance_id
+    )
+    if not terminal.may_open_terminal(request.user, instance):
+        raise Http404
+    response = render(request, "agents/instance_terminal.html", {"instance": instance})
     response["Cache-Control"] = "no-store"
     return response

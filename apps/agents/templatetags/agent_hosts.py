@@ -1,8 +1,10 @@
-"""The instance page's panel for a host on an agent server: live charts of its cards."""
+"""The instance pages' pieces for a host on an agent server: live charts of its cards, the
+web terminal's button."""
 
 from django import template
 
 from apps.agents.selectors import agent_server_of
+from apps.agents.terminal import has_terminal
 from apps.orders.models import InstanceState
 
 register = template.Library()
@@ -16,3 +18,11 @@ def agent_host_charts(instance):
     if instance.state != InstanceState.RELEASED:
         server = agent_server_of(instance)
     return {"instance": instance, "server": server}
+
+
+@register.inclusion_tag("agents/partials/_terminal_button.html", takes_context=True)
+def terminal_button(context, instance):
+    """The web terminal's button, for a running agent host and a role that may operate it
+    (`org_can.order`, the page's own rule for stop and start)."""
+    org_can = context.get("org_can") or {}
+    return {"instance": instance, "shown": org_can.get("order") and has_terminal(instance)}
