@@ -1,0 +1,103 @@
+"""The web terminal in Chromium, end to end: the portal served by Daphne (pages and WebSocket),
+a member clicks 终端 on the host page and gets a root shell in a real sshd that trusts the
+portal's CA (a throwaway one on this machine, as an agent host's sshd is once its spec's
+`ssh_user_ca_keys` are applied), runs a command, resizes the window, closes the tab: the audit
+log has the session. Another organization's owner gets a 404."""
+
+import re
+import time
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+from playwright.sync_api import Page, expect
+
+from apps.agents import host_ca, terminal
+from apps.core.models import AuditEvent
+from apps.orders.models import InstanceState
+from tests.asgi_server import daphne_portal, database_url
+from tests.e2e.conftest import ARTIFACTS
+from tests.factories import InstanceFactory, PoolFactory
+from tests.throwaway_sshd import missing_for_sshd, throwaway_sshd
+
+# Daphne runs in a process of its own: it needs a database another process can open.
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+TIMEOUT_MS = 20_000
+
+
+@pytest.fixture
+def sshd_allowed():
+    if missing := missing_for_sshd():
+        pytest.skip(missing)
+
+
+def sign_in(page: Page, url: str, user) -> None:
+    client = Client()
+    client.force_login(user)
+    page.context.add_cookies(
+        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": url}]
+    )
+
+
+def screen_text(page: Page) -> str:
+    return page.locator(".xterm-rows").inner_text()
+
+
+def stty_size(page: Page, marker: str) -> tuple[int, int]:
+    """Rows and columns the shell's pty has, asked with a command the screen then shows."""
+    page.keyboard.type(f"echo {marker}-$(stty size | tr ' ' x)\n")
+    expect(page.locator(".xterm-rows")).to_contain_text(re.compile(rf"{marker}-\d+x\d+"))
+    rows, cols = re.search(rf"{marker}-(\d+)x(\d+)", screen_text(page)).groups()
+    return int(rows), int(cols)
+
+
+def test_a_member_runs_a_command_in_the_browser_terminal(
+    page: Page, request, organization, member, other_owner, screenshot, tmp_path, sshd_allowed
+):
+    ca_key = settings.LOAM_HOST_CA_KEY
+    with (
+        throwaway_sshd(tmp_path / "sshd", trusted_ca_keys=[host_ca.ca_public_key()]) as port,
+        daphne_portal(
+            database_url=database_url(connection.settings_dict),
+            ca_key=ca_key,
+            log=tmp_path / "daphne.log",
+        ) as url,
+    ):
+        instance = InstanceFactory(
+            organization=organization,
+            pool=PoolFactory(backend__driver="agent", backend__park=organization.park),
+            state=InstanceState.RUNNING,
+            access={"address": "127.0.0.1", "ssh_port": port, "ssh_user": "root"},
+        )
+        page.set_default_timeout(TIMEOUT_MS)
+        sign_in(page, url, member)
+        page.goto(f"{url}/instances/{instance.pk}/")
+        screenshot("host-page")
+        with page.context.expect_page() as opened:
+            page.locator(f'[data-terminal="{instance.pk}"]').first.click()
+        shell = opened.value
+        shell.set_default_timeout(TIMEOUT_MS)
+        expect(shell.locator(".xterm-rows")).to_contain_text("root@")
+        shell.keyboard.type("echo hi-$((6*7))\n")
+        expect(shell.locator(".xterm-rows")).to_contain_text("hi-42")
+        before = stty_size(shell, "first")
+        shell.set_viewport_size({"width": 640, "height": 360})
+        # The fit addon resizes the terminal, which sends the new size to the pty.
+        shell.wait_for_timeout(300)
+        after = stty_size(shell, "second")
+        assert after[0] < before[0] and after[1] < before[1], (before, after)
+        shell.screenshot(path=ARTIFACTS / request.node.name / "02-terminal.png")
+        shell.close()
+        deadline = time.monotonic() + 15
+        while not AuditEvent.objects.filter(action=terminal.CLOSED).exists():
+            assert time.monotonic() < deadline, "the session's end was not audited"
+            time.sleep(0.2)
+        opened_event = AuditEvent.objects.get(action=terminal.OPENED)
+        assert opened_event.actor == member and opened_event.object_id == str(instance.pk)
+        assert opened_event.data == {"host": f"127.0.0.1:{port}"}
+
+        page.context.clear_cookies()
+        sign_in(page, url, other_owner)
+        response = page.goto(f"{url}/instances/{instance.pk}/terminal/")
+        assert response.status == 404
