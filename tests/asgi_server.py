@@ -43,7 +43,8 @@ def daphne_portal(*, database_url: str, ca_key: Path, log: Path, **env):
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         server = subprocess.Popen(
-            [REPO / ".venv/bin/daphne", "-b", "127.0.0.1", "-p", str(port), "portal.asgi:application"],
+            [REPO / ".venv/bin/daphne", "-b", "127.0.0.1", "-p", str(port)]
+            + ["portal.asgi:application"],
             cwd=REPO,
             env=environment,
             stdout=out,
