@@ -15,12 +15,24 @@ SSHD = "/usr/sbin/sshd"
 
 
 def missing_for_sshd() -> str:
-    """Why a throwaway sshd cannot run here ("" when it can)."""
+    """Why a throwaway sshd cannot run here ("" when it can; CI must have one, see
+    `require_sshd`)."""
     if not os.path.exists(SSHD):
         return f"{SSHD} is missing (apt-get install openssh-server)"
     if os.geteuid() != 0:
         return "a throwaway sshd that logs in as root needs root"
     return ""
+
+
+def require_sshd() -> None:
+    """Skip the calling test where no throwaway sshd can run, but fail it in CI
+    (LOAM_REQUIRE_SERVICES=1): CI must not pass by skipping the real thing."""
+    import pytest
+
+    if missing := missing_for_sshd():
+        if os.environ.get("LOAM_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"CI must run the web terminal against a real sshd: {missing}")
+        pytest.skip(missing)
 
 
 def free_port() -> int:

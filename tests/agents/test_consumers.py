@@ -15,7 +15,7 @@ from apps.agents import host_ca, terminal
 from apps.core.models import AuditEvent
 from apps.orders.models import InstanceState
 from tests.factories import InstanceFactory, PoolFactory
-from tests.throwaway_sshd import missing_for_sshd, throwaway_sshd
+from tests.throwaway_sshd import require_sshd, throwaway_sshd
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ORIGIN = "http://localhost"
@@ -24,8 +24,7 @@ OUTPUT_TIMEOUT_S = 10
 
 @pytest.fixture
 def sshd_allowed():
-    if missing := missing_for_sshd():
-        pytest.skip(missing)
+    require_sshd()
 
 
 def agent_host(organization, *, port=22, state=InstanceState.RUNNING, **extra):

@@ -235,9 +235,7 @@ CLOSE_CODE_JS = """
 """
 
 
-def test_the_web_terminal_s_socket_goes_through_nginx_to_daphne_with_the_session(
-    page: Page, stack
-):
+def test_the_web_terminal_s_socket_goes_through_nginx_to_daphne_with_the_session(page: Page, stack):
     """nginx upgrades /ws/ to Daphne, which reads the browser's session: a visitor's socket is
     closed as not signed in (4401), a signed-in user's on a host that is not theirs as not found
     (4404), never refused by nginx or the origin check."""

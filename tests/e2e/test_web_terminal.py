@@ -19,7 +19,7 @@ from apps.orders.models import InstanceState
 from tests.asgi_server import daphne_portal, database_url
 from tests.e2e.conftest import ARTIFACTS
 from tests.factories import InstanceFactory, PoolFactory
-from tests.throwaway_sshd import missing_for_sshd, throwaway_sshd
+from tests.throwaway_sshd import require_sshd, throwaway_sshd
 
 # Daphne runs in a process of its own: it needs a database another process can open.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -28,8 +28,7 @@ TIMEOUT_MS = 20_000
 
 @pytest.fixture
 def sshd_allowed():
-    if missing := missing_for_sshd():
-        pytest.skip(missing)
+    require_sshd()
 
 
 def sign_in(page: Page, url: str, user) -> None:
