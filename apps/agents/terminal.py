@@ -14,6 +14,7 @@ the codes below when refused, and with 1000 when the shell ends.
 """
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass, field
 
@@ -206,4 +207,6 @@ class TerminalSession:
             return
         self._closed = True
         self.connection.close()
-        await asyncio.wait_for(self.connection.wait_closed(), timeout=5)
+        # A host that stopped answering is not waited for: the session is over either way.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.connection.wait_closed(), timeout=5)
