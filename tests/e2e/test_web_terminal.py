@@ -156,9 +156,11 @@ def test_the_terminal_of_a_host_ordered_in_the_browser_is_a_shell_in_that_host(
             page.goto(f"{url}/instances/{instance.pk}/")
             screenshot("agent-host-page")
             with page.context.expect_page() as opened:
+                clicked = time.monotonic()
                 page.locator(f'[data-terminal="{instance.pk}"]').first.click()
             shell = opened.value
             expect(shell.locator(".xterm-rows")).to_contain_text("root@", timeout=30_000)
+            print(f"click -> prompt of the real host: {time.monotonic() - clicked:.2f} s")
             shell.keyboard.type("echo hi-$((6*7)) $(hostname)\n")
             expect(shell.locator(".xterm-rows")).to_contain_text("hi-42", timeout=30_000)
             shell.close()
