@@ -12,6 +12,8 @@ bash deploy/setup.sh
 if [ ! -x /usr/bin/chromium ] || ! fc-list 2>/dev/null | grep -qi "wenquanyi"; then
   apt-get update -qq && apt-get install -y -qq chromium fonts-wqy-microhei >/dev/null
 fi
+# The web terminal's tests log in to a throwaway sshd that trusts the portal's CA.
+[ -x /usr/sbin/sshd ] || { apt-get update -qq && apt-get install -y -qq openssh-server >/dev/null; }
 # The host agent's tests build a fake libnvidia-ml.so.1 from C.
 command -v gcc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc >/dev/null; }
 . .venv/bin/activate

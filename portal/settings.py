@@ -27,6 +27,8 @@ ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
+    # First: `manage.py runserver` is then Daphne's, serving the web terminal's WebSocket too.
+    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -39,6 +41,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "django_htmx",
+    "channels",
     "allauth",
     "allauth.account",
     "allauth.mfa",
@@ -469,6 +472,12 @@ except ValueError as exc:
         f"LOAM_PORTAL_SOURCE_NETWORKS={','.join(_portal_networks)!r}: {exc}; write networks "
         "in CIDR form, e.g. 203.0.113.7/32,10.0.0.0/8"
     ) from exc
+# The SSH certificate authority hosts trust for the web terminal (`apps.agents.host_ca`): its
+# ed25519 private key, made (mode 0600) on first use. Every portal process must read the same
+# file; a new key is trusted by a host from its next start.
+LOAM_HOST_CA_KEY = env.path("LOAM_HOST_CA_KEY", default=VAR_DIR / "host-ca" / "ssh_user_ca")
+# A web terminal's certificate is valid this long (it is used at once, to log in).
+LOAM_TERMINAL_CERT_S = env.int("LOAM_TERMINAL_CERT_S", default=120)
 # Port mappings a tenant may add to one host (each forwards a port of its server's public
 # address to a port of the host).
 LOAM_MAX_PORT_MAPPINGS = env.int("LOAM_MAX_PORT_MAPPINGS", default=10)

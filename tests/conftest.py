@@ -40,6 +40,15 @@ def _empty_cache():
     cache.clear()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _host_ca_key(tmp_path_factory):
+    """The web terminal's CA key (made on first use) lives in the run's temporary folder, not
+    in the checkout's var/."""
+    from django.conf import settings
+
+    settings.LOAM_HOST_CA_KEY = tmp_path_factory.mktemp("host-ca") / "ssh_user_ca"
+
+
 @pytest.fixture(autouse=True)
 def _celery_eager(monkeypatch):
     """Tasks run in-process unless a test starts a real worker (tests/e2e)."""

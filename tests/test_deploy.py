@@ -19,7 +19,7 @@ from django.urls import reverse
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
-PROCESSES = ("web", "worker", "beat")
+PROCESSES = ("web", "asgi", "worker", "beat")
 
 
 def compose() -> dict:
@@ -52,13 +52,24 @@ def systemd_command(unit: str) -> list[str]:
     return [Path(program).name, *args]
 
 
+def any_address(command: list[str]) -> list[str]:
+    """The command with the address it binds left out: gunicorn reads its own from the
+    environment (GUNICORN_BIND), Daphne only from its arguments, so systemd's binds loopback
+    (behind nginx on the machine) where a container binds its own network's every address."""
+    return [
+        "<address>" if index and command[index - 1] == "--bind" else part
+        for index, part in enumerate(command)
+    ]
+
+
 def test_every_process_runs_the_same_command_in_compose_kubernetes_and_systemd():
     services = compose()["services"]
     containers = k8s_containers()
     for process in PROCESSES:
         command = services[process]["command"]
         assert containers[process]["command"] == command, process
-        assert systemd_command(process) == command, process
+        assert any_address(systemd_command(process)) == any_address(command), process
+    assert systemd_command("asgi")[systemd_command("asgi").index("--bind") + 1] == "127.0.0.1"
     assert containers["migrate"]["command"] == services["migrate"]["command"]
 
 

@@ -132,6 +132,8 @@ def nginx(live_server, tmp_path):
         "LOAM_TLS_CERTIFICATE_KEY": str(tmp_path / "key.pem"),
         "LOAM_STATIC_ROOT": str(tmp_path / "static"),
         "LOAM_UPSTREAM": live_server.url.removeprefix("http://"),
+        # The web terminal's Daphne: not asked here.
+        "LOAM_ASGI_UPSTREAM": "unix:/nonexistent/asgi.sock",
     }
     template = TEMPLATE.read_text()
     assert set(re.findall(r"\$\{(LOAM_\w+)\}", template)) == set(values)

@@ -7,6 +7,7 @@ from datetime import timedelta
 from django.db.models import Prefetch
 from django.utils import timezone
 
+from apps.agents import host_ca
 from apps.agents.models import (
     AgentCard,
     AgentHost,
@@ -57,8 +58,9 @@ def servers(park):
 
 
 def hosts_etag(server: AgentServer) -> str:
-    """Changes whenever the hosts wanted on the server do (`services.bump_hosts_version`)."""
-    return f'"{server.public_id}.{server.hosts_version}"'
+    """Changes whenever the hosts wanted on the server do (`services.bump_hosts_version`), and
+    with the host CA's key, which every host's spec carries."""
+    return f'"{server.public_id}.{server.hosts_version}.{host_ca.ca_tag()}"'
 
 
 def desired_hosts(server: AgentServer) -> list[dict]:
@@ -70,6 +72,7 @@ def desired_hosts(server: AgentServer) -> list[dict]:
         .prefetch_related(Prefetch("ports", queryset=ports))
         .order_by("created_at", "pk")
     )
+    ca_keys = [host_ca.ca_public_key()]
     return [
         {
             "id": host.handle,
@@ -83,6 +86,7 @@ def desired_hosts(server: AgentServer) -> list[dict]:
             "bandwidth_mbps": host.bandwidth_mbps,
             "image": host.image,
             "ssh_public_keys": list(host.ssh_public_keys),
+            "ssh_user_ca_keys": ca_keys,
             "network": host_network(host),
             "services": [{**service, "token": host.service_token} for service in host.services],
         }

@@ -1,9 +1,10 @@
 """Mounted at the site root: the console's agent pages under /ops/agents/ (namespace
-"agents_ops", a park's operators only) and a host's card figures under /instances/ (namespace
-"agents", the host's organization only); what a partner's server downloads to install the agent
-under /agent/ (namespace "agent_install", public); nginx's check before a host's web service
-and its page while one doesn't answer, under /internal/ (namespace "agents_internal", for
-nginx). The agent API itself is `api_urls`."""
+"agents_ops", a park's operators only) and a host's card figures and web terminal under
+/instances/ (namespace "agents", the host's organization only); what a partner's server
+downloads to install the agent under /agent/ (namespace "agent_install", public); nginx's check
+before a host's web service and its page while one doesn't answer, under /internal/ (namespace
+"agents_internal", for nginx). The agent API itself is `api_urls`; the terminal's WebSocket is
+routed in portal/asgi.py."""
 
 from django.urls import include, path
 
@@ -25,6 +26,7 @@ tenant_patterns = [
         views.instance_telemetry,
         name="instance_telemetry",
     ),
+    path("<int:instance_id>/terminal/", views.instance_terminal, name="instance_terminal"),
 ]
 
 install_patterns = [

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
-from apps.agents import selectors, services
+from apps.agents import selectors, services, terminal
 from apps.agents.forms import AgentPoolForm, JoinTokenForm
 from apps.agents.models import AgentServer, JoinToken
 from apps.catalog.models import IMAGE_SERVICES
@@ -274,5 +274,20 @@ def host_service_starting(request):
         status=503,
     )
     response["Refresh"] = response["Retry-After"] = str(SERVICE_RETRY_S)
+    return response
+
+
+@organization_view()
+@require_GET
+def instance_terminal(request, instance_id):
+    """The web terminal's page (its socket: `consumers.TerminalConsumer`). Another
+    organization's host, and a role that may not operate hosts, get a 404 as for a host that
+    is not there; a host that is not running gets the page, which says so when it connects."""
+    instance = get_for_organization(
+        Instance.objects.select_related("pool__backend"), request.organization, pk=instance_id
+    )
+    if not terminal.may_open_terminal(request.user, instance):
+        raise Http404
+    response = render(request, "agents/instance_terminal.html", {"instance": instance})
     response["Cache-Control"] = "no-store"
     return response

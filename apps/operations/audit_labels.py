@@ -56,6 +56,8 @@ ACTIONS = {
     "instance.security_group_changed": gettext_lazy("Instance moved to another security group"),
     "instance.stop_scheduled": gettext_lazy("Instance stop scheduled"),
     "instance.stop_unscheduled": gettext_lazy("Scheduled instance stop cleared"),
+    "instance.terminal_closed": gettext_lazy("Web terminal closed"),
+    "instance.terminal_opened": gettext_lazy("Web terminal opened"),
     "invitation.accepted": gettext_lazy("Invitation accepted"),
     "invitation.created": gettext_lazy("Member invited"),
     "invitation.resent": gettext_lazy("Invitation resent"),

@@ -43,6 +43,6 @@ stop() {
 
 rm -f "$R/env"  # the tests skip (or, in CI, fail) without it instead of timing out
 # The front first, so no new request or job arrives; the worker last, finishing what it holds.
-stop 35 nginx:nginx gunicorn:gunicorn beat:celery
+stop 35 nginx:nginx gunicorn:gunicorn asgi:daphne beat:celery
 stop 40 worker:celery
 echo "Loam stack stopped ($R)"

@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.agents import services
+from apps.agents.host_ca import ca_public_key
 from apps.agents.models import AGENT_HOST_TRANSITIONS, AgentHost, AgentServer, WantedState
 from apps.agents.selectors import desired_hosts
 from apps.core.errors import InvalidTransition
@@ -102,6 +103,8 @@ def test_provision_writes_the_desired_host(server, driver):
         "bandwidth_mbps": 50,
         "image": "debian-12",
         "ssh_public_keys": [SSH_KEY],
+        # The web terminal's CA (apps.agents.host_ca), for root's certificate logins.
+        "ssh_user_ca_keys": [ca_public_key()],
         # No network asked for: a private network of its own, SSH on the lowest free port of
         # the default range, everything forwarded open to all.
         "network": {

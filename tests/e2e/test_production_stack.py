@@ -4,7 +4,8 @@ gunicorn, a Celery worker and beat, DEBUG=false, on PostgreSQL, RabbitMQ and Red
 A tenant orders a GPU host in Chromium, sees it running (the real worker and the simulator
 backend), sees it billed (beat meters usage) and releases it; plain HTTPS requests check what
 nginx adds: static files with a long cache, the redirect to HTTPS, the branded 404, security
-headers sent once, and /metrics refused to any address but loopback. The first operator, made
+headers sent once, /metrics refused to any address but loopback, and the web terminal's
+WebSocket upgraded through to Daphne. The first operator, made
 by `create_operator` as a production site makes one, signs in with the password chosen for them;
 without LOAM_STACK_DEMO=1 the stack is production's and holds no demo login (.ci/run starts it
 both ways).
@@ -133,6 +134,28 @@ def test_metrics_are_refused_to_any_address_but_loopback(stack):
 
 
 # --- A tenant's journey through nginx ------------------------------------------------------------
+
+
+CLOSE_CODE_JS = """
+(path) => new Promise((resolve) => {
+  const socket = new WebSocket(`wss://${location.host}${path}`);
+  socket.addEventListener("close", (event) => resolve(event.code));
+})
+"""
+
+
+def test_the_web_terminal_s_socket_goes_through_nginx_to_daphne_with_the_session(page: Page, stack):
+    """nginx upgrades /ws/ to Daphne, which reads the browser's session: a visitor's socket is
+    closed as not signed in (4401), a signed-in user's on a host that is not theirs as not found
+    (4404), never refused by nginx or the origin check."""
+    socket = "/ws/instances/999999999/terminal/"
+    page.goto(f"{stack.url}/accounts/login/")
+    assert page.evaluate(CLOSE_CODE_JS, socket) == 4401
+    page.fill('input[name="login"]', stack.operator_email)
+    page.fill('input[name="password"]', stack.operator_password)
+    page.locator('form:has(input[name="login"]) button[type="submit"]').click()
+    page.wait_for_url(lambda url: "/accounts/login/" not in url)
+    assert page.evaluate(CLOSE_CODE_JS, socket) == 4404
 
 
 def usage_of(page: Page, stack: Stack, flavor: str) -> int:

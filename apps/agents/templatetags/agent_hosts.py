@@ -1,9 +1,10 @@
-"""The instance page's pieces for a host on an agent server: live charts of its cards, and the
-buttons that open its web services."""
+"""The instance pages' pieces for a host on an agent server: live charts of its cards, the
+web terminal's button, and the buttons that open its web services."""
 
 from django import template
 
 from apps.agents.selectors import agent_server_of, host_service_names
+from apps.agents.terminal import has_terminal
 from apps.orders.hosts import service_base_url
 from apps.orders.models import InstanceState
 
@@ -37,3 +38,11 @@ def host_service_links(instance, may_operate: bool):
             if service.name in given
         ]
     return {"services": services}
+
+
+@register.inclusion_tag("agents/partials/_terminal_button.html", takes_context=True)
+def terminal_button(context, instance):
+    """The web terminal's button, for a running agent host and a role that may operate it
+    (`org_can.order`, the page's own rule for stop and start)."""
+    org_can = context.get("org_can") or {}
+    return {"instance": instance, "shown": org_can.get("order") and has_terminal(instance)}
