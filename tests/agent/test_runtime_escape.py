@@ -576,6 +576,32 @@ def test_links_planted_by_the_tenant_do_not_redirect_the_agents_writes(runtime, 
     runtime.remove(host.id)
 
 
+def test_a_link_planted_for_the_services_folder_does_not_make_the_agent_remove_server_files(
+    runtime, ssh_key, tmp_path
+):
+    """At each start the agent removes the env files of services no longer in the spec: a
+    services folder that is a link to a folder of the server must not lead it there."""
+    host = start_host(runtime, ssh_key, group="o-3")
+    server_folder = tmp_path / "server-conf"
+    server_folder.mkdir()
+    (server_folder / "server.env").write_text("the server's own\n")
+    host.run(f"mkdir -p /etc/loam && ln -s {server_folder} /etc/loam/services")
+    runtime.stop(host.id)
+    desired = DesiredHost(
+        id=host.id,
+        generation=2,
+        state="running",
+        memory_mib=512,
+        data_disk_gb=1,
+        ssh_public_keys=(ssh_key.with_suffix(".pub").read_text(),),
+        network=HostNetwork(group="o-3"),
+    )
+    with pytest.raises(HostError, match=re.escape("/etc/loam/services")):
+        runtime.start(desired)
+    assert [path.name for path in server_folder.iterdir()] == ["server.env"]
+    runtime.remove(host.id)
+
+
 def test_a_setuid_file_on_the_data_disk_is_not_setuid_root_on_the_server(host, runtime):
     """The data disk is id-mapped: the tenant's root owns files as uid 0 of the disk, and the
     server mounts the same disk (state_dir/hosts/<id>/data) as they are. A setuid-root file made
