@@ -13,13 +13,12 @@ from loam_agent.hosts.gpu_userspace import discover
 from loam_agent.hosts.reconcile import ssh_answers
 from loam_agent.hosts.runtime import HostRuntime
 
-from tests.agent.conftest import FAKE_NVML_SOURCE
 from tests.agent.test_runtime import desired, ssh
 from tests.agent.test_runtime_network import SSH_OPTIONS
+from tests.agent_server import install_fake_driver
 
 pytestmark = pytest.mark.containers
 
-FAKE_NVIDIA_SMI_SOURCE = FAKE_NVML_SOURCE.with_name("fake_nvidia_smi.c")
 SERVER_CARDS = 4
 
 
@@ -30,29 +29,13 @@ def card_uuid(minor: int) -> str:
 
 @pytest.fixture
 def fake_driver():
-    """(folder, loader cache, PATH): libnvidia-ml as the installer leaves it (a real file and
-    its soname link) and nvidia-smi, under /var/tmp (nspawn puts a tmpfs on a host's /tmp), in
-    a loader cache of the test's own: the system's stays as it is for everything else."""
-    gcc = shutil.which("gcc")
-    if gcc is None:
+    """(folder, loader cache, PATH): the fake driver under /var/tmp (nspawn puts a tmpfs on a
+    host's /tmp, which would hide what a start leaves in the host's root)."""
+    if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed, so the fake driver can't be built")
     folder = Path(tempfile.mkdtemp(prefix="loam-fake-driver-", dir="/var/tmp"))
-    folder.chmod(0o755)
     try:
-        real = folder / "libnvidia-ml.so.550.54.15"
-        soname = "-Wl,-soname,libnvidia-ml.so.1"
-        subprocess.run([gcc, "-shared", "-fPIC", soname, "-o", real, FAKE_NVML_SOURCE], check=True)
-        (folder / "libnvidia-ml.so.1").symlink_to(real.name)
-        tools = folder / "bin"
-        tools.mkdir()
-        subprocess.run(
-            [gcc, "-o", tools / "nvidia-smi", FAKE_NVIDIA_SMI_SOURCE]
-            + ["-L", folder, "-l:libnvidia-ml.so.1"],
-            check=True,
-        )
-        cache, conf = folder / "ld.so.cache", folder / "ld.so.conf"
-        conf.write_text(f"{folder}\n")
-        subprocess.run(["ldconfig", "-X", "-C", cache, "-f", conf], check=True)
+        cache, tools = install_fake_driver(folder)
         yield folder, cache, str(tools)
     finally:
         shutil.rmtree(folder)
@@ -117,10 +100,9 @@ def test_a_host_sees_exactly_its_cards_through_the_servers_driver_and_none_once_
     assert ssh_answers(address), (runtime.folder(host_id) / "console.log").read_text()
 
     # As the driver enumerates from inside a container: the cards it can reach, from 0.
-    from_devices = "FAKE_NVML_FROM_DEVICES=1"
-    python = ssh(ssh_key, address, f"{from_devices} python3 -c '{NVML_BY_NAME}'")
+    python = ssh(ssh_key, address, f"python3 -c '{NVML_BY_NAME}'")
     assert python.splitlines() == [f"0 {card_uuid(2)}", f"1 {card_uuid(3)}"]
-    smi = ssh(ssh_key, address, f"{from_devices} {tools}/nvidia-smi -L")
+    smi = ssh(ssh_key, address, f"{tools}/nvidia-smi -L")
     assert [line.split("(UUID: ")[1] for line in smi.splitlines()] == [
         f"{card_uuid(2)})",
         f"{card_uuid(3)})",

@@ -77,9 +77,13 @@ def driver_libraries(ldconfig_output: str, machine: str | None = None) -> list[s
     return found
 
 
-def discover(ldconfig_cache: Path | None = None, search_path: str | None = None) -> GpuUserspace:
+def discover(
+    ldconfig_cache: Path | str | None = None, search_path: str | None = None
+) -> GpuUserspace:
     """What this server has now. `ldconfig_cache` and `search_path` default to the system's
-    (/etc/ld.so.cache and the agent's PATH); tests point them at a fake driver."""
+    (/etc/ld.so.cache and the agent's PATH); LOAM_AGENT_LDCONFIG_CACHE names another cache
+    where the driver is a fake one (tests, a demo server), leaving the system's as it is."""
+    ldconfig_cache = ldconfig_cache or os.environ.get("LOAM_AGENT_LDCONFIG_CACHE")
     ldconfig = shutil.which("ldconfig") or shutil.which("ldconfig", path="/sbin:/usr/sbin")
     if ldconfig is None:
         return GpuUserspace()

@@ -4,10 +4,6 @@
  *
  * Environment (lists are per card index, comma separated):
  *   FAKE_NVML_GPUS=N              cards (default 4)
- *   FAKE_NVML_FROM_DEVICES=1      cards are instead the /dev/nvidiaN character devices present, as the
- *                                 driver sees them from a container: index 0.. in N's order, minor
- *                                 number and UUID from each device's real minor (st_rdev), so a card
- *                                 bound in as /dev/nvidia0 keeps the server's UUID
  *   FAKE_NVML_INIT_ERROR=<code>   nvmlInit fails with this nvmlReturn_t (e.g. 9 = driver not loaded)
  *   FAKE_NVML_UTIL=u0,u1,...      GPU utilization % (default 0)
  *   FAKE_NVML_POWER_W=p0,...      power draw in W (default 60)
@@ -16,6 +12,12 @@
  *   FAKE_NVML_MEM_USED_MIB=m0,... memory used in MiB (default 1024)
  *   FAKE_NVML_ECC_UNCORRECTED=e0,... volatile uncorrected ECC errors; unset: ECC not supported
  *   FAKE_NVML_LOST=i0,...         cards whose every query fails with GPU_IS_LOST (15)
+ *
+ * Built with -DFAKE_NVML_FROM_DEVICES, as the copy installed as a test server's driver is (see
+ * tests/agent_server.py install_fake_driver), its cards are instead the /dev/nvidiaN character
+ * devices present, as the driver sees them from a container: index 0.. in N's order, minor number
+ * and UUID from each device's real minor (st_rdev), so a card bound into a host as /dev/nvidia0
+ * keeps the server's UUID. FAKE_NVML_GPUS is then ignored.
  *
  * Build: gcc -shared -fPIC -o libnvidia-ml.so.1 fake_nvml.c */
 #include <dirent.h>
@@ -59,7 +61,11 @@ static int scan_devices(void) {
   return devices_found;
 }
 
-static int from_devices(void) { const char *s = getenv("FAKE_NVML_FROM_DEVICES"); return s && !strcmp(s, "1"); }
+#ifdef FAKE_NVML_FROM_DEVICES
+static int from_devices(void) { return 1; }
+#else
+static int from_devices(void) { return 0; }
+#endif
 static int count(void) {
   if (from_devices()) return scan_devices();
   const char *s = getenv("FAKE_NVML_GPUS"); return s ? atoi(s) : 4;
