@@ -7,7 +7,8 @@ host's network: group, forwarded ports, ingress rules). The network is a namespa
 joined to the root namespace by a veth `vh-<key>` (10.213.N.1 root side, 10.213.N.2 inside, the
 default route); `network.py` does the rest (NAT, published ports, security groups). CPU, memory
 and device limits are cgroups the nspawn process enters before it execs, so everything in the
-host inherits them.
+host inherits them. A host with cards also gets the server's NVIDIA driver user space
+(`gpu_userspace.py`) bound read-only at its own paths, which PID 1's `ldconfig` makes resolve.
 
 Isolation: every host runs in a user namespace of its own: root inside is an unprivileged range
 of 65536 ids on the server (`uid_base` in its state, from 0x70000000 up, above the ranges nspawn
