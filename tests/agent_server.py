@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FAKE_NVML = Path(__file__).resolve().parent / "agent" / "fake_nvml" / "fake_nvml.c"
+# The checkout's agent, whichever one `pip install` put in the environment.
+AGENT_SOURCE = Path(__file__).resolve().parents[1] / "agent"
 FAKE_NVIDIA_SMI = FAKE_NVML.with_name("fake_nvidia_smi.c")
 IMAGE = "debian-12"
 IMAGE_DIR = os.environ.get("LOAM_AGENT_IMAGE_DIR", "/var/cache/loam-agent/images")
@@ -203,7 +205,7 @@ def start_agent_server(*, pool, operator, portal_url: str, work: Path, cards: in
         f'portal_url = "{portal_url}"\ncredential_path = "{work / "credential.json"}"\n'
         f'state_dir = "{state_dir}"\n' + network_config()
     )
-    env = {**os.environ, **fake_cards(work, cards)}
+    env = {**os.environ, **fake_cards(work, cards), "PYTHONPATH": str(AGENT_SOURCE)}
     agent = [sys.executable, "-m", "loam_agent", "--config", str(config)]
     subprocess.run([*agent, "enrol", "--token", secret], env=env, check=True)
     log = work / "agent.log"
