@@ -399,11 +399,11 @@ def test_no_block_device_of_the_server_can_be_opened(host, other_disk, runtime):
 
 
 def test_a_host_opens_its_own_cards_and_no_other(host, other_host, other_disk, runtime, fake_cards):
-    """Its cards, renumbered from 0, the pseudo-devices, and nothing else: not as a node in its
-    /dev, not through a node made or planted, not in its device cgroup."""
+    """Its cards, at their own names, the pseudo-devices, and nothing else: not as a node in
+    its /dev, not through a node made or planted, not in its device cgroup."""
     own, other = node_number(fake_cards["GPU-escape-0"]), node_number(fake_cards["GPU-escape-1"])
     assert host.run("stat -c %t:%T /dev/nvidia0").strip() == "c3:0"  # hex: 195:0
-    assert other_host.run("stat -c %t:%T /dev/nvidia0").strip() == "c3:1"
+    assert other_host.run("stat -c %t:%T /dev/nvidia1").strip() == "c3:1"
     cards = [node for node in host.probe(DEVICES_PROBE) if node[2] == CARD_MAJOR]
     assert cards == [["/dev/nvidia0", "c", CARD_MAJOR, 0]]
     assert host.probe(MKNOD_PROBE, other_disk, other)["char"] == "EPERM"

@@ -99,7 +99,11 @@ def test_a_host_sees_exactly_its_cards_through_the_servers_driver_and_none_once_
     address = runtime.inspect(host_id).address
     assert ssh_answers(address), (runtime.folder(host_id) / "console.log").read_text()
 
-    # As the driver enumerates from inside a container: the cards it can reach, from 0.
+    # Bound at their own names; the driver numbers the cards it can reach from 0.
+    assert ssh(ssh_key, address, "ls /dev/ | grep -E '^nvidia[0-9]+$'").split() == [
+        "nvidia2",
+        "nvidia3",
+    ]
     python = ssh(ssh_key, address, f"python3 -c '{NVML_BY_NAME}'")
     assert python.splitlines() == [f"0 {card_uuid(2)}", f"1 {card_uuid(3)}"]
     smi = ssh(ssh_key, address, f"{tools}/nvidia-smi -L")

@@ -431,9 +431,12 @@ class HostRuntime:
             # Id-mapped: root inside owns what the disk's uid 0 owns, whatever the range.
             binds.append(f"--bind={data}:/data:idmap")
         device_files = []
-        for index, uuid in enumerate(sorted(host.card_uuids)):
-            # Renumbered inside from 0, as CUDA_VISIBLE_DEVICES would show them.
-            binds.append(f"--bind={devices[uuid]}:/dev/nvidia{index}")
+        for uuid in sorted(host.card_uuids):
+            # At its own name, /dev/nvidia<minor>, as nvidia-container-toolkit binds it: the
+            # driver opens a card's device by its minor number. NVML and CUDA in the host
+            # number the cards they can open from 0.
+            minor = os.minor(os.stat(devices[uuid]).st_rdev)
+            binds.append(f"--bind={devices[uuid]}:/dev/nvidia{minor}")
             device_files.append(devices[uuid])
         controls = [device for device in CONTROL_DEVICES if os.path.exists(device)]
         binds += [f"--bind={device}" for device in controls]
