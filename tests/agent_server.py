@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FAKE_NVML = Path(__file__).resolve().parent / "agent" / "fake_nvml" / "fake_nvml.c"
+# The checkout's agent, whichever one `pip install` put in the environment.
+AGENT_SOURCE = Path(__file__).resolve().parents[1] / "agent"
+FAKE_NVIDIA_SMI = FAKE_NVML.with_name("fake_nvidia_smi.c")
 IMAGE = "debian-12"
 IMAGE_DIR = os.environ.get("LOAM_AGENT_IMAGE_DIR", "/var/cache/loam-agent/images")
 
@@ -125,9 +128,34 @@ def card_uuid(index: int) -> str:
     return f"GPU-fa4e0000-0000-0000-0000-{index:012d}"
 
 
+def install_fake_driver(folder: Path) -> tuple[Path, Path]:
+    """The fake NVML installed in `folder` as a driver is, for hosts to be given (its cards:
+    the devices a host has): the real file and its soname link, listed in a loader cache of its
+    own (the system's stays as it is), and `nvidia-smi -L` in folder/bin. -> (cache, bin)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o755)
+    real = folder / "libnvidia-ml.so.550.54.15"
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-DFAKE_NVML_FROM_DEVICES", "-Wl,-soname,libnvidia-ml.so.1"]
+        + ["-o", real, FAKE_NVML],
+        check=True,
+    )
+    (folder / "libnvidia-ml.so.1").symlink_to(real.name)
+    tools = folder / "bin"
+    tools.mkdir()
+    smi = ["gcc", "-o", tools / "nvidia-smi", FAKE_NVIDIA_SMI, "-L", folder, "-l:libnvidia-ml.so.1"]
+    subprocess.run(smi, check=True)
+    cache, conf = folder / "ld.so.cache", folder / "ld.so.conf"
+    conf.write_text(f"{folder}\n")
+    # -X: no links made in the system's folders, which ldconfig scans too.
+    subprocess.run(["ldconfig", "-X", "-C", cache, "-f", conf], check=True)
+    return cache, tools
+
+
 def fake_cards(work: Path, cards: int) -> dict[str, str]:
     """The environment in which an agent finds `cards` cards: the fake NVML (built into
-    `work`), a character device 195:N per card, and the host image's cache."""
+    `work`), a character device 195:N per card, the fake driver for its hosts and the host
+    image's cache."""
     library = work / "nvml"
     library.mkdir(parents=True)
     subprocess.run(
@@ -138,11 +166,14 @@ def fake_cards(work: Path, cards: int) -> dict[str, str]:
         device = work / f"nvidia{index}"
         os.mknod(device, 0o666 | 0o020000, os.makedev(195, index))
         devices[card_uuid(index)] = str(device)
+    driver_cache, driver_tools = install_fake_driver(work / "driver")
     return {
         "LD_LIBRARY_PATH": str(library),
         "FAKE_NVML_GPUS": str(cards),
         "FAKE_NVML_POWER_W": "231",
         "LOAM_AGENT_CARD_DEVICES": json.dumps(devices),
+        "LOAM_AGENT_LDCONFIG_CACHE": str(driver_cache),
+        "PATH": f"{driver_tools}:{os.environ['PATH']}",
         "LOAM_AGENT_IMAGE_DIR": IMAGE_DIR,
     }
 
@@ -183,7 +214,7 @@ def run_agent_server(
         f'portal_url = "{portal_url}"\ncredential_path = "{work / "credential.json"}"\n'
         f'state_dir = "{state_dir}"\n' + trust + network_config()
     )
-    env = {**os.environ, **fake_cards(work, cards)}
+    env = {**os.environ, **fake_cards(work, cards), "PYTHONPATH": str(AGENT_SOURCE)}
     agent = [sys.executable, "-m", "loam_agent", "--config", str(config)]
     subprocess.run([*agent, "enrol", "--token", join_token], env=env, check=True)
     log = work / "agent.log"

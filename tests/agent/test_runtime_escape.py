@@ -399,11 +399,11 @@ def test_no_block_device_of_the_server_can_be_opened(host, other_disk, runtime):
 
 
 def test_a_host_opens_its_own_cards_and_no_other(host, other_host, other_disk, runtime, fake_cards):
-    """Its cards, renumbered from 0, the pseudo-devices, and nothing else: not as a node in its
-    /dev, not through a node made or planted, not in its device cgroup."""
+    """Its cards, at their own names, the pseudo-devices, and nothing else: not as a node in
+    its /dev, not through a node made or planted, not in its device cgroup."""
     own, other = node_number(fake_cards["GPU-escape-0"]), node_number(fake_cards["GPU-escape-1"])
     assert host.run("stat -c %t:%T /dev/nvidia0").strip() == "c3:0"  # hex: 195:0
-    assert other_host.run("stat -c %t:%T /dev/nvidia0").strip() == "c3:1"
+    assert other_host.run("stat -c %t:%T /dev/nvidia1").strip() == "c3:1"
     cards = [node for node in host.probe(DEVICES_PROBE) if node[2] == CARD_MAJOR]
     assert cards == [["/dev/nvidia0", "c", CARD_MAJOR, 0]]
     assert host.probe(MKNOD_PROBE, other_disk, other)["char"] == "EPERM"
@@ -573,6 +573,32 @@ def test_links_planted_by_the_tenant_do_not_redirect_the_agents_writes(runtime, 
     with pytest.raises(HostError, match=re.escape("/root/.ssh/authorized_keys")):
         runtime.start(desired)
     assert list(server_folder.iterdir()) == []
+    runtime.remove(host.id)
+
+
+def test_a_link_planted_for_the_services_folder_does_not_make_the_agent_remove_server_files(
+    runtime, ssh_key, tmp_path
+):
+    """At each start the agent removes the env files of services no longer in the spec: a
+    services folder that is a link to a folder of the server must not lead it there."""
+    host = start_host(runtime, ssh_key, group="o-3")
+    server_folder = tmp_path / "server-conf"
+    server_folder.mkdir()
+    (server_folder / "server.env").write_text("the server's own\n")
+    host.run(f"mkdir -p /etc/loam && ln -s {server_folder} /etc/loam/services")
+    runtime.stop(host.id)
+    desired = DesiredHost(
+        id=host.id,
+        generation=2,
+        state="running",
+        memory_mib=512,
+        data_disk_gb=1,
+        ssh_public_keys=(ssh_key.with_suffix(".pub").read_text(),),
+        network=HostNetwork(group="o-3"),
+    )
+    with pytest.raises(HostError, match=re.escape("/etc/loam/services")):
+        runtime.start(desired)
+    assert [path.name for path in server_folder.iterdir()] == ["server.env"]
     runtime.remove(host.id)
 
 

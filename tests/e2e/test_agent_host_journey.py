@@ -159,6 +159,12 @@ def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
     # The ordered card is bound in, and only it.
     devices = ssh_answers(access, key, "ls /dev/ | grep -E '^nvidia[0-9]+$'").stdout.split()
     assert devices == ["nvidia0"]
+    # NVML in the host, the server's driver bound in, sees that card as card 0 and no other.
+    nvidia_smi = key.parent / "server" / "driver" / "bin" / "nvidia-smi"  # start_agent_server's
+    listed = ssh_answers(access, key, f"{nvidia_smi} -L")
+    card = Accelerator.objects.get(allocation__workload__instance=instance)
+    expected = rf"GPU 0: .* \(UUID: {card.agent_card.uuid}\)\n"
+    assert re.fullmatch(expected, listed.stdout), listed.stdout + listed.stderr
 
     network_journey(page, live_server, screenshot, instance, access, key)
 

@@ -11,6 +11,8 @@ PROTOCOLS = ("tcp", "udp")
 GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # It names folders, a network namespace and an nspawn machine: nothing else may be in it.
 HOST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+# It names the service's env file in the host.
+SERVICE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 
 
 class HostError(Exception):
@@ -110,6 +112,35 @@ class HostNetwork:
 
 
 @dataclass(frozen=True)
+class HostService:
+    """A service the host's init starts (JupyterLab, TensorBoard): its port inside the host, the
+    path the portal serves it under and the token the portal presents to it."""
+
+    name: str
+    port: int
+    base_url: str
+    token: str
+
+    @classmethod
+    def from_json(cls, value: dict) -> HostService:
+        name = str(value["name"])
+        if not SERVICE_NAME.fullmatch(name):
+            raise ValueError(f"service name {name!r} is not a plain lower-case name")
+        base_url = str(value["base_url"])
+        if not (base_url.startswith("/") and base_url.endswith("/")):
+            raise ValueError(f"service base_url must start and end with '/', not {base_url!r}")
+        return cls(name, _port(value["port"], "service port"), base_url, str(value["token"]))
+
+
+def _services(values: list | None) -> tuple[HostService, ...]:
+    services = tuple(HostService.from_json(value) for value in values or ())
+    names = [service.name for service in services]
+    if len(set(names)) != len(names):
+        raise ValueError("a service is listed twice")
+    return services
+
+
+@dataclass(frozen=True)
 class DesiredHost:
     id: str
     generation: int
@@ -122,6 +153,8 @@ class DesiredHost:
     bandwidth_mbps: int = 0
     image: str = "debian-12"
     ssh_public_keys: tuple[str, ...] = ()
+    ssh_user_ca_keys: tuple[str, ...] = ()
+    services: tuple[HostService, ...] = ()
     network: HostNetwork = HostNetwork()
 
     @classmethod
@@ -139,6 +172,8 @@ class DesiredHost:
                 bandwidth_mbps=int(value.get("bandwidth_mbps", 0)),
                 image=str(value.get("image", "debian-12")),
                 ssh_public_keys=tuple(value.get("ssh_public_keys") or ()),
+                ssh_user_ca_keys=tuple(str(key) for key in value.get("ssh_user_ca_keys") or ()),
+                services=_services(value.get("services")),
                 network=HostNetwork.from_json(value.get("network")),
             )
         except (KeyError, TypeError, ValueError) as error:

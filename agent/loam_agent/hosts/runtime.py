@@ -7,7 +7,8 @@ host's network: group, forwarded ports, ingress rules). The network is a namespa
 joined to the root namespace by a veth `vh-<key>` (10.213.N.1 root side, 10.213.N.2 inside, the
 default route); `network.py` does the rest (NAT, published ports, security groups). CPU, memory
 and device limits are cgroups the nspawn process enters before it execs, so everything in the
-host inherits them.
+host inherits them. A host with cards also gets the server's NVIDIA driver user space
+(`gpu_userspace.py`) bound read-only at its own paths, which PID 1's `ldconfig` makes resolve.
 
 Isolation: every host runs in a user namespace of its own: root inside is an unprivileged range
 of 65536 ids on the server (`uid_base` in its state, from 0x70000000 up, above the ranges nspawn
@@ -28,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -37,6 +39,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from loam_agent.hosts.gpu_userspace import GpuUserspace, discover
 from loam_agent.hosts.idmap import IDS, bind_shifted, shift_tree
 from loam_agent.hosts.image import is_built, rootfs
 from loam_agent.hosts.model import HOST_ID, ActualHost, DesiredHost, HostError, HostNetwork
@@ -56,6 +59,13 @@ BASE_DEVICES = (
 # Capabilities a host's root never needs, dropped even inside its own user namespace.
 DROPPED_CAPABILITIES = "CAP_SYS_MODULE,CAP_SYS_RAWIO,CAP_MKNOD"
 MAX_PROCESSES = 16384
+# Written into every host at start from its spec (docs/agent-protocol.md, "Hosts").
+USER_CA_FILE, USER_CA_DROP_IN = "etc/ssh/loam_user_ca.pub", "etc/ssh/sshd_config.d/loam-ca.conf"
+SERVICES_DIR = "etc/loam/services"
+GPU_LOADER_CONF = "etc/ld.so.conf.d/loam-gpu.conf"
+# PID 1's first step: the host's loader learns the driver's libraries bound in (or forgets
+# them) before anything in the host can need them; then the image's init ("$0").
+REFRESH_LOADER_THEN = ("/bin/sh", "-c", 'ldconfig; exec "$0"')
 _NO_LINK_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 CPU_PERIOD_US = 100_000
 FIRST_INDEX, LAST_INDEX = 1, 254
@@ -190,6 +200,7 @@ class HostRuntime:
         images: Path,
         card_devices: Callable[[], dict[str, str]],
         server_network: ServerNetwork,
+        gpu_userspace: Callable[[], GpuUserspace] = discover,
     ) -> None:
         self.hosts_dir = state_dir / "hosts"
         self.images = images
@@ -199,6 +210,8 @@ class HostRuntime:
         self._expected_lock = threading.Lock()
         # uuid -> device file (/dev/nvidiaN); read when a host starts, so new cards count.
         self._card_devices = card_devices
+        # The driver's libraries and tools; read when a host with cards starts (upgrades count).
+        self._gpu_userspace = gpu_userspace
         self._index_lock = threading.Lock()
 
     # -- paths and state -------------------------------------------------------------------
@@ -397,7 +410,19 @@ class HostRuntime:
         root = self._mount_root(folder, rootfs(self.images, state["image"]), uid_base)
         self._write_into(root, "root/.ssh/authorized_keys", _authorized_keys(host), 0o600)
         self._write_into(root, "etc/resolv.conf", resolv_conf(self.firewall.server), 0o644)
-        data, binds = folder / "data", []
+        self._write_user_ca(root, host.ssh_user_ca_keys)
+        self._write_services(root, host)
+        gpu = self._gpu_userspace() if host.card_uuids else GpuUserspace()
+        # nspawn made an empty file in the host for each one bound last time: gone, so a host
+        # that no longer has cards finds no library at all.
+        for path in state.get("gpu_files", ()):
+            self._remove_from(root, path.lstrip("/"), empty_file_only=True)
+        if gpu.library_dirs:
+            folders = "".join(f"{folder}\n" for folder in gpu.library_dirs)
+            self._write_into(root, GPU_LOADER_CONF, folders, 0o644)
+        else:
+            self._remove_from(root, GPU_LOADER_CONF)
+        data, binds = folder / "data", [f"--bind-ro={file}" for file in gpu.files]
         if (folder / "data.img").exists():  # none when the host was ordered without one
             if not _mounted(data):
                 # nosuid, nodev: the tenant's root owns this disk's files (an id-mapped bind),
@@ -406,9 +431,12 @@ class HostRuntime:
             # Id-mapped: root inside owns what the disk's uid 0 owns, whatever the range.
             binds.append(f"--bind={data}:/data:idmap")
         device_files = []
-        for index, uuid in enumerate(sorted(host.card_uuids)):
-            # Renumbered inside from 0, as CUDA_VISIBLE_DEVICES would show them.
-            binds.append(f"--bind={devices[uuid]}:/dev/nvidia{index}")
+        for uuid in sorted(host.card_uuids):
+            # At its own name, /dev/nvidia<minor>, as nvidia-container-toolkit binds it: the
+            # driver opens a card's device by its minor number. NVML and CUDA in the host
+            # number the cards they can open from 0.
+            minor = os.minor(os.stat(devices[uuid]).st_rdev)
+            binds.append(f"--bind={devices[uuid]}:/dev/nvidia{minor}")
             device_files.append(devices[uuid])
         controls = [device for device in CONTROL_DEVICES if os.path.exists(device)]
         binds += [f"--bind={device}" for device in controls]
@@ -429,6 +457,7 @@ class HostRuntime:
             "-M",
             state["netns"],
             *binds,
+            *REFRESH_LOADER_THEN,
             "/usr/local/sbin/start-sshd",
         ]
         # Enter the cgroups and the network namespace, then become nspawn: the whole host
@@ -456,6 +485,7 @@ class HostRuntime:
         state.update(
             generation=host.generation,
             card_uuids=sorted(host.card_uuids),
+            gpu_files=list(gpu.files),
             vcpu=host.vcpu,
             memory_mib=host.memory_mib,
         )
@@ -485,27 +515,47 @@ class HostRuntime:
             _run("mount", "-t", "overlay", "overlay", "-o", options, str(root))
         return root
 
+    def _write_user_ca(self, root: Path, keys: tuple[str, ...]) -> None:
+        """The CAs whose user certificates sshd takes (the portal's web terminal): none, no
+        files, so a CA dropped from the spec stops counting at the next start."""
+        if keys:
+            self._write_into(root, USER_CA_FILE, "".join(f"{key.strip()}\n" for key in keys), 0o644)
+            drop_in = f"TrustedUserCAKeys /{USER_CA_FILE}\n"
+            self._write_into(root, USER_CA_DROP_IN, drop_in, 0o644)
+        else:
+            self._remove_from(root, USER_CA_DROP_IN)
+            self._remove_from(root, USER_CA_FILE)
+
+    def _write_services(self, root: Path, host: DesiredHost) -> None:
+        """One env file per service the host's init starts; those no longer listed go."""
+        for service in host.services:
+            lines = {
+                "LOAM_SERVICE_PORT": str(service.port),
+                "LOAM_SERVICE_BASE_URL": service.base_url,
+                "LOAM_SERVICE_TOKEN": service.token,
+            }
+            text = "".join(f"{key}={shlex.quote(value)}\n" for key, value in lines.items())
+            self._write_into(root, f"{SERVICES_DIR}/{service.name}.env", text, 0o600)
+        listed = {f"{service.name}.env" for service in host.services}
+        for name in self._names_in(root, SERVICES_DIR):
+            if name.endswith(".env") and name not in listed:
+                self._remove_from(root, f"{SERVICES_DIR}/{name}")
+
+    # The tenant owns everything under a host's root: each step is opened without following
+    # links, so a link planted in the host (/root/.ssh -> /etc) can't make the agent write or
+    # remove on the server.
+
     @staticmethod
     def _write_into(root: Path, relative: str, text: str, mode: int) -> None:
         """Write a file in the host's root, owned by the host's root (the first id of its range,
-        which owns the root folder).
-
-        The tenant owns everything under `root`: each step is opened without following links,
-        so a link planted in the host (/root/.ssh -> /etc) can't make the agent write on the
-        server."""
+        which owns the root folder); missing folders are made, for the host's root alone."""
         owner = root.stat()
         *parents, name = relative.split("/")
-        folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            for part in parents:
-                try:
-                    inner = os.open(part, _NO_LINK_DIRECTORY, dir_fd=folder)
-                except FileNotFoundError:
-                    os.mkdir(part, 0o700, dir_fd=folder)
-                    os.chown(part, owner.st_uid, owner.st_gid, dir_fd=folder)
-                    inner = os.open(part, _NO_LINK_DIRECTORY, dir_fd=folder)
-                os.close(folder)
-                folder = inner
+            folder = _open_folder(root, parents, owner)
+        except OSError as error:
+            raise HostError(f"can't write /{relative} in the host: {error.strerror}") from None
+        try:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=folder)
             file = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode, dir_fd=folder)
@@ -515,6 +565,42 @@ class HostRuntime:
                 os.fchmod(opened.fileno(), mode)
         except OSError as error:
             raise HostError(f"can't write /{relative} in the host: {error.strerror}") from None
+        finally:
+            os.close(folder)
+
+    @staticmethod
+    def _remove_from(root: Path, relative: str, empty_file_only: bool = False) -> None:
+        """Remove a file of the host's root if it is there (`empty_file_only`: only an empty
+        regular file, such as a mount point nspawn made)."""
+        *parents, name = relative.split("/")
+        try:
+            folder = _open_folder(root, parents)
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            raise HostError(f"can't remove /{relative} in the host: {error.strerror}") from None
+        try:
+            info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+            if not empty_file_only or (stat.S_ISREG(info.st_mode) and info.st_size == 0):
+                os.unlink(name, dir_fd=folder)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            raise HostError(f"can't remove /{relative} in the host: {error.strerror}") from None
+        finally:
+            os.close(folder)
+
+    @staticmethod
+    def _names_in(root: Path, relative: str) -> list[str]:
+        """The names in a folder of the host's root; none when it isn't there."""
+        try:
+            folder = _open_folder(root, relative.split("/"))
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            raise HostError(f"can't list /{relative} in the host: {error.strerror}") from None
+        try:
+            return os.listdir(folder)
         finally:
             os.close(folder)
 
@@ -670,6 +756,28 @@ class HostRuntime:
         with self._expected_lock:
             self._expected.pop(host_id, None)
         self.apply_firewall()
+
+
+def _open_folder(root: Path, parts: list[str], owner: os.stat_result | None = None) -> int:
+    """A descriptor of the folder root/parts, each step opened without following a link;
+    with `owner`, missing steps are made (0700, owned as `owner`), else FileNotFoundError."""
+    folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts:
+            try:
+                inner = os.open(part, _NO_LINK_DIRECTORY, dir_fd=folder)
+            except FileNotFoundError:
+                if owner is None:
+                    raise
+                os.mkdir(part, 0o700, dir_fd=folder)
+                os.chown(part, owner.st_uid, owner.st_gid, dir_fd=folder)
+                inner = os.open(part, _NO_LINK_DIRECTORY, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+    except BaseException:
+        os.close(folder)
+        raise
+    return folder
 
 
 def _mounted(path: Path) -> bool:

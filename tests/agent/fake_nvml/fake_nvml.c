@@ -13,10 +13,19 @@
  *   FAKE_NVML_ECC_UNCORRECTED=e0,... volatile uncorrected ECC errors; unset: ECC not supported
  *   FAKE_NVML_LOST=i0,...         cards whose every query fails with GPU_IS_LOST (15)
  *
+ * Built with -DFAKE_NVML_FROM_DEVICES, as the copy installed as a test server's driver is (see
+ * tests/agent_server.py install_fake_driver), its cards are instead the /dev/nvidiaN character
+ * devices present, as the driver sees them from a container: index 0.. in N's order, minor number
+ * and UUID from each device's real minor (st_rdev), so a card bound into a host as /dev/nvidia0
+ * keeps the server's UUID. FAKE_NVML_GPUS is then ignored.
+ *
  * Build: gcc -shared -fPIC -o libnvidia-ml.so.1 fake_nvml.c */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 enum { NVML_SUCCESS = 0, NVML_ERROR_INVALID_ARGUMENT = 2, NVML_ERROR_NOT_SUPPORTED = 3,
        NVML_ERROR_GPU_IS_LOST = 15 };
@@ -25,7 +34,42 @@ enum { NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1 };
 typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
 
-static int count(void) { const char *s = getenv("FAKE_NVML_GPUS"); return s ? atoi(s) : 4; }
+enum { MAX_CARDS = 64 };
+static int device_minors[MAX_CARDS], devices_found = -1;
+
+static int by_number(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* The /dev/nvidiaN character devices, in N's order; their real minors in device_minors. */
+static int scan_devices(void) {
+  if (devices_found >= 0) return devices_found;
+  int numbers[MAX_CARDS], n = 0;
+  DIR *dev = opendir("/dev");
+  for (struct dirent *e; dev && (e = readdir(dev)) && n < MAX_CARDS;) {
+    char *end; long number;
+    if (strncmp(e->d_name, "nvidia", 6) || e->d_name[6] < '0' || e->d_name[6] > '9') continue;
+    number = strtol(e->d_name + 6, &end, 10);
+    if (*end == 0) numbers[n++] = (int)number;
+  }
+  if (dev) closedir(dev);
+  qsort(numbers, n, sizeof *numbers, by_number);
+  devices_found = 0;
+  for (int i = 0; i < n; i++) {
+    char path[32]; struct stat st;
+    snprintf(path, sizeof path, "/dev/nvidia%d", numbers[i]);
+    if (stat(path, &st) == 0 && S_ISCHR(st.st_mode)) device_minors[devices_found++] = (int)minor(st.st_rdev);
+  }
+  return devices_found;
+}
+
+#ifdef FAKE_NVML_FROM_DEVICES
+static int from_devices(void) { return 1; }
+#else
+static int from_devices(void) { return 0; }
+#endif
+static int count(void) {
+  if (from_devices()) return scan_devices();
+  const char *s = getenv("FAKE_NVML_GPUS"); return s ? atoi(s) : 4;
+}
 
 /* The idx-th entry of a comma-separated list in `var`, or `dflt`. */
 static unsigned long long pick(const char *var, unsigned idx, unsigned long long dflt) {
@@ -37,6 +81,8 @@ static unsigned long long pick(const char *var, unsigned idx, unsigned long long
 }
 
 static int idx_of(void *h) { return (int)((long)h - 1); }
+/* The card's minor number, which its UUID is made of. */
+static int minor_of(void *h) { return from_devices() ? device_minors[idx_of(h)] : idx_of(h); }
 
 static int is_lost(void *h) {
   const char *s = getenv("FAKE_NVML_LOST"); if (!s) return 0;
@@ -64,9 +110,9 @@ int nvmlDeviceGetName(void *h, char *name, unsigned int len) {
   CHECK_LOST(h); snprintf(name, len, "NVIDIA A100-SXM4-80GB (fake %d)", idx_of(h)); return 0;
 }
 int nvmlDeviceGetUUID(void *h, char *uuid, unsigned int len) {
-  CHECK_LOST(h); snprintf(uuid, len, "GPU-fa4e0000-0000-0000-0000-%012d", idx_of(h)); return 0;
+  CHECK_LOST(h); snprintf(uuid, len, "GPU-fa4e0000-0000-0000-0000-%012d", minor_of(h)); return 0;
 }
-int nvmlDeviceGetMinorNumber(void *h, unsigned int *minor) { CHECK_LOST(h); *minor = (unsigned)idx_of(h); return 0; }
+int nvmlDeviceGetMinorNumber(void *h, unsigned int *minor) { CHECK_LOST(h); *minor = (unsigned)minor_of(h); return 0; }
 int nvmlDeviceGetUtilizationRates(void *h, nvmlUtilization_t *u) {
   CHECK_LOST(h); u->gpu = (unsigned)pick("FAKE_NVML_UTIL", idx_of(h), 0); u->memory = u->gpu / 2; return 0;
 }
