@@ -8,6 +8,9 @@ class AgentsConfig(AppConfig):
 
     def ready(self):
         from apps.agents.hosts import AgentHostStore
+        from apps.agents.selectors import held_image_codes
+        from apps.catalog.selectors import HELD_IMAGES
         from apps.orchestration.agent_store import AGENT_HOST_STORE
 
         AGENT_HOST_STORE.plug(AgentHostStore)
+        HELD_IMAGES.plug(held_image_codes)

@@ -429,7 +429,7 @@ class HostRuntime:
             "-M",
             state["netns"],
             *binds,
-            "/usr/local/sbin/start-sshd",
+            "/usr/local/sbin/loam-init",
         ]
         # Enter the cgroups and the network namespace, then become nspawn: the whole host
         # inherits them. nspawn can't join the namespace itself from inside the host's user
