@@ -174,9 +174,13 @@ def test_pip_in_the_image_gets_the_paths_pips_settings_name(tmp_path):
     (xdg / "pip").mkdir(parents=True)
     constraints = xdg / "pip" / "constraints.txt"
     constraints.write_text("torch<=2.14.1\n")
-    (xdg / "pip" / "pip.conf").write_text(f"[global]\nconstraint = {constraints}\n")
     wheels = tmp_path / "wheels"
     wheels.mkdir()
+    index = tmp_path / "pypi"
+    (index / "simple").mkdir(parents=True)
+    (xdg / "pip" / "pip.conf").write_text(
+        f"[global]\nconstraint = {constraints}\nextra-index-url = file://{index}/simple\n"
+    )
     environ = {
         "XDG_CONFIG_DIRS": str(xdg),
         "HOME": str(tmp_path / "home"),
@@ -189,5 +193,5 @@ def test_pip_in_the_image_gets_the_paths_pips_settings_name(tmp_path):
     assert Path("/etc") not in paths
     # This machine's /etc/pip.conf, should it have one, is bound too.
     assert [path for path in paths if tmp_path in path.parents] == sorted(
-        [constraints, xdg / "pip" / "pip.conf", wheels], key=os.fspath
+        [constraints, xdg / "pip" / "pip.conf", index, wheels], key=os.fspath
     )

@@ -413,9 +413,12 @@ def _pip_paths(environ: Mapping[str, str]) -> list[Path]:
         values += [value for section in parser.values() for value in section.values()]
     for value in values:
         for token in value.split():
-            token = token.removeprefix("file://")
-            if token.startswith("/") and os.path.exists(token):
-                paths.append(Path(token))
+            path = Path(token.removeprefix("file://"))
+            # A local index's pages link to its files beside its simple/ folder (../../files/).
+            if token.startswith("file://") and path.name == "simple":
+                path = path.parent
+            if path.is_absolute() and path.exists():
+                paths.append(path)
     chosen = []
     for path in sorted({Path(os.path.normpath(path)) for path in paths}):
         if str(path) in SYSTEM_DIRS or path == Path(VENV) or Path(VENV) in path.parents:
