@@ -74,6 +74,15 @@ def held_image_codes(*, park, accelerator_model_id, region=None) -> frozenset[st
     return frozenset(name for server in servers for name in server.image_names)
 
 
+def nodes_without_image(pool_ids, image_code: str) -> set[int]:
+    """`orchestration.services.NODES_WITHOUT_IMAGE`: the nodes of these pools whose servers
+    don't hold image `image_code` (only agent servers hold images of their own)."""
+    servers = AgentServer.objects.filter(node__pool_id__in=pool_ids).only(
+        "node_id", "images", "images_reported_at"
+    )
+    return {server.node_id for server in servers if image_code not in server.image_names}
+
+
 def missing_images(park) -> dict[int, list[Image]]:
     """{server id: the park's images on sale for its cards that it doesn't hold}, for each
     server of the park not revoked: what the operator builds there next. An image is for a

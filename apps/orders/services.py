@@ -311,7 +311,10 @@ def quote(
     region = request.region
     if region is None:
         plan = plan or plan_placement(
-            park=organization.park, flavor=request.flavor, preference=request.preference
+            park=organization.park,
+            flavor=request.flavor,
+            preference=request.preference,
+            image_code=request.image.code,
         )
         region = region_of(plan, request.flavor)
     if plan is not None and region.pk in plan.prices_in_force:
@@ -482,6 +485,7 @@ def submit_create(
         flavor=request.flavor,
         region=request.region,
         preference=request.preference,
+        image_code=request.image.code,
     )
     if not plan.nodes_considered:
         # No node runs hosts of this model here: say why, when it is the pools' drivers.

@@ -11,9 +11,10 @@ from django.utils import timezone
 from apps.agents import services as agents
 from apps.agents.models import AgentServer
 from apps.catalog.selectors import offered_images
+from apps.orchestration.services import plan_placement
 from apps.orders.forms import InstanceOrderForm
-from apps.orders.models import Order
-from apps.orders.services import HostRequest, validate_host_request
+from apps.orders.models import Instance, Order
+from apps.orders.services import HostRequest, submit_create, validate_host_request
 from apps.tenants.models import ApiKeyScope
 from apps.tenants.services import create_api_key
 from tests.agents.conftest import SSH_KEY
@@ -168,3 +169,25 @@ def test_the_api_refuses_an_image_no_server_holds_with_a_400(client, agent_world
     assert set(errors) == {"image"}
     assert "choose one they have: " in errors["image"][0]
     assert not Order.objects.exists()
+
+
+def test_a_host_is_placed_on_a_server_that_holds_its_image(agent_world, pytorch, owner):
+    """Two servers of one pool: the pool holds pytorch, but only gpu-08 does."""
+    gpu07, _ = agent_world.enrol("gpu-07")
+    gpu08, _ = agent_world.enrol("gpu-08")
+    report(gpu07, "debian-12")
+    report(gpu08, "debian-12", "pytorch")
+    flavor = agent_world.flavors[1]
+
+    plan = plan_placement(park=agent_world.park, flavor=flavor, image_code="pytorch")
+    assert {view.node.pk for view in plan.ranked} == {gpu08.node_id}
+    plan = plan_placement(park=agent_world.park, flavor=flavor, image_code="debian-12")
+    assert {view.node.pk for view in plan.ranked} == {gpu07.node_id, gpu08.node_id}
+
+    for _ in range(2):  # the second host too, scored again with the first placed
+        (order,) = submit_create(
+            organization=agent_world.organization,
+            actor=owner,
+            request=request_for(agent_world, pytorch),
+        )
+        assert Instance.objects.get(pk=order.instance_id).node_id == gpu08.node_id
