@@ -91,6 +91,18 @@ def portal():
     thread.join()
 
 
+def fake_image(images, name, *, recipe=None, digest="sha256:" + "ab" * 32):
+    """An image folder as a build leaves it, without building one."""
+    from loam_agent.hosts.image import load_recipe
+
+    folder = images / name
+    (folder / "rootfs").mkdir(parents=True)
+    recipe = recipe or load_recipe(name).digest
+    (folder / "image.json").write_text(
+        f'{{"recipe": "{recipe}", "digest": "{digest}", "size_bytes": 1073741824}}'
+    )
+
+
 IMAGE_NAME = "debian-12"
 
 

@@ -20,7 +20,7 @@ from loam_agent.hosts.image import (
     venv_distributions,
 )
 
-from tests.agent.conftest import run_agent
+from tests.agent.conftest import fake_image, run_agent
 
 
 def test_the_shipped_recipes_parse_and_name_what_is_in_them():
@@ -115,16 +115,6 @@ def test_the_recipes_digest_changes_with_the_recipe_only():
     assert parse_recipe("debian-12", text).digest == load_recipe("debian-12").digest
     assert (
         parse_recipe("debian-12", text + "# a comment\n").digest != load_recipe("debian-12").digest
-    )
-
-
-def fake_image(images, name, *, recipe=None, digest="sha256:" + "ab" * 32):
-    """An image folder as a build leaves it, without building one."""
-    folder = images / name
-    (folder / "rootfs").mkdir(parents=True)
-    recipe = recipe or load_recipe(name).digest
-    (folder / "image.json").write_text(
-        f'{{"recipe": "{recipe}", "digest": "{digest}", "size_bytes": 1073741824}}'
     )
 
 

@@ -50,7 +50,9 @@ def test_the_servers_page_shows_held_and_missing_images(client, agent_world, par
     report(bare)
 
     client.force_login(agent_world.operator)
-    page = client.get(reverse("agents_ops:server_list", args=[agent_world.park.pk]))
+    page = client.get(
+        reverse("agents_ops:server_list", args=[agent_world.park.pk]), HTTP_ACCEPT_LANGUAGE="en"
+    )
     assert page.status_code == 200
     page = page.content.decode()
 
