@@ -303,16 +303,17 @@ def build_image(
     )
     _write(partial / INIT.lstrip("/"), LOAM_INIT, 0o755)
     _write(partial / "etc/ssh/sshd_config.d/loam.conf", SSHD_CONFIG, 0o644)
-    for key in (partial / "etc/ssh").glob("ssh_host_*"):
-        key.unlink()
     try:
         with _chroot(partial):
             _install(partial, recipe, supplied, os.environ if environ is None else environ)
     finally:
         _unmount_under(partial)
+    for key in (partial / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
     distributions = venv_distributions(partial)
     digest = image_digest(recipe.digest, installed_packages(partial), distributions)
     size = _size_bytes(partial)
+    _facts_file(images, name).unlink(missing_ok=True)  # not reported while it is swapped
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     facts = {
