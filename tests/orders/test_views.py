@@ -712,7 +712,7 @@ def provisioning_instance(organization) -> Instance:
     return InstanceFactory(
         organization=organization,
         flavor=flavor,
-        image=flavor.family.accelerator_model.images.get(),
+        image=flavor.family.accelerator_model.images.get(code=CUDA),
         region=flavor.prices.get().region,
         state="provisioning",
     )
