@@ -4,7 +4,10 @@ loam-init as PID 1 and a digest of what is in it; pytorch's Python has torch, Ju
 TensorBoard for a tenant's login shell. And the mounts a build makes never outlive it."""
 
 import json
+import os
+import signal
 import subprocess
+import time
 
 import pytest
 from loam_agent.hosts import image
@@ -81,3 +84,88 @@ def test_a_failed_step_unmounts_everything_before_the_image_is_deleted(tmp_path)
         assert image._mounts_under(root)
         image._in_chroot(root, ["/bin/true"], {"PATH": "/usr/sbin:/usr/bin"})  # an empty root
     assert image._mounts_under(root) == []
+
+
+def test_loam_init_starts_the_services_asked_for_then_becomes_sshd(pytorch_images, tmp_path):
+    """PID 1 of a host of the pytorch image, in a container of its own (an overlay on the image,
+    no network but its loopback): JupyterLab answers under its base URL with its token, and
+    TensorBoard, not asked for, doesn't run."""
+    layers = {name: tmp_path / name for name in ("upper", "work", "root")}
+    for folder in layers.values():
+        folder.mkdir()
+    lower = image.rootfs(pytorch_images, "pytorch")
+    options = f"lowerdir={lower},upperdir={layers['upper']},workdir={layers['work']}"
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, layers["root"]], check=True)
+    services = layers["root"] / "etc/loam/services"
+    services.mkdir(parents=True)
+    (services / "jupyter.env").write_text(
+        "LOAM_SERVICE_PORT=8888\nLOAM_SERVICE_BASE_URL=/instances/42/jupyter/\n"
+        "LOAM_SERVICE_TOKEN=s3cret\n"
+    )
+    nspawn = subprocess.Popen(
+        ["systemd-nspawn", "-q", "-D", layers["root"], "--register=no", "--keep-unit"]
+        + ["-M", f"loam-init-test-{os.getpid()}", "--private-network"]
+        + ["--resolv-conf=off", "/usr/local/sbin/loam-init"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        status = "http://127.0.0.1:8888/instances/42/jupyter/api/status"
+        probe = (
+            "for i in $(seq 120); do "
+            f"curl -fsS -H 'Authorization: token s3cret' {status} && exit 0; sleep 0.5; done; "
+            "exit 1"
+        )
+        leader = _leader(nspawn.pid)
+        answer = subprocess.run(
+            ["nsenter", "-t", str(leader), "-n", "-m", "-p", "sh", "-c", probe],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert answer.returncode == 0, (layers["upper"] / "var/log/jupyter.log").read_text()
+        assert json.loads(answer.stdout.splitlines()[-1])["started"]
+        unauthorized = subprocess.run(
+            [
+                "nsenter",
+                "-t",
+                str(leader),
+                "-n",
+                "curl",
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                status,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert unauthorized.stdout == "403"
+        processes = subprocess.run(
+            ["nsenter", "-t", str(leader), "-m", "-p", "ps", "-eo", "args"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        assert "sshd" in processes.splitlines()[1]  # PID 1 became sshd
+        assert "tensorboard" not in processes
+    finally:
+        os.killpg(nspawn.pid, signal.SIGKILL)
+        nspawn.wait(timeout=30)
+        subprocess.run(["umount", "-l", layers["root"]], check=False)
+
+
+def _leader(nspawn_pid: int) -> int:
+    """The container's PID 1, once nspawn has started it."""
+    for _ in range(100):
+        children = subprocess.run(
+            ["pgrep", "-P", str(nspawn_pid)], capture_output=True, text=True
+        ).stdout.split()
+        if children:
+            return int(children[0])
+        time.sleep(0.1)
+    raise AssertionError("the container did not start")
