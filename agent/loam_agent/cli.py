@@ -22,7 +22,14 @@ from loam_agent.client import PortalClient, PortalError, Rejected
 from loam_agent.config import AgentConfig, ConfigError, load_config, parse_portal_url
 from loam_agent.credential import CredentialError, load_credential, save_credential
 from loam_agent.facts import server_facts
-from loam_agent.hosts.image import ImageError, build_image, images_dir, list_images
+from loam_agent.hosts.image import (
+    ImageError,
+    build_image,
+    images_dir,
+    known_recipes,
+    list_images,
+    load_recipe,
+)
 from loam_agent.hosts.model import HostError
 from loam_agent.hosts.network import ServerNetwork, discover
 from loam_agent.hosts.poller import HostsPoller
@@ -99,8 +106,18 @@ def _parser() -> argparse.ArgumentParser:
     build = image_commands.add_parser("build", help="build a host image (once; cached)")
     build.add_argument("--name", default="debian-12", help="the image (default debian-12)")
     build.add_argument("--rebuild", action="store_true", help="build again even if it exists")
+    build.add_argument(
+        "--vendor-file",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a vendor's file the image needs (e.g. the CANN toolkit installer); repeatable",
+    )
     build.set_defaults(command=image_build_command)
-    image_list = image_commands.add_parser("list", help="list the built images")
+    image_list = image_commands.add_parser(
+        "list", help="list the images: name, digest and size where built, what is in each"
+    )
     image_list.set_defaults(command=image_list_command)
     return parser
 
@@ -111,14 +128,27 @@ def _images(config: AgentConfig) -> Path:
 
 def image_build_command(args: argparse.Namespace, config: AgentConfig) -> int:
     mirror = os.environ.get("MIRROR", config.apt_mirror)
-    print(build_image(_images(config), args.name, mirror, rebuild=args.rebuild))
+    root = build_image(
+        _images(config), args.name, mirror, rebuild=args.rebuild, vendor_files=args.vendor_file
+    )
+    print(root)
     return EXIT_OK
 
 
 def image_list_command(args: argparse.Namespace, config: AgentConfig) -> int:
-    for name in list_images(_images(config)):
-        print(name)
+    """Every recipe, built or not: an operator sees what can be built, and what is."""
+    built = {image.name: image for image in list_images(_images(config))}
+    for name in known_recipes():
+        image = built.get(name)
+        digest = image.digest if image else "not built"
+        size = f"{image.size_bytes / 2**30:.2f} GiB" if image else "-"
+        print(f"{name:<16} {digest:<71} {size:>10}  {load_recipe(name).description}")
     return EXIT_OK
+
+
+def reported_images(images: Path) -> list[dict]:
+    """The heartbeat's `images`: each image built here, by name and digest."""
+    return [{"name": image.name, "digest": image.digest} for image in list_images(images)]
 
 
 def inventory_command(args: argparse.Namespace, config: AgentConfig) -> int:
@@ -219,6 +249,7 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
                         "agent_version": __version__,
                         **_reachable_at(config, network),
                         **reading.to_json(),
+                        "images": reported_images(_images(config)),
                     }
                 )
             except Rejected:

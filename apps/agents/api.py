@@ -119,6 +119,7 @@ class HeartbeatView(AgentView):
             cards=[dict(card) for card in data["cards"]],
             samples=[dict(sample) for sample in data["samples"]],
             network={key: data[key] for key in ("public_address", "public_ports") if key in data},
+            images=[dict(image) for image in data["images"]] if "images" in data else None,
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
 

@@ -21,6 +21,10 @@ from apps.orchestration.backends.base import (
 )
 from apps.orchestration.models import Accelerator, Node, NodeHealth, Pool
 
+# The base host image (agent/loam_agent/hosts/recipes/debian-12.toml): the one image an agent
+# from before agents reported their images could build, so such a server is taken to hold it.
+BASE_IMAGE = "debian-12"
+
 # The ports a server may offer on its public address: never the privileged ones.
 PUBLIC_PORT_MIN, PUBLIC_PORT_MAX = 1024, 65535
 
@@ -135,6 +139,10 @@ class AgentServer(models.Model):
     public_address = models.GenericIPAddressField(_("public address"), null=True, blank=True)
     public_port_first = models.PositiveIntegerField(_("first public port"), null=True, blank=True)
     public_port_last = models.PositiveIntegerField(_("last public port"), null=True, blank=True)
+    # [{"name", "digest"}, ...]: the host images built on the server (`loam-agent image build`),
+    # as its agent last reported them, and when; the pool offers only images a server holds.
+    images = models.JSONField(_("host images"), default=list, blank=True)
+    images_reported_at = models.DateTimeField(_("images reported at"), null=True, blank=True)
     # Bumped with every change to the hosts the portal wants here: the ETag of GET hosts.
     hosts_version = models.PositiveBigIntegerField(_("hosts version"), default=0)
     revoked_at = models.DateTimeField(_("credential revoked at"), null=True, blank=True)
@@ -173,6 +181,13 @@ class AgentServer(models.Model):
         if self.public_port_first is not None and self.public_port_last is not None:
             return self.public_port_first, self.public_port_last
         return tuple(settings.LOAM_AGENT_PUBLIC_PORTS)
+
+    @property
+    def image_names(self) -> set[str]:
+        """The images built here, by name (the catalog image's code)."""
+        if self.images_reported_at is None:  # an older agent
+            return {BASE_IMAGE}
+        return {image["name"] for image in self.images}
 
     def is_silent(self, now=None) -> bool:
         """No heartbeat for LOAM_AGENT_SILENT_AFTER_S (or revoked): unhealthy, no new work."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Prefetch
 
+from apps.agents.models import BASE_IMAGE
 from apps.catalog.models import Flavor, FlavorFamily, Image, PriceKind, ResourceType
 from apps.catalog.selectors import prices_in_force
 
@@ -38,12 +39,17 @@ RESERVE_RAM_GB = 2
 # its cards' share of it, down to the catalog's least (MIN_SYSTEM_DISK_GB, a constraint).
 DEFAULT_SYSTEM_DISK_GB = 100
 MIN_SYSTEM_DISK_GB = 20
-# The image every host agent builds (`loam-agent image build`, agent/loam_agent/hosts/image.py:
-# IMAGES): the agent reports no images, so this one is proposed. A host's image is asked for by
-# this code, so the catalog image's code must be it.
-DEFAULT_AGENT_IMAGE = "debian-12"
-# What the portal knows of the agent's images: (name, operating system).
-AGENT_IMAGES = {DEFAULT_AGENT_IMAGE: ("Debian 12 (bookworm)", "Debian 12")}
+# The base image every host agent builds (`loam-agent image build`, a recipe in
+# agent/loam_agent/hosts/recipes/): proposed for a server whose agent reports no images (an
+# older agent). A host's image is asked for by its recipe's name, so the catalog image's code
+# must be it.
+DEFAULT_AGENT_IMAGE = BASE_IMAGE
+# What the portal knows of the agent's recipes: (name, named by what is in it; operating system).
+AGENT_IMAGES = {
+    DEFAULT_AGENT_IMAGE: ("Debian 12 (bookworm) · Python 3.11", "Debian 12"),
+    "pytorch": ("PyTorch 2.13 · Python 3.11 · JupyterLab", "Debian 12"),
+    "ascend-cann": ("CANN 8.0 · Python 3.11 · for Ascend NPUs", "Debian 12"),
+}
 # The stack's user space is not in an agent image: the cards are the server's, with its driver.
 AGENT_IMAGE_STACK_VERSION = "server driver"
 
@@ -65,7 +71,7 @@ class ServerFacts:
     ram_gb: int
     disk_gb: int | None = None
     card_models: tuple[str, ...] = ()
-    images: tuple[str, ...] = ()  # the images it holds; the agent reports none yet
+    images: tuple[str, ...] = ()  # the images it holds, as its agent reports them
 
 
 @dataclass(frozen=True)
@@ -315,6 +321,7 @@ def server_facts(server) -> ServerFacts:
         vcpu=vcpu,
         ram_gb=ram_gb,
         card_models=tuple(model for model, _n in models.most_common()),
+        images=tuple(sorted(image["name"] for image in server.images)),
     )
 
 

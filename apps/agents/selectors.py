@@ -20,7 +20,10 @@ from apps.agents.models import (
     WantedState,
 )
 from apps.agents.services import AGENT_DRIVER
+from apps.catalog.models import Image
+from apps.orchestration.backends.base import Capability
 from apps.orchestration.models import Allocation, Pool
+from apps.orchestration.selectors import schedulable_park_pools
 
 CHART_MINUTES = 15
 MAX_CHART_MINUTES = 60
@@ -52,6 +55,55 @@ def servers(park):
         .prefetch_related(Prefetch("cards", queryset=cards))
         .order_by("node__hostname", "pk")
     )
+
+
+def held_image_codes(*, park, accelerator_model_id, region=None) -> frozenset[str] | None:
+    """`catalog.selectors.HELD_IMAGES`: the images the servers of the park's agent pools of
+    this model (in `region`) report, where every pool that runs hosts of it is an agent pool;
+    None (any image) where one is not, or where no pool runs them (the order is refused for
+    that, with its own reason)."""
+    pools = schedulable_park_pools(park, capability=Capability.HOSTS).filter(
+        accelerator_model_id=accelerator_model_id
+    )
+    if region is not None:
+        pools = pools.filter(region=region)
+    drivers = set(pools.values_list("backend__driver", flat=True))
+    if drivers != {AGENT_DRIVER}:
+        return None
+    servers = AgentServer.objects.filter(node__pool__in=pools, revoked_at__isnull=True).only(
+        "images", "images_reported_at"
+    )
+    return frozenset(name for server in servers for name in server.image_names)
+
+
+def nodes_without_image(pool_ids, image_code: str) -> set[int]:
+    """`orchestration.services.NODES_WITHOUT_IMAGE`: the nodes of these pools whose servers
+    don't hold image `image_code` (only agent servers hold images of their own)."""
+    servers = AgentServer.objects.filter(node__pool_id__in=pool_ids).only(
+        "node_id", "images", "images_reported_at"
+    )
+    return {server.node_id for server in servers if image_code not in server.image_names}
+
+
+def missing_images(park) -> dict[int, list[Image]]:
+    """{server id: the park's images on sale for its cards that it doesn't hold}, for each
+    server of the park not revoked: what the operator builds there next. An image is for a
+    server's cards when it lists the accelerator model of the server's pool."""
+    images = Image.objects.filter(park=park, is_active=True).prefetch_related(
+        "compatible_accelerators"
+    )
+    by_model: dict[int, list[Image]] = {}
+    for image in images.order_by("name", "pk"):
+        for model in image.compatible_accelerators.all():
+            by_model.setdefault(model.pk, []).append(image)
+    missing = {}
+    for server in AgentServer.objects.filter(
+        node__pool__backend__park=park, revoked_at__isnull=True
+    ).select_related("node__pool"):
+        held = server.image_names
+        wanted = by_model.get(server.node.pool.accelerator_model_id, [])
+        missing[server.pk] = [image for image in wanted if image.code not in held]
+    return missing
 
 
 # --- the agent API -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ INT63 = 2**63 - 1
 MAX_CARDS = 256
 MAX_READERS = 16
 MAX_HOSTS = 1000
+MAX_IMAGES = 100
 
 
 class ReaderSerializer(serializers.Serializer):
@@ -130,12 +131,34 @@ class EnrolSerializer(InventorySerializer):
     server = ServerSerializer()
 
 
+class ImageSerializer(serializers.Serializer):
+    """A host image built on the server: its recipe's name (the catalog image's code) and the
+    digest of what is in it."""
+
+    name = serializers.SlugField(max_length=60)
+    digest = serializers.RegexField(
+        r"^sha256:[0-9a-f]{64}$",
+        error_messages={"invalid": gettext_lazy("Send “sha256:” and 64 lowercase hex digits.")},
+    )
+
+
 class HeartbeatSerializer(InventorySerializer):
     agent_version = serializers.CharField(max_length=40, allow_blank=True)
     taken_at = serializers.DateTimeField()
     samples = serializers.ListField(child=SampleSerializer(), max_length=MAX_CARDS)
     public_address = _public_address()
     public_ports = _public_ports()
+    # Left out (an older agent), what the portal knows stays as it is.
+    images = serializers.ListField(child=ImageSerializer(), max_length=MAX_IMAGES, required=False)
+
+    def validate_images(self, images):
+        names = [image["name"] for image in images]
+        for position, name in enumerate(names):
+            if name in names[:position]:
+                raise serializers.ValidationError(
+                    {position: {"name": [_("%(name)s is listed twice.") % {"name": name}]}}
+                )
+        return images
 
     def validate(self, attrs):
         attrs = super().validate(attrs)

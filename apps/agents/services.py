@@ -360,6 +360,7 @@ def record_heartbeat(
     cards: list[dict],
     samples: list[dict],
     network: dict | None = None,
+    images: list[dict] | None = None,
     now=None,
 ) -> AgentServer:
     """One heartbeat: the inventory (new cards join the node, vanished ones are marked), each
@@ -367,7 +368,8 @@ def record_heartbeat(
     card is faulty or missing (that card takes no new work), healthy otherwise, and back up
     from down (silent). `network`: the `public_address` and `public_ports` the agent sent (a
     key it left out leaves what the portal knows); ports handed out before a range change keep
-    their numbers."""
+    their numbers. `images`: the host images built there, [{"name", "digest"}] (None: the agent
+    left them out, what the portal knows stays)."""
     now = now or timezone.now()
     lock(AgentServer, server.pk)
     server = AgentServer.objects.select_related("node__pool__backend").get(pk=server.pk)
@@ -392,6 +394,7 @@ def record_heartbeat(
         agent_version=agent_version or server.agent_version,
         readers=readers,
         **_public_network(network or {}),
+        **({"images": images, "images_reported_at": now} if images is not None else {}),
     )
     healthy = all(card.in_service for card in known)
     _set_node_health(server, NodeHealth.HEALTHY if healthy else NodeHealth.DEGRADED)

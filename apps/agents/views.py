@@ -90,8 +90,14 @@ def server_list(request, park_id):
         return redirect("agents_ops:server_list", park_id=park.pk)
     page = Paginator(selectors.servers(park), SERVERS_PER_PAGE).get_page(request.GET.get("page"))
     now = timezone.now()
+    missing = selectors.missing_images(park)
     rows = [
-        (server, server.condition(now), _seconds_since(server.last_heartbeat_at, now))
+        (
+            server,
+            server.condition(now),
+            _seconds_since(server.last_heartbeat_at, now),
+            missing.get(server.pk, []),
+        )
         for server in page.object_list
     ]
     context = {

@@ -37,6 +37,12 @@ FREE_ROOM = ExtensionPoint("free room of schedulable nodes, by accelerator model
 # why ordering one host of it now would be refused}.
 ORDER_REFUSALS = ExtensionPoint("why ordering a flavor now would be refused")
 
+# Servers that build their own host images (the host agents', `loam-agent image build`) start
+# only the images they hold, which they report to the agents app, a floor above: a callable
+# (park=, accelerator_model_id=, region=) -> the codes of the images the pools of that model
+# (in that region) hold, or None where any image of the catalog starts (a simulator's pool).
+HELD_IMAGES = ExtensionPoint("the images the pools of an accelerator model hold")
+
 
 def with_order_refusals(organization, cards: list["FlavorCard"]) -> list["FlavorCard"]:
     """`cards`, each that `organization` could not order one host of now with its `refusal`
@@ -336,9 +342,28 @@ def catalog_summary(park=None) -> list[dict]:
 
 
 def compatible_images(flavor):
+    """The images on sale that run on the flavor's cards."""
     return flavor.family.accelerator_model.images.filter(
         is_active=True, park=flavor.family.park
     ).order_by("software_stack", "name")
+
+
+def held_image_codes(*, park, accelerator_model_id, region=None) -> frozenset[str] | None:
+    """The codes of the images some pool of this model (in `region`) can start a host of, or
+    None where that is any image (`HELD_IMAGES`)."""
+    for provider in HELD_IMAGES.providers():
+        return provider(park=park, accelerator_model_id=accelerator_model_id, region=region)
+    return None
+
+
+def offered_images(flavor):
+    """The compatible images a host of `flavor` can be ordered with: those some pool selling
+    it holds."""
+    images = compatible_images(flavor)
+    codes = held_image_codes(
+        park=flavor.family.park, accelerator_model_id=flavor.family.accelerator_model_id
+    )
+    return images if codes is None else images.filter(code__in=codes)
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from apps.catalog.forms import CatalogFilterForm
 from apps.catalog.models import Flavor
 from apps.catalog.selectors import (
     catalog_flavors,
-    compatible_images,
     current_flavor_prices,
+    offered_images,
     price_sheet,
     with_order_refusals,
 )
@@ -41,7 +41,7 @@ def flavor_detail(request, code):
     context = {
         "flavor": flavor,
         "family": flavor.family.flavors.filter(is_active=True).order_by("accelerator_count"),
-        "images": compatible_images(flavor),
+        "images": offered_images(flavor),
         "prices": sorted(prices.get(flavor.pk, []), key=lambda p: p.amount_minor),
     }
     return render(request, "catalog/flavor_detail.html", context)

@@ -60,8 +60,27 @@ LEVEL_PRICE_FACTOR = {"center": 1.0, "province": 0.92, "edge": 1.15}
 DISK_GB_MONTH_MINOR = 35  # ¥0.35 per GB per month
 BANDWIDTH_MBPS_MONTH_MINOR = 2300  # ¥23 per Mbps per month
 
-# stack, code, name, operating system, stack version, accelerator models it supports
+# stack, code, name, operating system, stack version, accelerator models it supports.
+# debian-12 and pytorch are what the host agents build (agent/loam_agent/hosts/recipes/, the
+# code is the recipe's name), so an agent pool of NVIDIA cards in the demo park sells them; the
+# cards' user space comes from the server's driver.
 IMAGES = [
+    (
+        "cuda",
+        "debian-12",
+        "Debian 12 (bookworm) · Python 3.11",
+        "Debian 12",
+        "server driver",
+        ["H200 SXM", "A100 SXM 80GB", "L40S", "H100 SXM"],
+    ),
+    (
+        "cuda",
+        "pytorch",
+        "PyTorch 2.13 · Python 3.11 · JupyterLab",
+        "Debian 12",
+        "server driver",
+        ["H200 SXM", "A100 SXM 80GB", "L40S", "H100 SXM"],
+    ),
     (
         "cuda",
         "ubuntu2204-cuda124",

@@ -118,6 +118,12 @@ def _node_shortfall(room: NodeRoom, shape: Shape) -> str | None:
     return None
 
 
+# Servers that build their own host images (the host agents') start only those, as they
+# report to the agents app, a floor above: a callable (pool ids, image code) -> the ids of the
+# nodes of those pools whose servers hold images of their own, but not this one.
+NODES_WITHOUT_IMAGE = ExtensionPoint("nodes that can't start an image")
+
+
 @dataclass(frozen=True)
 class PlacementPlan:
     """The scorer's ranking of the park's best nodes for one host (`shortlist`: the few of each
@@ -158,10 +164,12 @@ def plan_placement(
     region=None,
     preference: str = "balanced",
     excluding=(),
+    image_code: str | None = None,
 ) -> PlacementPlan:
     """Score one host of `flavor` (of `shape`, by default the flavor's) over the nodes of
-    `region` (or of every region the flavor is sold in), but those of `excluding` (ids), with
-    the tenant's `preference`; nothing is locked or written."""
+    `region` (or of every region the flavor is sold in), but those of `excluding` (ids) and
+    those that can't start image `image_code` (`NODES_WITHOUT_IMAGE`), with the tenant's
+    `preference`; nothing is locked or written."""
     shape = shape or shape_of(flavor)
     decision, views, request, record, weights, prices_in_force, complete = _decide_placement(
         park=park,
@@ -170,6 +178,7 @@ def plan_placement(
         region=region,
         preference=preference,
         excluding=excluding,
+        image_code=image_code,
     )
     by_id = {view.state.id: view for view in views}
     ranked = _ranked(decision)
@@ -217,6 +226,7 @@ def place(
             shape=shape,
             region=region,
             preference=preference,
+            image_code=instance.image.code,
         )
     record = [dict(entry) for entry in plan.record]  # marked below; the plan stays as it was
     considered = plan.weights["considered"]
@@ -261,6 +271,7 @@ def place(
             region=region or plan.region,
             preference=preference,
             excluding=passed_over,
+            image_code=instance.image.code,
         )
 
 
@@ -338,10 +349,13 @@ def _wanted(shape: Shape, resources: list[str]) -> str:
     return get_text_list(phrases, _("and"))
 
 
-def _decide_placement(*, park, flavor, shape: Shape, region, preference: str, excluding=()):
+def _decide_placement(
+    *, park, flavor, shape: Shape, region, preference: str, excluding=(), image_code=None
+):
     """The scorer's decision for one host of `flavor` on the park's shortlisted nodes (of
-    `region`, or of every region the flavor is sold in; not those of `excluding`), how it is
-    kept, and whether every node that fitted was scored."""
+    `region`, or of every region the flavor is sold in; not those of `excluding`, nor those
+    that can't start `image_code`), how it is kept, and whether every node that fitted was
+    scored."""
     pools = schedulable_park_pools(park, capability=Capability.HOSTS).filter(
         Exists(
             Node.objects.filter(pool=OuterRef("pk"), health=NodeHealth.HEALTHY, is_drained=False)
@@ -358,6 +372,8 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str, ex
     elif any(price is None for price in prices.values()):
         # Unpriced somewhere (the order's region is always priced): price says nothing here.
         prices = dict.fromkeys(prices)
+    if image_code is not None:
+        excluding = {*excluding, *_nodes_without_image(pools, image_code)}
     found = shortlist(pools=pools, shape=shape, excluding=excluding, now=timezone.now())
     views = adapter.node_views(found.nodes, prices=prices, rooms_of=found.rooms)
     model_slug = (
@@ -395,6 +411,13 @@ def _decide_placement(*, park, flavor, shape: Shape, region, preference: str, ex
         ),
     )
     return decision, views, request, record, weights, prices_in_force, found.complete
+
+
+def _nodes_without_image(pools, image_code: str) -> set[int]:
+    ids = set()
+    for provider in NODES_WITHOUT_IMAGE.providers():
+        ids |= provider([pool.pk for pool in pools], image_code)
+    return ids
 
 
 def _mark_rejected(record: list[dict], node_id: int, code: str) -> None:

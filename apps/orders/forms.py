@@ -4,7 +4,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import Flavor, Image, PriceKind, Region
-from apps.catalog.selectors import compatible_images, price_in_force
+from apps.catalog.selectors import compatible_images, offered_images, price_in_force
 from apps.core.money import format_money
 from apps.orchestration.models import TaskPreference
 from apps.orders.expiry import MAX_AFTER_HOURS, MIN_AFTER_HOURS
@@ -93,7 +93,12 @@ class InstanceOrderForm(forms.Form):
         chosen = flavor or self._bound_flavor(flavors) or flavors.first()
         if chosen is not None:
             self.fields["flavor"].initial = chosen.code
+            # Any compatible image is accepted here, so one no server holds is refused by the
+            # service with the reason; only those the flavor's pools hold are offered.
             self.fields["image"].queryset = compatible_images(chosen)
+            self.fields["image"].choices = [
+                (image.code, image.name) for image in offered_images(chosen)
+            ]
             self.fields["system_disk_gb"].initial = chosen.system_disk_gb
         self.fields["idempotency_key"].initial = uuid.uuid4().hex
 

@@ -18,7 +18,7 @@ from django.utils.translation import gettext as _
 from apps.billing import metering
 from apps.billing import services as billing
 from apps.catalog.models import Flavor, Image, PriceKind, Region
-from apps.catalog.selectors import region_prices_in_force
+from apps.catalog.selectors import held_image_codes, region_prices_in_force
 from apps.core.audit import audit_identity, record_event, recorded_together
 from apps.core.errors import DomainError, InvalidTransition
 from apps.core.transactions import (
@@ -311,7 +311,10 @@ def quote(
     region = request.region
     if region is None:
         plan = plan or plan_placement(
-            park=organization.park, flavor=request.flavor, preference=request.preference
+            park=organization.park,
+            flavor=request.flavor,
+            preference=request.preference,
+            image_code=request.image.code,
         )
         region = region_of(plan, request.flavor)
     if plan is not None and region.pk in plan.prices_in_force:
@@ -364,6 +367,8 @@ def validate_host_request(organization: Organization, request: HostRequest) -> N
             "stack": image.get_software_stack_display(),
             "model": flavor.family.accelerator_model,
         }
+    elif problem := _image_not_held(park, request):
+        errors["image"] = problem
     if request.region is not None and request.region.park_id != park.pk:
         errors["region"] = _("This region is not in your park.")
     group = request.security_group
@@ -396,6 +401,40 @@ def validate_host_request(organization: Organization, request: HostRequest) -> N
             errors[field] = exc.messages[0]
     if errors:
         raise ValidationError(errors)
+
+
+def _image_not_held(park, request: HostRequest) -> str | None:
+    """Why no host of this image can start on the pools selling the flavor (in the region
+    asked for): their servers hold images of their own, and none holds this one."""
+    region = request.region if request.region and request.region.park_id == park.pk else None
+    held = held_image_codes(
+        park=park,
+        accelerator_model_id=request.flavor.family.accelerator_model_id,
+        region=region,
+    )
+    if held is None or request.image.code in held:
+        return None
+    where = {"image": request.image.name, "model": request.flavor.family.accelerator_model}
+    if region is not None:
+        where["model"] = f"{where['model']} ({region.name})"
+    offered = Image.objects.filter(
+        park=park,
+        is_active=True,
+        code__in=held,
+        compatible_accelerators=request.flavor.family.accelerator_model_id,
+    ).order_by("name")
+    if not offered:
+        return (
+            _(
+                "No server for %(model)s has %(image)s, nor any other image, built yet; the park's "
+                "operators build images on their servers."
+            )
+            % where
+        )
+    return _("No server for %(model)s has %(image)s built; choose one they have: %(images)s.") % {
+        **where,
+        "images": ", ".join(image.name for image in offered),
+    }
 
 
 def needs_approval(organization: Organization, request: HostRequest, quoted: Quote) -> bool:
@@ -446,6 +485,7 @@ def submit_create(
         flavor=request.flavor,
         region=request.region,
         preference=request.preference,
+        image_code=request.image.code,
     )
     if not plan.nodes_considered:
         # No node runs hosts of this model here: say why, when it is the pools' drivers.

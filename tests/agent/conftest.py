@@ -91,6 +91,18 @@ def portal():
     thread.join()
 
 
+def fake_image(images, name, *, recipe=None, digest="sha256:" + "ab" * 32):
+    """An image folder as a build leaves it, without building one."""
+    from loam_agent.hosts.image import load_recipe
+
+    folder = images / name
+    (folder / "rootfs").mkdir(parents=True)
+    recipe = recipe or load_recipe(name).digest
+    (folder / "image.json").write_text(
+        f'{{"recipe": "{recipe}", "digest": "{digest}", "size_bytes": 1073741824}}'
+    )
+
+
 IMAGE_NAME = "debian-12"
 
 
@@ -103,11 +115,11 @@ def _containers_unavailable() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def host_images() -> Path:
-    """The folder with the built host image: built once per machine (about a minute or two) into
-    LOAM_AGENT_IMAGE_DIR, default /var/cache/loam-agent/images. Skips where real hosts can't run,
-    unless LOAM_REQUIRE_SERVICES=1, where that is a failure."""
+def _built_images(*names: str) -> Path:
+    """The folder of the host images, with `names` built in it: each once per machine and
+    recipe into LOAM_AGENT_IMAGE_DIR, default /var/cache/loam-agent/images (debian-12 about a
+    minute or two, pytorch a few). Skips where real hosts can't run, unless
+    LOAM_REQUIRE_SERVICES=1, where that is a failure."""
     from loam_agent.hosts.image import build_image
 
     required = os.environ.get("LOAM_REQUIRE_SERVICES") == "1"
@@ -118,8 +130,21 @@ def host_images() -> Path:
         pytest.skip(reason)
     images = Path(os.environ.get("LOAM_AGENT_IMAGE_DIR", "/var/cache/loam-agent/images"))
     mirror = os.environ.get("MIRROR", "http://deb.debian.org/debian")
-    build_image(images, IMAGE_NAME, mirror)
+    for name in names:
+        build_image(images, name, mirror)
     return images
+
+
+@pytest.fixture(scope="session")
+def host_images() -> Path:
+    """The folder of the host images, with the base image (debian-12) built."""
+    return _built_images(IMAGE_NAME)
+
+
+@pytest.fixture(scope="session")
+def pytorch_images(host_images) -> Path:
+    """The same folder, with the pytorch image built too (for the tests that use it)."""
+    return _built_images(IMAGE_NAME, "pytorch")
 
 
 @pytest.fixture(scope="session")

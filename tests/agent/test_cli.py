@@ -12,7 +12,7 @@ import pytest
 from loam_agent.client import ENROL_PATH, HEARTBEAT_PATH
 from loam_agent.credential import Credential, save_credential
 
-from tests.agent.conftest import run_agent
+from tests.agent.conftest import fake_image, run_agent
 
 
 @pytest.fixture
@@ -111,7 +111,9 @@ def test_run_sends_heartbeats_with_inventory_and_samples_until_sigterm(
     tmp_path, config, portal, fake_nvml_dir, agent_env
 ):
     save_credential(credential_path(tmp_path), Credential(portal.url, "srv-1", "s3cret"))
-    agent = start_run(config, agent_env(fake_nvml_dir, FAKE_NVML_GPUS="2", FAKE_NVML_UTIL="90,10"))
+    fake_image(tmp_path / "images", "pytorch")
+    env = agent_env(fake_nvml_dir, FAKE_NVML_GPUS="2", FAKE_NVML_UTIL="90,10")
+    agent = start_run(config, {**env, "LOAM_AGENT_IMAGE_DIR": str(tmp_path / "images")})
     try:
         wait_for(lambda: len(portal.requests(HEARTBEAT_PATH)) >= 2)
         agent.send_signal(signal.SIGTERM)
@@ -127,6 +129,8 @@ def test_run_sends_heartbeats_with_inventory_and_samples_until_sigterm(
     assert [sample["utilization_pct"] for sample in heartbeat.body["samples"]] == [90, 10]
     assert heartbeat.body["taken_at"].endswith("Z")
     assert heartbeat.body["agent_version"]
+    # The images built on the server, in every heartbeat.
+    assert heartbeat.body["images"] == [{"name": "pytorch", "digest": "sha256:" + "ab" * 32}]
 
 
 def test_run_stops_with_status_3_when_the_credential_is_revoked(

@@ -160,6 +160,64 @@ def test_heartbeat_with_a_bad_field_is_a_400_naming_it(client, enrolled, change,
     assert not CardSample.objects.exists()
 
 
+DIGEST = "sha256:" + "0f" * 32
+
+
+def test_heartbeat_images_are_kept_until_the_agent_sends_others(client, enrolled):
+    server, credential = enrolled
+    images = [{"name": "debian-12", "digest": DIGEST}, {"name": "pytorch", "digest": DIGEST}]
+
+    assert (
+        post(client, "heartbeat", heartbeat_body([card(0)], images=images), credential).status_code
+        == 204
+    )
+    server.refresh_from_db()
+    assert server.images == images
+    reported_at = server.images_reported_at
+    assert reported_at is not None and server.image_names == {"debian-12", "pytorch"}
+
+    # Left out (as public_address): unchanged.
+    assert post(client, "heartbeat", heartbeat_body([card(0)]), credential).status_code == 204
+    server.refresh_from_db()
+    assert (server.images, server.images_reported_at) == (images, reported_at)
+
+    # An empty list: none built any more.
+    assert (
+        post(client, "heartbeat", heartbeat_body([card(0)], images=[]), credential).status_code
+        == 204
+    )
+    server.refresh_from_db()
+    assert server.images == [] and server.image_names == set()
+
+
+def test_a_server_whose_agent_never_reported_images_holds_the_base_image(enrolled):
+    server, _credential = enrolled
+    assert server.images_reported_at is None
+    assert server.image_names == {"debian-12"}
+
+
+@pytest.mark.parametrize(
+    ("images", "field"),
+    [
+        ("pytorch", "images"),
+        ([{"name": "pytorch"}], "images.0.digest"),
+        ([{"name": "pytorch", "digest": "md5:abc"}], "images.0.digest"),
+        ([{"name": "Py Torch!", "digest": DIGEST}], "images.0.name"),
+        ([{"name": "pytorch", "digest": DIGEST}] * 2, "images.1.name"),
+        ([{"name": f"image-{n}", "digest": DIGEST} for n in range(101)], "images"),
+    ],
+)
+def test_heartbeat_with_bad_images_is_a_400_naming_the_field(client, enrolled, images, field):
+    server, credential = enrolled
+    body = heartbeat_body([card(0)], images=images)
+
+    problem = assert_problem(post(client, "heartbeat", body, credential), 400)
+
+    assert field in problem["errors"] and field in problem["detail"]
+    server.refresh_from_db()
+    assert server.images_reported_at is None
+
+
 def test_a_null_figure_is_accepted_and_kept_null(client, enrolled):
     _server, credential = enrolled
     cards = [card(0)]

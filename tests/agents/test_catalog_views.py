@@ -171,7 +171,10 @@ def test_an_image_the_park_lacks_is_created_for_the_cards(client, agent_world, s
     client.force_login(agent_world.operator)
     page = client.get(url(agent_world.park, small))
     (form,) = page.context["image_forms"].forms
-    assert (form.initial["code"], form.initial["name"]) == ("debian-12", "Debian 12 (bookworm)")
+    assert (form.initial["code"], form.initial["name"]) == (
+        "debian-12",
+        "Debian 12 (bookworm) · Python 3.11",
+    )
     assert 'id="default-image-note"' in page.content.decode()
     data = form_data(
         **{

@@ -2,7 +2,7 @@
 cards and the whole server that fit it with the server's reserve kept, in a family of its
 accelerator model, prices prefilled from the park's, and the images it holds."""
 
-import importlib.util
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -194,7 +194,7 @@ def test_without_reported_images_the_agents_default_image_is_proposed():
     facts = ServerFacts(cards=1, vcpu=8, ram_gb=64)
     (image,) = propose(facts, catalog()).images
     assert (image.code, image.status) == (DEFAULT_AGENT_IMAGE, NEW)
-    assert image.name == "Debian 12 (bookworm)"
+    assert image.name == "Debian 12 (bookworm) · Python 3.11"
     assert not propose(facts, catalog()).images_reported
 
 
@@ -220,13 +220,13 @@ def test_reported_images_are_proposed_as_they_are():
     assert proposal.images_reported
 
 
-def test_the_default_image_is_the_one_the_agent_builds():
-    """agent/ is a package of its own: its image module is read from the file."""
-    path = REPO / "agent" / "loam_agent" / "hosts" / "image.py"
-    spec = importlib.util.spec_from_file_location("agent_image", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert DEFAULT_AGENT_IMAGE in module.IMAGES
+def test_the_images_the_portal_names_are_the_agents_recipes():
+    """agent/ is a package of its own: its recipes are read from their files."""
+    recipes = REPO / "agent" / "loam_agent" / "hosts" / "recipes"
+    assert DEFAULT_AGENT_IMAGE in proposals.AGENT_IMAGES
+    for code, (name, _os) in proposals.AGENT_IMAGES.items():
+        recipe = tomllib.loads((recipes / f"{code}.toml").read_text())
+        assert recipe["description"] == name
 
 
 # --- read from an enrolled server ---------------------------------------------------------------

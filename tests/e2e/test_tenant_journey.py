@@ -84,7 +84,7 @@ def test_tenant_journey(page: Page, live_server, screenshot, settings):
     page.wait_for_url("**/catalog/flavors/a100.1x/")
     expect(page.locator("h1")).to_have_text("a100.1x")
     expect(page.locator("#family tbody tr")).to_have_count(4)
-    expect(page.locator("#images li")).to_have_count(1)
+    expect(page.locator("#images li")).to_have_count(3)  # Debian, PyTorch, Ubuntu · CUDA
     expect(page.locator("#images")).to_contain_text("CUDA 12.4")
     expect(page.locator("#prices")).to_contain_text("¥18.00")
     screenshot("flavor")
@@ -93,7 +93,7 @@ def test_tenant_journey(page: Page, live_server, screenshot, settings):
     page.locator('a[href="/instances/new/?flavor=a100.1x"]').click()
     page.wait_for_url("**/instances/new/?flavor=a100.1x")
     expect(page.locator("#id_flavor")).to_have_value("a100.1x")
-    expect(page.locator("#id_image option")).to_have_count(1)
+    expect(page.locator("#id_image option")).to_have_count(3)
     page.fill("#id_name", "journey-host")
     page.fill("#id_ssh_public_key", SSH_KEY)
     page.fill("#id_data_disk_gb", "100")

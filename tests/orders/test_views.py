@@ -248,9 +248,9 @@ def state_of(html: str) -> str:
 @pytest.mark.parametrize(
     ("flavor", "images"),
     [
-        ("h200.1x", [CUDA]),
-        ("a100.8x", [CUDA]),
-        ("l40s.2x", [CUDA]),
+        ("h200.1x", ["debian-12", "pytorch", CUDA]),
+        ("a100.8x", ["debian-12", "pytorch", CUDA]),
+        ("l40s.2x", ["debian-12", "pytorch", CUDA]),
         ("ascend910b.1x", [CANN]),
         ("k100ai.4x", [DTK]),
         ("mlu370x8.1x", [NEUWARE]),
@@ -712,7 +712,7 @@ def provisioning_instance(organization) -> Instance:
     return InstanceFactory(
         organization=organization,
         flavor=flavor,
-        image=flavor.family.accelerator_model.images.get(),
+        image=flavor.family.accelerator_model.images.get(code=CUDA),
         region=flavor.prices.get().region,
         state="provisioning",
     )

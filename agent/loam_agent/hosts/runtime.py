@@ -458,7 +458,7 @@ class HostRuntime:
             state["netns"],
             *binds,
             *REFRESH_LOADER_THEN,
-            "/usr/local/sbin/start-sshd",
+            "/usr/local/sbin/loam-init",
         ]
         # Enter the cgroups and the network namespace, then become nspawn: the whole host
         # inherits them. nspawn can't join the namespace itself from inside the host's user
