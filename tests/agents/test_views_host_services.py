@@ -16,6 +16,7 @@ from tests.orders.agent_hosts import agent_world as agent_world
 from tests.orders.agent_hosts import converging as converging
 from tests.orders.agent_hosts import fake_agent as fake_agent
 from tests.orders.agent_hosts import order_host as order_host
+from tests.orders.agent_hosts import pytorch_image as pytorch_image
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
 
@@ -23,10 +24,8 @@ AUTH = "/internal/host-service-auth/"
 
 
 @pytest.fixture
-def pytorch_host(agent_world, order_host):
+def pytorch_host(pytorch_image, order_host):
     """A running host of the `pytorch` image (JupyterLab and TensorBoard) on gpu-07."""
-    agent_world.image.code = "pytorch"
-    agent_world.image.save(update_fields=["code"])
     return order_host(name="nb")
 
 

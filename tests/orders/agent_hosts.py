@@ -1,9 +1,12 @@
 """Hosts of the orders tests on a real agent backend: gpu-07, an enrolled server with four cards
 reached on PUBLIC (ports 20000-20003), whose fake agent (tests/agents/conftest.py) converges
-whenever a host job looks again, and `order_host` to order one there and have it running."""
+whenever a host job looks again, and `order_host` to order one there and have it running
+(`pytorch_image` first: of the image with web services)."""
 
 import pytest
+from django.utils import timezone
 
+from apps.agents.models import AgentServer
 from apps.orders.models import Instance, InstanceState
 from apps.orders.services import HostRequest, submit_create
 from tests.agents.conftest import SSH_KEY
@@ -22,6 +25,18 @@ def agent(agent_world, fake_agent, converging):
         "gpu-07", cards=4, public_address=PUBLIC, public_ports=[20000, 20003]
     )
     return converging(fake_agent(credential, cards=4))
+
+
+@pytest.fixture
+def pytorch_image(agent_world, agent):
+    """The world's image is `pytorch` (JupyterLab and TensorBoard), which gpu-07 has built."""
+    agent_world.image.code = "pytorch"
+    agent_world.image.save(update_fields=["code"])
+    AgentServer.objects.update(
+        images=[{"name": "pytorch", "digest": "sha256:" + "0" * 64}],
+        images_reported_at=timezone.now(),
+    )
+    return agent_world.image
 
 
 @pytest.fixture

@@ -11,13 +11,12 @@ from tests.orders.agent_hosts import agent_world as agent_world
 from tests.orders.agent_hosts import converging as converging
 from tests.orders.agent_hosts import fake_agent as fake_agent
 from tests.orders.agent_hosts import order_host as order_host
+from tests.orders.agent_hosts import pytorch_image as pytorch_image
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
 
 
-def test_a_service_port_is_not_mapped_and_says_why(agent_world, order_host, owner):
-    agent_world.image.code = "pytorch"
-    agent_world.image.save(update_fields=["code"])
+def test_a_service_port_is_not_mapped_and_says_why(pytorch_image, order_host, owner):
     instance = order_host(name="nb")
 
     with pytest.raises(ValidationError) as refused:
