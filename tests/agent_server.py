@@ -18,6 +18,11 @@ FAKE_NVML = Path(__file__).resolve().parent / "agent" / "fake_nvml" / "fake_nvml
 AGENT_SOURCE = Path(__file__).resolve().parents[1] / "agent"
 FAKE_NVIDIA_SMI = FAKE_NVML.with_name("fake_nvidia_smi.c")
 IMAGE = "debian-12"
+# As the recipes describe them (agent/loam_agent/hosts/recipes/).
+IMAGE_NAMES = {
+    "debian-12": "Debian 12 (bookworm) · Python 3.11",
+    "pytorch": "PyTorch 2.13 · Python 3.11 · JupyterLab",
+}
 IMAGE_DIR = os.environ.get("LOAM_AGENT_IMAGE_DIR", "/var/cache/loam-agent/images")
 
 
@@ -74,7 +79,7 @@ def build_agent_park(*, quota: int, image: str = IMAGE) -> AgentPark:
     flavor = FlavorFactory(
         family__park=park, family__accelerator_model=model, accelerator_count=1, vcpu=1, ram_gb=1
     )
-    image = ImageFactory(park=park, code=image, os="Debian 12")
+    image = ImageFactory(park=park, code=image, name=IMAGE_NAMES.get(image, image), os="Debian 12")
     image.compatible_accelerators.add(model)
     PriceFactory(flavor=flavor, region=region, amount_minor=1000)
     larger = FlavorFactory(family=flavor.family, accelerator_count=2, vcpu=2, ram_gb=2)
