@@ -488,6 +488,11 @@ LOAM_TASK_PENDING_REPORT_S = env.int("LOAM_TASK_PENDING_REPORT_S", default=600)
 # --- Product rules ----------------------------------------------------------------------------
 # Where links in emails point (no request to read the host from in a worker).
 LOAM_BASE_URL = env.str("LOAM_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")
+# Where hosts' web services (JupyterLab, TensorBoard) are opened: an origin of their own (another
+# port of the portal's name, or a sibling name with SESSION_COOKIE_DOMAIN covering both), so that
+# what a host serves never runs on the portal's origin (deploy/nginx/loam.conf's second server).
+# Empty: the portal's own origin, for development only.
+LOAM_SERVICES_URL = env.str("LOAM_SERVICES_URL", default="").rstrip("/")
 # Billing: VAT on compute services, and when a wallet counts as running low (hours of spend).
 LOAM_INVOICE_TAX_RATE = env.str("LOAM_INVOICE_TAX_RATE", default="0.06")
 LOAM_LOW_BALANCE_HOURS = env.int("LOAM_LOW_BALANCE_HOURS", default=24)

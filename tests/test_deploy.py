@@ -129,11 +129,13 @@ def test_nginx_passes_a_canonical_host_not_the_clients_port():
     """The client's Host header, port and all, never reaches Django: each new port would be a
     new value (issue 31: login rate-limit keys), so nginx names its own port instead."""
     nginx = (DEPLOY / "nginx" / "loam.conf").read_text()
-    headers = dict(re.findall(r"^\s*proxy_set_header (Host|X-Forwarded-Host) (\S+);", nginx, re.M))
-    assert headers == {
-        "Host": "$host${LOAM_HTTPS_PORT_SUFFIX}",
-        "X-Forwarded-Host": "$host${LOAM_HTTPS_PORT_SUFFIX}",
+    sent = re.findall(r"^\s*proxy_set_header (Host|X-Forwarded-Host) (\S+);", nginx, re.M)
+    # The portal's origin, and the hosts' web services' own (its second server).
+    assert {value for _header, value in sent} == {
+        "$host${LOAM_HTTPS_PORT_SUFFIX}",
+        "$host${LOAM_SERVICES_PORT_SUFFIX}",
     }
+    assert {header for header, _value in sent} == {"Host", "X-Forwarded-Host"}
     assert "$http_host" not in nginx
 
 

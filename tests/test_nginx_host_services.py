@@ -1,10 +1,12 @@
 """A host's JupyterLab and TensorBoard through the production nginx: deploy/nginx/loam.conf
 rendered as deploy/stack/start.sh renders it, a real nginx over HTTPS in front of the portal
 (Django's live server) and, for the host's service, a small HTTP and WebSocket server that
-records what reaches it. Signed out is sent to sign in, another organization gets the site's
-404, the owner's requests reach the service with the host's secret and without the portal's
-cookies, a WebSocket (a kernel's) passes, and a service that isn't listening yet is the
-portal's page that tries again."""
+records what reaches it. The services have an origin of their own (nginx's second server): the
+portal's origin serves none, and a form posted from the services' origin is refused by the
+portal. Signed out is sent to the portal's sign-in, another organization gets the site's 404,
+the owner's requests reach the service with the host's secret and without the portal's cookies,
+a WebSocket (a kernel's) passes, and a service that isn't listening yet is the portal's page
+that tries again."""
 
 import base64
 import hashlib
@@ -17,6 +19,7 @@ import ssl
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from http.client import HTTPSConnection
 from pathlib import Path
 
@@ -110,10 +113,18 @@ def service():
     server.server_close()
 
 
+@dataclass(frozen=True)
+class Ports:
+    portal: int  # the portal's HTTPS origin
+    services: int  # the hosts' web services' origin (LOAM_SERVICES_URL)
+
+
 @pytest.fixture
-def nginx(live_server, tmp_path):
-    """nginx with the production site in front of the live server: its HTTPS base URL."""
-    https_port, http_port = free_port(), free_port()
+def nginx(live_server, tmp_path, settings):
+    """nginx with the production site in front of the live server: its two HTTPS ports."""
+    https_port, http_port, services_port = free_port(), free_port(), free_port()
+    settings.LOAM_BASE_URL = f"https://127.0.0.1:{https_port}"
+    settings.LOAM_SERVICES_URL = f"https://127.0.0.1:{services_port}"
     subprocess.run(
         [
             "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
@@ -134,6 +145,9 @@ def nginx(live_server, tmp_path):
         "LOAM_UPSTREAM": live_server.url.removeprefix("http://"),
         # The web terminal's Daphne: not asked here.
         "LOAM_ASGI_UPSTREAM": "unix:/nonexistent/asgi.sock",
+        "LOAM_SERVICES_LISTEN": f"127.0.0.1:{services_port}",
+        "LOAM_SERVICES_SERVER_NAME": "127.0.0.1 localhost",
+        "LOAM_SERVICES_PORT_SUFFIX": f":{services_port}",
     }
     template = TEMPLATE.read_text()
     assert set(re.findall(r"\$\{(LOAM_\w+)\}", template)) == set(values)
@@ -170,15 +184,16 @@ http {{
     assert checked.returncode == 0, checked.stderr
     process = subprocess.Popen([*args, "-g", "daemon off;"], stderr=subprocess.PIPE)
     deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", https_port), timeout=1).close()
-            break
-        except OSError:
-            assert process.poll() is None, process.stderr.read()
-            assert time.monotonic() < deadline, "nginx did not listen"
-            time.sleep(0.05)
-    yield https_port
+    for port in (https_port, services_port):
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None, process.stderr.read()
+                assert time.monotonic() < deadline, "nginx did not listen"
+                time.sleep(0.05)
+    yield Ports(portal=https_port, services=services_port)
     process.terminate()
     process.wait(timeout=10)
 
@@ -190,13 +205,13 @@ def tls() -> ssl.SSLContext:
     return context
 
 
-def get(port: int, path: str, user=None, headers=None):
+def get(port: int, path: str, user=None, headers=None, *, method="GET", body=None):
     """(status, headers, body) of a GET through nginx, signed in as `user` if given."""
     connection = HTTPSConnection("127.0.0.1", port, context=tls(), timeout=10)
     sent = dict(headers or {})
     if user is not None:
-        sent["Cookie"] = session_cookie(user)
-    connection.request("GET", path, headers=sent)
+        sent["Cookie"] = "; ".join(filter(None, [session_cookie(user), sent.get("Cookie")]))
+    connection.request(method, path, body=body, headers=sent)
     response = connection.getresponse()
     body = response.read()
     connection.close()
@@ -248,18 +263,18 @@ def world(service):
 def test_signed_out_is_sent_to_sign_in_and_back(nginx, world, service):
     pk = world["instance"].pk
 
-    status, response, _body = get(nginx, f"/instances/{pk}/jupyter/lab?a=1&b=2")
+    status, response, _body = get(nginx.services, f"/instances/{pk}/jupyter/lab?a=1&b=2")
 
     assert status == 302
-    assert response.headers["Location"].endswith(
-        f"/accounts/login/?next=/instances/{pk}/jupyter/lab%3Fa%3D1%26b%3D2"
+    assert response.headers["Location"] == (
+        f"https://127.0.0.1:{nginx.portal}/accounts/login/?next=/instances/{pk}/"
     )
     assert service.seen == []
 
 
 def test_another_organization_gets_the_site_s_404(nginx, world, service):
     status, _response, body = get(
-        nginx,
+        nginx.services,
         f"/instances/{world['instance'].pk}/jupyter/",
         user=world["stranger"],
         headers={"Accept-Language": "en"},
@@ -276,27 +291,29 @@ def test_the_owner_reaches_the_service_with_the_host_s_secret_and_no_portal_cook
 ):
     path = f"/instances/{world['instance'].pk}/jupyter/api/contents?type=directory"
 
-    status, response, body = get(nginx, path, user=world["owner"])
+    status, response, body = get(nginx.services, path, user=world["owner"])
 
     assert status == 200, body
     (seen,) = service.seen
     assert seen["path"] == path
     assert seen["headers"]["authorization"] == f"token {TOKEN}"
     assert "cookie" not in seen["headers"]  # the portal's session stays with the portal
-    assert seen["headers"]["host"] == f"127.0.0.1:{nginx}"  # what the browser's Origin names
+    # What the browser's Origin names.
+    assert seen["headers"]["host"] == f"127.0.0.1:{nginx.services}"
     assert response.headers.get("Set-Cookie") is None  # nor does the host set the portal's
 
 
 def test_a_websocket_passes_both_ways(nginx, world, service):
-    raw = socket.create_connection(("127.0.0.1", nginx), timeout=10)
+    raw = socket.create_connection(("127.0.0.1", nginx.services), timeout=10)
     stream = tls().wrap_socket(raw, server_hostname="127.0.0.1")
     path = f"/instances/{world['instance'].pk}/jupyter/api/kernels/k1/channels"
     stream.sendall(
         (
-            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{nginx}\r\nUpgrade: websocket\r\n"
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{nginx.services}\r\nUpgrade: websocket\r\n"
             "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-            f"Origin: https://127.0.0.1:{nginx}\r\nCookie: {session_cookie(world['owner'])}\r\n\r\n"
+            f"Origin: https://127.0.0.1:{nginx.services}\r\n"
+            f"Cookie: {session_cookie(world['owner'])}\r\n\r\n"
         ).encode()
     )
     head = b""
@@ -320,7 +337,7 @@ def test_a_service_not_answering_yet_is_the_portal_s_page_that_retries(nginx, wo
     AgentHostPort.objects.filter(purpose=PortPurpose.SERVICE).update(server_port=port)
 
     status, response, body = get(
-        nginx,
+        nginx.services,
         f"/instances/{world['instance'].pk}/jupyter/lab",
         user=world["owner"],
         headers={"Accept-Language": "en"},
@@ -332,11 +349,49 @@ def test_a_service_not_answering_yet_is_the_portal_s_page_that_retries(nginx, wo
 
 
 def test_the_check_itself_is_no_page(nginx, world):
-    status, _response, _body = get(
-        nginx,
-        "/internal/host-service-auth/",
+    for port in (nginx.portal, nginx.services):
+        status, _response, _body = get(
+            port,
+            "/internal/host-service-auth/",
+            user=world["owner"],
+            headers={"X-Original-URI": f"/instances/{world['instance'].pk}/jupyter/"},
+        )
+
+        assert status == 404
+
+
+def test_the_portal_s_origin_serves_no_host_s_page(nginx, world, service):
+    status, _response, body = get(
+        nginx.portal,
+        f"/instances/{world['instance'].pk}/jupyter/lab",
         user=world["owner"],
-        headers={"X-Original-URI": f"/instances/{world['instance'].pk}/jupyter/"},
+        headers={"Accept-Language": "en"},
     )
 
-    assert status == 404
+    assert status == 404 and b"Page not found" in body
+    assert service.seen == []
+
+
+def test_a_form_posted_from_the_services_origin_is_refused_by_the_portal(nginx, world):
+    """What a script a host serves could try with a member's cookies: the portal's forms take
+    posts from its own origin only (CSRF's Origin check), even with the right token."""
+    token = "t" * 32
+
+    def post_from(origin_port: int) -> int:
+        status, _response, _body = get(
+            nginx.portal,
+            "/i18n/setlang/",
+            user=world["owner"],
+            method="POST",
+            body=f"language=en&csrfmiddlewaretoken={token}",
+            headers={
+                "Cookie": f"{settings.CSRF_COOKIE_NAME}={token}",
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Origin": f"https://127.0.0.1:{origin_port}",
+                "Referer": f"https://127.0.0.1:{origin_port}/",
+            },
+        )
+        return status
+
+    assert post_from(nginx.services) == 403
+    assert post_from(nginx.portal) == 302  # the same post from the portal's own pages

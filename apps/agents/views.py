@@ -238,16 +238,19 @@ def host_service_auth(request):
     (X-Loam-Upstream, address:port) and the secret to present there (X-Loam-Service-Token)
     when the signed-in user is a member of the host's organization whose role may start and
     stop hosts, and the host runs with that service; 401 when nobody is signed in, with the
-    sign-in page to send them to and back (X-Loam-Sign-In); 403 otherwise, which nginx answers
-    with the site's 404, as for any page of another organization (auth_request passes on 401
-    and 403 only)."""
+    portal's sign-in page to send them to, then back to the host's page (X-Loam-Sign-In); 403
+    otherwise, which nginx answers with the site's 404, as for any page of another
+    organization (auth_request passes on 401 and 403 only)."""
     uri = request.headers.get("X-Original-URI", "")
-    if not request.user.is_authenticated:
-        sign_in = redirect_to_login(uri if SERVICE_PATH.match(uri) else "/")
-        response = HttpResponse(status=401)
-        response["X-Loam-Sign-In"] = sign_in["Location"]
-        return response
     match = SERVICE_PATH.match(uri)
+    if not request.user.is_authenticated:
+        # The portal's sign-in, back to the host's page there (the services' origin is not the
+        # portal's: a way back to it would be an open redirect's exception).
+        back = reverse("orders:instance_detail", args=[match[1]]) if match else "/"
+        login = settings.LOAM_BASE_URL + reverse("account_login")
+        response = HttpResponse(status=401)
+        response["X-Loam-Sign-In"] = redirect_to_login(back, login_url=login)["Location"]
+        return response
     instance = None
     if match:
         instance = (

@@ -1,5 +1,7 @@
 """How a host reaches its backend: its pool's driver and the spec that driver is given."""
 
+from django.conf import settings
+
 from apps.orchestration.backends.base import (
     HostDriver,
     HostNetwork,
@@ -38,8 +40,14 @@ def host_network(instance: Instance) -> HostNetwork:
 
 
 def service_base_url(instance_id: int, name: str) -> str:
-    """Where the portal serves a host's web service (nginx, deploy/nginx/loam.conf)."""
+    """The path a host's web service is served under (nginx, deploy/nginx/loam.conf), on the
+    services' origin (`service_url`)."""
     return f"/instances/{instance_id}/{name}/"
+
+
+def service_url(instance_id: int, name: str) -> str:
+    """Where a member opens a host's web service: its path on LOAM_SERVICES_URL."""
+    return settings.LOAM_SERVICES_URL + service_base_url(instance_id, name)
 
 
 def host_services(instance: Instance) -> tuple[HostService, ...]:

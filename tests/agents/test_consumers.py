@@ -110,6 +110,22 @@ def test_another_sites_page_cannot_open_it(organization, member):
     assert async_to_sync(attempt)() is False
 
 
+def test_a_page_a_host_serves_on_the_services_origin_cannot_open_it(organization, member, settings):
+    """That origin shares the portal's host name (another port) and cookies, so the host-name
+    check alone would let a host's script open a terminal as the member viewing it."""
+    settings.LOAM_SERVICES_URL = "http://localhost:8444"
+    refused = communicator(member, agent_host(organization), origin="http://localhost:8444")
+    allowed = communicator(member, agent_host(organization), origin=ORIGIN)
+
+    async def attempt(socket):
+        connected, _ = await socket.connect()
+        await socket.disconnect()
+        return connected
+
+    assert async_to_sync(attempt)(refused) is False
+    assert async_to_sync(attempt)(allowed) is True
+
+
 def test_a_host_whose_sshd_does_not_trust_the_ca_is_unreachable(
     organization, member, sshd_allowed, tmp_path
 ):

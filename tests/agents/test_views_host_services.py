@@ -79,12 +79,14 @@ def test_only_roles_that_operate_hosts_open_them(pytorch_host, request, role, st
         assert "X-Loam-Service-Token" not in response and "X-Loam-Upstream" not in response
 
 
-def test_signed_out_is_a_401_naming_the_sign_in_page_and_the_way_back(pytorch_host):
+def test_signed_out_is_a_401_naming_the_sign_in_page_and_the_way_back(pytorch_host, settings):
+    settings.LOAM_BASE_URL = "https://portal.example"
     response = ask(None, f"/instances/{pytorch_host.pk}/jupyter/lab?a=1&b=2")
 
     assert response.status_code == 401
+    # The portal's sign-in, then the host's page there: never back to the services' origin.
     assert response["X-Loam-Sign-In"] == (
-        f"/accounts/login/?next=/instances/{pytorch_host.pk}/jupyter/lab%3Fa%3D1%26b%3D2"
+        f"https://portal.example/accounts/login/?next=/instances/{pytorch_host.pk}/"
     )
     assert "X-Loam-Upstream" not in response
 
@@ -151,10 +153,13 @@ def buttons(user, instance) -> dict[str, str]:
     )
 
 
-def test_the_page_opens_jupyterlab_and_tensorboard_in_a_new_tab(pytorch_host, owner):
+def test_the_page_opens_jupyterlab_and_tensorboard_in_a_new_tab_on_their_origin(
+    pytorch_host, owner, settings
+):
+    settings.LOAM_SERVICES_URL = "https://portal.example:8444"
     assert buttons(owner, pytorch_host) == {
-        "jupyter": f"/instances/{pytorch_host.pk}/jupyter/",
-        "tensorboard": f"/instances/{pytorch_host.pk}/tensorboard/",
+        "jupyter": f"https://portal.example:8444/instances/{pytorch_host.pk}/jupyter/",
+        "tensorboard": f"https://portal.example:8444/instances/{pytorch_host.pk}/tensorboard/",
     }
 
 

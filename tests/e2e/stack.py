@@ -25,6 +25,7 @@ class Stack:
     url: str  # https://127.0.0.1:8443
     root: Path  # its run dir (LOAM_STACK_ROOT): etc/loam.env is its processes' environment
     http_url: str  # http://127.0.0.1:8480, redirecting
+    services_url: str  # https://127.0.0.1:8444: hosts' JupyterLab and TensorBoard
     tls: ssl.SSLContext  # trusts the stack's self-signed certificate, and only it
     ca_file: str  # that certificate
     metering_interval_s: int
@@ -68,6 +69,7 @@ def find_stack() -> Stack:
         url=settings["LOAM_STACK_URL"],
         root=ENV_FILE.parent,
         http_url=settings["LOAM_STACK_HTTP_URL"],
+        services_url=settings.get("LOAM_STACK_SERVICES_URL", ""),
         tls=tls,
         ca_file=settings["LOAM_STACK_CA_FILE"],
         metering_interval_s=int(settings.get("LOAM_STACK_METERING_INTERVAL_S") or 60),

@@ -49,7 +49,7 @@ def test_a_tenant_works_in_the_browser_terminal_and_jupyterlab(
     try:
         instance_url = order_host(page, stack, world)
         terminal_journey(page, instance_url, screenshot, tmp_path / "server")
-        jupyter_journey(page, instance_url, screenshot)
+        jupyter_journey(page, stack, instance_url, screenshot)
         others_get_404(stack, world, instance_url)
         release(page, instance_url)
     finally:
@@ -110,13 +110,18 @@ def terminal_journey(page: Page, instance_url: str, screenshot, server: Path) ->
     shell.close()
 
 
-def jupyter_journey(page: Page, instance_url: str, screenshot) -> None:
+def jupyter_journey(page: Page, stack, instance_url: str, screenshot) -> None:
     page.goto(instance_url)
     clicked = time.monotonic()
     with page.context.expect_page() as opened:
         page.locator("#open-jupyter").click()
     lab = opened.value
     lab.set_default_timeout(TIMEOUT_MS)
+    # On the services' own origin, whose scripts (the host's) can't read the portal as the
+    # member: a request there with the member's cookies is another origin's, refused.
+    assert lab.url.startswith(f"{stack.services_url}/instances/"), lab.url
+    read = "url => fetch(url, {credentials: 'include'}).then(r => r.status, () => 'refused')"
+    assert lab.evaluate(read, f"{stack.url}/api/v1/instances/") == "refused"
     lab.locator(".jp-LauncherCard[data-category='Notebook']").first.click()
     # Usable: the notebook's kernel (its WebSocket through nginx) says it is idle.
     expect(lab.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
@@ -132,14 +137,17 @@ def jupyter_journey(page: Page, instance_url: str, screenshot) -> None:
 
 
 def others_get_404(stack, world: dict, instance_url: str) -> None:
+    instance_path = instance_url.removeprefix(stack.url)
+    jupyter = f"{stack.services_url}{instance_path}jupyter/lab"
     with stack.client() as client:
         assert sign_in(client, world["outsider"], world["password"]).status_code == 200
-        for path in ("terminal/", "jupyter/lab"):
-            answer = client.get(f"{instance_url}{path}")
-            assert answer.status_code == 404, (path, answer.status_code)
+        for url in (f"{instance_url}terminal/", jupyter):
+            answer = client.get(url)
+            assert answer.status_code == 404, (url, answer.status_code)
     with httpx.Client(verify=stack.tls, timeout=15) as anonymous:
-        answer = anonymous.get(f"{instance_url}jupyter/lab")
-        assert answer.status_code in (302, 401, 404)
+        answer = anonymous.get(jupyter)
+        assert answer.status_code == 302
+        assert answer.headers["Location"] == f"{stack.url}/accounts/login/?next={instance_path}"
 
 
 def release(page: Page, instance_url: str) -> None:

@@ -5,7 +5,7 @@ from django import template
 
 from apps.agents.selectors import agent_server_of, host_service_names
 from apps.agents.terminal import has_terminal
-from apps.orders.hosts import service_base_url
+from apps.orders.hosts import service_url
 from apps.orders.models import InstanceState
 
 register = template.Library()
@@ -32,7 +32,7 @@ def host_service_links(instance, may_operate: bool):
             {
                 "name": service.name,
                 "label": service.label,
-                "url": service_base_url(instance.pk, service.name),
+                "url": service_url(instance.pk, service.name),
             }
             for service in instance.image.services
             if service.name in given
