@@ -176,7 +176,11 @@ def enrol_command(args: argparse.Namespace, config: AgentConfig) -> int:
         logger.warning("%s; enrolling without a public address", error)
         network = None
     server = {**server_facts(), **_reachable_at(config, network)}
-    facts = {"server": server, **_inventory_only(reading.to_json())}
+    facts = {
+        "server": server,
+        **_inventory_only(reading.to_json()),
+        "images": reported_images(_images(config)),
+    }
     with PortalClient(portal_url, ca_bundle=config.ca_bundle) as client:
         credential = client.enrol(join_token=args.token, facts=facts)
     save_credential(config.credential_path, credential)

@@ -95,6 +95,7 @@ class EnrolView(AgentView):
             server=dict(data["server"]),
             readers=[dict(reader) for reader in data["readers"]],
             cards=[dict(card) for card in data["cards"]],
+            images=[dict(image) for image in data["images"]] if "images" in data else None,
             ip_address=client_ip(request),
         )
         return Response(

@@ -117,20 +117,6 @@ def _unique_uuids(cards: list[dict]) -> None:
         seen.add(card["uuid"])
 
 
-class InventorySerializer(serializers.Serializer):
-    readers = serializers.ListField(child=ReaderSerializer(), max_length=MAX_READERS)
-    cards = serializers.ListField(child=CardSerializer(), max_length=MAX_CARDS)
-
-    def validate(self, attrs):
-        _unique_uuids(attrs["cards"])
-        return attrs
-
-
-class EnrolSerializer(InventorySerializer):
-    join_token = serializers.CharField(max_length=200)
-    server = ServerSerializer()
-
-
 class ImageSerializer(serializers.Serializer):
     """A host image built on the server: its recipe's name (the catalog image's code) and the
     digest of what is in it."""
@@ -142,13 +128,11 @@ class ImageSerializer(serializers.Serializer):
     )
 
 
-class HeartbeatSerializer(InventorySerializer):
-    agent_version = serializers.CharField(max_length=40, allow_blank=True)
-    taken_at = serializers.DateTimeField()
-    samples = serializers.ListField(child=SampleSerializer(), max_length=MAX_CARDS)
-    public_address = _public_address()
-    public_ports = _public_ports()
-    # Left out (an older agent), what the portal knows stays as it is.
+class InventorySerializer(serializers.Serializer):
+    readers = serializers.ListField(child=ReaderSerializer(), max_length=MAX_READERS)
+    cards = serializers.ListField(child=CardSerializer(), max_length=MAX_CARDS)
+    # The host images built there, from enrolment on (a server is never offered for sale with
+    # its cards but not its images). Left out (an older agent): what the portal knows stays.
     images = serializers.ListField(child=ImageSerializer(), max_length=MAX_IMAGES, required=False)
 
     def validate_images(self, images):
@@ -159,6 +143,23 @@ class HeartbeatSerializer(InventorySerializer):
                     {position: {"name": [_("%(name)s is listed twice.") % {"name": name}]}}
                 )
         return images
+
+    def validate(self, attrs):
+        _unique_uuids(attrs["cards"])
+        return attrs
+
+
+class EnrolSerializer(InventorySerializer):
+    join_token = serializers.CharField(max_length=200)
+    server = ServerSerializer()
+
+
+class HeartbeatSerializer(InventorySerializer):
+    agent_version = serializers.CharField(max_length=40, allow_blank=True)
+    taken_at = serializers.DateTimeField()
+    samples = serializers.ListField(child=SampleSerializer(), max_length=MAX_CARDS)
+    public_address = _public_address()
+    public_ports = _public_ports()
 
     def validate(self, attrs):
         attrs = super().validate(attrs)

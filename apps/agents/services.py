@@ -215,7 +215,13 @@ def _refused_token() -> AgentRefused:
 
 @transaction.atomic(durable=True)
 def enrol_server(
-    *, token: str, server: dict, readers: list[dict], cards: list[dict], ip_address=None
+    *,
+    token: str,
+    server: dict,
+    readers: list[dict],
+    cards: list[dict],
+    images: list[dict] | None = None,
+    ip_address=None,
 ) -> tuple[AgentServer, str]:
     """Trade a join token for a server's credential: the server becomes a node of the token's
     pool, named by its hostname (with "-2", "-3", … where the backend has that name), and its
@@ -258,6 +264,7 @@ def enrol_server(
         agent_version=server.get("agent_version") or "",
         readers=readers,
         last_heartbeat_at=now,
+        **({"images": images, "images_reported_at": now} if images is not None else {}),
         **_public_network(server),
     )
     _sync_cards(agent, cards, {}, now)

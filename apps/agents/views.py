@@ -273,13 +273,16 @@ def host_service_auth(request):
 def host_service_starting(request):
     """What nginx shows instead of its bare 502 when a host's web service doesn't answer (it
     starts with the host, in a few seconds): the site's page, trying again by itself. It names
-    the service of the path nginx was asked for (X-Original-URI) and tells nothing else."""
+    the service of the path nginx was asked for (X-Original-URI) and tells nothing else; asked
+    about no service's path, it is no page."""
     match = SERVICE_PATH.match(request.headers.get("X-Original-URI", ""))
+    if match is None:
+        raise Http404  # not nginx asking about a host's service: nothing is starting
     labels = {s.name: s.label for services in IMAGE_SERVICES.values() for s in services}
     response = render(
         request,
         "agents/host_service_starting.html",
-        {"label": labels.get(match[2]) if match else None, "retry_s": SERVICE_RETRY_S},
+        {"label": labels.get(match[2]), "retry_s": SERVICE_RETRY_S},
         status=503,
     )
     response["Refresh"] = response["Retry-After"] = str(SERVICE_RETRY_S)

@@ -47,11 +47,25 @@ def test_enrol(client, agent_world):
     server = AgentServer.objects.get(public_id=body["server_id"])
     assert server.credential_hash == services.secret_hash(body["credential"])
     assert server.node.pool == agent_world.pool and server.cards.count() == 2
+    assert server.images_reported_at is None  # an older agent's enrolment: none said
+
+
+def test_enrol_says_which_images_the_server_holds(client, agent_world):
+    """With its cards: a catalog proposed right after enrolment already knows its images."""
+    JoinTokenFactory(pool=agent_world.pool, secret="loamjt_good")
+    images = [{"name": "pytorch", "digest": "sha256:" + "a" * 64}]
+
+    response = post(client, "enrol", {**enrol_body("loamjt_good", cards=1), "images": images})
+
+    assert response.status_code == 201, response.content
+    server = AgentServer.objects.get(public_id=response.json()["server_id"])
+    assert server.images == images and server.image_names == {"pytorch"}
 
 
 @pytest.mark.parametrize(
     ("change", "field"),
     [
+        (lambda b: b.update(images=[{"name": "pytorch", "digest": "md5:0"}]), "images.0.digest"),
         (lambda b: b["server"].pop("hostname"), "server.hostname"),
         (lambda b: b["server"].update(hostname="bad host!"), "server.hostname"),
         (lambda b: b["server"].update(cpu_count="many"), "server.cpu_count"),

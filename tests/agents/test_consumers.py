@@ -5,10 +5,12 @@ that trusts the portal's CA, resized, audited from open to close."""
 import asyncio
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
+from django.db import connections
 from django.test import Client
 
 from apps.agents import host_ca, terminal
@@ -18,6 +20,25 @@ from tests.factories import InstanceFactory, PoolFactory
 from tests.throwaway_sshd import require_sshd, throwaway_sshd
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_sync(coroutine_function):
+    """`async_to_sync`, called from a thread of its own: a session that ran browser tests first
+    keeps Playwright's event loop running in the main thread, where async_to_sync refuses."""
+
+    def in_own_thread(*args):
+        def call():
+            try:
+                return async_to_sync(coroutine_function)(*args)
+            finally:
+                connections.close_all()  # this thread's, before it goes
+
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(call).result()
+
+    return in_own_thread
+
+
 ORIGIN = "http://localhost"
 OUTPUT_TIMEOUT_S = 10
 
@@ -85,7 +106,7 @@ async def read_until(socket, pattern: str) -> str:
 def test_who_is_refused_and_why(request, organization, who, state, code):
     user = None if who == "anonymous" else request.getfixturevalue(who)
     instance = agent_host(organization, state=state)
-    assert async_to_sync(close_code)(communicator(user, instance)) == code
+    assert run_sync(close_code)(communicator(user, instance)) == code
     assert not AuditEvent.objects.filter(action=terminal.OPENED).exists()
 
 
@@ -97,7 +118,7 @@ def test_a_host_not_on_an_agent_server_has_no_terminal(organization, member):
         pool=PoolFactory(backend__park=organization.park),
         access={"address": "127.0.0.1", "ssh_port": 22},
     )
-    assert async_to_sync(close_code)(communicator(member, instance)) == terminal.NOT_RUNNING
+    assert run_sync(close_code)(communicator(member, instance)) == terminal.NOT_RUNNING
 
 
 def test_another_sites_page_cannot_open_it(organization, member):
@@ -107,7 +128,7 @@ def test_another_sites_page_cannot_open_it(organization, member):
         connected, _ = await socket.connect()
         return connected
 
-    assert async_to_sync(attempt)() is False
+    assert run_sync(attempt)() is False
 
 
 def test_a_page_a_host_serves_on_the_services_origin_cannot_open_it(organization, member, settings):
@@ -122,8 +143,8 @@ def test_a_page_a_host_serves_on_the_services_origin_cannot_open_it(organization
         await socket.disconnect()
         return connected
 
-    assert async_to_sync(attempt)(refused) is False
-    assert async_to_sync(attempt)(allowed) is True
+    assert run_sync(attempt)(refused) is False
+    assert run_sync(attempt)(allowed) is True
 
 
 def test_a_host_whose_sshd_does_not_trust_the_ca_is_unreachable(
@@ -132,7 +153,7 @@ def test_a_host_whose_sshd_does_not_trust_the_ca_is_unreachable(
     stranger = host_ca.asyncssh.generate_private_key("ssh-ed25519").export_public_key()
     with throwaway_sshd(tmp_path / "sshd", trusted_ca_keys=[stranger.decode().strip()]) as port:
         instance = agent_host(organization, port=port)
-        assert async_to_sync(close_code)(communicator(member, instance)) == terminal.UNREACHABLE
+        assert run_sync(close_code)(communicator(member, instance)) == terminal.UNREACHABLE
     assert not AuditEvent.objects.filter(action=terminal.OPENED).exists()
 
 
@@ -160,7 +181,7 @@ def test_a_member_gets_a_root_shell_resized_and_audited(
             await socket.wait()
             return message["code"], seen
 
-        code, seen = async_to_sync(session)()
+        code, seen = run_sync(session)()
     assert code == terminal.SHELL_ENDED
     opened = AuditEvent.objects.get(action=terminal.OPENED)
     closed = AuditEvent.objects.get(action=terminal.CLOSED)
@@ -185,5 +206,5 @@ def test_closing_the_page_ends_the_session(organization, owner, sshd_allowed, tm
             await socket.disconnect()
             await asyncio.sleep(0)
 
-        async_to_sync(session)()
+        run_sync(session)()
     assert AuditEvent.objects.filter(action=terminal.CLOSED, actor=owner).count() == 1

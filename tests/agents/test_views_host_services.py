@@ -137,6 +137,13 @@ def test_the_starting_page_names_the_service_and_retries(client):
     assert "TensorBoard isn't answering yet" in response.content.decode()
 
 
+def test_the_starting_page_is_no_page_but_for_a_service_s_path(client):
+    for uri in ("", "/instances/7/", "/billing/"):
+        response = client.get("/internal/host-service-starting/", HTTP_X_ORIGINAL_URI=uri)
+
+        assert response.status_code == 404
+
+
 # --- the instance page ---------------------------------------------------------------------------
 
 
