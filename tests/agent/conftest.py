@@ -195,3 +195,11 @@ def _on_host_network(host) -> bool:
         return ipaddress.ip_address(str(host)) in HOST_NETWORKS
     except ValueError:
         return False
+
+
+@pytest.fixture
+def ssh_key(tmp_path) -> Path:
+    """A key pair to log in to a real host with (its private half's path)."""
+    key = tmp_path / "id_host"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+    return key

@@ -17,13 +17,6 @@ GIB = 1024**3
 
 
 @pytest.fixture
-def ssh_key(tmp_path) -> Path:
-    key = tmp_path / "id_host"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
-    return key
-
-
-@pytest.fixture
 def fake_cards(tmp_path) -> dict[str, str]:
     """Two card uuids -> char devices 195:N under tmp (as /dev/nvidiaN would be)."""
     devices = {}

@@ -42,13 +42,6 @@ def fake_driver():
 
 
 @pytest.fixture
-def ssh_key(tmp_path) -> Path:
-    key = tmp_path / "id_host"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
-    return key
-
-
-@pytest.fixture
 def server_cards(tmp_path) -> dict[str, str]:
     """The server's 4 cards: uuid -> a char device 195:N under tmp (as /dev/nvidiaN)."""
     devices = {}

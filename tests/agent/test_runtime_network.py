@@ -30,13 +30,6 @@ ANYWHERE = [
 
 
 @pytest.fixture
-def ssh_key(tmp_path) -> Path:
-    key = tmp_path / "id_host"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
-    return key
-
-
-@pytest.fixture
 def runtime(tmp_path, host_images, server_network):
     runtime = HostRuntime(tmp_path / "state", host_images, dict, server_network)
     yield runtime
