@@ -1,6 +1,7 @@
 """Host image recipes: parsed from their TOML, refused with the reason, and digested stably;
 what pip's settings make the build bind into the image; the vendor's files an image needs."""
 
+import json
 import os
 from pathlib import Path
 
@@ -32,6 +33,9 @@ def test_the_shipped_recipes_parse_and_name_what_is_in_them():
     assert {"jupyterlab", "tensorboard"} <= {req.split(">")[0] for req in pytorch.pip}
     assert dict(pytorch.services).keys() == {"jupyter", "tensorboard"}
     assert "--ServerApp.base_url=$LOAM_SERVICE_BASE_URL" in dict(pytorch.services)["jupyter"]
+    overrides = dict(pytorch.files)["/opt/venv/share/jupyter/lab/settings/overrides.json"]
+    notification = json.loads(overrides)["@jupyterlab/apputils-extension:notification"]
+    assert notification == {"fetchNews": "false", "checkForUpdates": False}
     assert load_recipe("debian-12").pip == ()
     (cann,) = load_recipe("ascend-cann").vendor_files
     assert cann.pattern == "Ascend-cann-toolkit_*_linux-*.run"
@@ -50,6 +54,14 @@ def test_the_shipped_recipes_parse_and_name_what_is_in_them():
         (
             'description = "x"\nsuite = "bookworm"\nsmoke = "true"\n[[vendor_files]]\nwhat = "x"\n',
             "what, pattern, install",
+        ),
+        (
+            'description = "x"\nsuite = "bookworm"\nsmoke = "true"\n[files]\n"etc/x" = "y"\n',
+            "files must map absolute paths",
+        ),
+        (
+            'description = "x"\nsuite = "bookworm"\nsmoke = "true"\n[files]\n"/etc/../x" = "y"\n',
+            "files must map absolute paths",
         ),
         ("description = \n", "recipe broken:"),
     ],

@@ -52,6 +52,10 @@ def test_pytorch_has_torch_jupyterlab_and_tensorboard_for_a_login_shell(pytorch_
         launcher = root / "usr/local/lib/loam/services" / service
         assert launcher.stat().st_mode & 0o111
         assert "$LOAM_SERVICE_PORT" in launcher.read_text()
+    # The recipe's settings lie where JupyterLab reads its overrides: its application folder.
+    lab = in_image(root, "jupyter lab path").stdout
+    application = lab.split("Application directory:", 1)[1].split()[0]
+    assert (root / application.lstrip("/") / "settings/overrides.json").is_file(), lab
     built = {b.name: b for b in list_images(pytorch_images)}["pytorch"]
     distributions = json.loads((pytorch_images / "pytorch" / "image.json").read_text())
     assert any(d.startswith("torch-2.13.0") for d in distributions["distributions"])

@@ -10,7 +10,6 @@ built in the stack's own database (tests/e2e/stack_world.py).
 """
 
 import os
-import time
 from pathlib import Path
 
 import httpx
@@ -18,13 +17,12 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.agent_server import missing_for_hosts, run_agent_server
-from tests.e2e.stack import sign_in
+from tests.e2e import stack as stack_client
 from tests.e2e.stack_world import build_in_stack
-from tests.e2e.test_production_stack import SSH_KEY
+from tests.e2e.workbench import open_notebook, open_terminal, order_host, release, sign_in
 
 pytestmark = [pytest.mark.stack, pytest.mark.containers]
 IMAGE = "pytorch"
-TIMEOUT_MS = 90_000  # a real worker, an agent, a host that starts JupyterLab, a busy machine
 
 
 @pytest.fixture
@@ -47,7 +45,8 @@ def test_a_tenant_works_in_the_browser_terminal_and_jupyterlab(
         ca_bundle=stack.ca_file,
     )
     try:
-        instance_url = order_host(page, stack, world)
+        sign_in(page, stack, world["owner"], world["password"])
+        instance_url = order_host(page, stack, world["flavor"], IMAGE)
         terminal_journey(page, instance_url, screenshot, tmp_path / "server")
         jupyter_journey(page, stack, instance_url, screenshot)
         others_get_404(stack, world, instance_url)
@@ -57,48 +56,10 @@ def test_a_tenant_works_in_the_browser_terminal_and_jupyterlab(
         print(server.log.read_text()[-3000:])
 
 
-def order_host(page: Page, stack, world: dict) -> str:
-    expect.set_options(timeout=TIMEOUT_MS)
-    page.set_default_timeout(TIMEOUT_MS)
-    page.context.add_cookies([{"name": "django_language", "value": "zh-hans", "url": stack.url}])
-    page.goto(f"{stack.url}/accounts/login/")
-    page.fill('input[name="login"]', world["owner"])
-    page.fill('input[name="password"]', world["password"])
-    page.locator('form:has(input[name="login"]) button[type="submit"]').click()
-    page.wait_for_url(lambda url: "/accounts/login/" not in url)
-
-    # Offered once the server's agent has enrolled and reported the image built (heartbeats).
-    offered = page.locator(f"#id_image option[value='{IMAGE}']")
-    deadline = time.monotonic() + 60
-    while not (
-        page.goto(f"{stack.url}/instances/new/?flavor={world['flavor']}") and offered.count()
-    ):
-        assert time.monotonic() < deadline, "the pytorch image was never offered"
-        time.sleep(1)
-    page.fill("#id_name", "workbench")
-    page.fill("#id_ssh_public_key", SSH_KEY)  # the terminal needs none: it has its own
-    page.select_option("#id_image", IMAGE)
-    page.locator("#order-submit").click()
-    refused = page.locator(".invalid-feedback, .alert-danger")
-    page.wait_for_function(
-        "() => /\\/instances\\/\\d+\\/$/.test(location.pathname)"
-        " || document.querySelector('.invalid-feedback, .alert-danger')"
-    )
-    assert not refused.count(), refused.all_inner_texts()
-    expect(page.locator(".state-badge").first).to_have_attribute("data-state", "running")
-    return page.url
-
-
 def terminal_journey(page: Page, instance_url: str, screenshot, server: Path) -> None:
-    page.goto(instance_url)
-    clicked = time.monotonic()
-    with page.context.expect_page() as opened:
-        page.locator("[data-terminal]").first.click()
-    shell = opened.value
-    shell.set_default_timeout(TIMEOUT_MS)
+    shell, seconds = open_terminal(page, instance_url)
+    print(f"click -> usable terminal: {seconds:.2f} s")
     screen = shell.locator(".xterm-rows")
-    expect(screen).to_contain_text("root@")  # root's prompt: the shell is usable
-    print(f"click -> usable terminal: {time.monotonic() - clicked:.2f} s")
     shell.keyboard.type("python -c \"import torch; print('torch', torch.__version__)\"\n")
     expect(screen).to_contain_text("torch 2.13.0")
     # The host's cards, and only them, through the server's driver bound in at its own path
@@ -111,21 +72,13 @@ def terminal_journey(page: Page, instance_url: str, screenshot, server: Path) ->
 
 
 def jupyter_journey(page: Page, stack, instance_url: str, screenshot) -> None:
-    page.goto(instance_url)
-    clicked = time.monotonic()
-    with page.context.expect_page() as opened:
-        page.locator("#open-jupyter").click()
-    lab = opened.value
-    lab.set_default_timeout(TIMEOUT_MS)
+    lab, seconds = open_notebook(page, instance_url)
+    print(f"click -> usable JupyterLab: {seconds:.2f} s")
     # On the services' own origin, whose scripts (the host's) can't read the portal as the
     # member: a request there with the member's cookies is another origin's, refused.
     assert lab.url.startswith(f"{stack.services_url}/instances/"), lab.url
     read = "url => fetch(url, {credentials: 'include'}).then(r => r.status, () => 'refused')"
     assert lab.evaluate(read, f"{stack.url}/api/v1/instances/") == "refused"
-    lab.locator(".jp-LauncherCard[data-category='Notebook']").first.click()
-    # Usable: the notebook's kernel (its WebSocket through nginx) says it is idle.
-    expect(lab.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
-    print(f"click -> usable JupyterLab: {time.monotonic() - clicked:.2f} s")
     try:
         # Into the cell itself, checked before it runs: JupyterLab's first-launch toast (news?)
         # may take the keyboard's focus meanwhile.
@@ -143,7 +96,7 @@ def others_get_404(stack, world: dict, instance_url: str) -> None:
     instance_path = instance_url.removeprefix(stack.url)
     jupyter = f"{stack.services_url}{instance_path}jupyter/lab"
     with stack.client() as client:
-        assert sign_in(client, world["outsider"], world["password"]).status_code == 200
+        assert stack_client.sign_in(client, world["outsider"], world["password"]).status_code == 200
         for url in (f"{instance_url}terminal/", jupyter):
             answer = client.get(url)
             assert answer.status_code == 404, (url, answer.status_code)
@@ -151,13 +104,6 @@ def others_get_404(stack, world: dict, instance_url: str) -> None:
         answer = anonymous.get(jupyter)
         assert answer.status_code == 302
         assert answer.headers["Location"] == f"{stack.url}/accounts/login/?next={instance_path}"
-
-
-def release(page: Page, instance_url: str) -> None:
-    page.goto(instance_url)
-    page.locator("#release-button").click()
-    page.locator("#confirm-dialog-ok").click()
-    expect(page.locator(".state-badge").first).to_have_attribute("data-state", "released")
 
 
 def run_until_output(editor, output, text: str, attempts: int = 3) -> None:

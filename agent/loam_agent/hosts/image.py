@@ -1,8 +1,9 @@
 """Host images: root file systems built once per server from recipes, loam-init as PID 1.
 
 A recipe (recipes/<name>.toml) is data: the Debian suite, apt packages beyond the base, pip
-requirements installed into /opt/venv, the services loam-init may start, a smoke command that
-must pass in the built image and, for an image of a vendor's stack, the vendor's files it needs.
+requirements installed into /opt/venv, files written into the image (settings), the services
+loam-init may start, a smoke command that must pass in the built image and, for an image of a
+vendor's stack, the vendor's files it needs.
 Every host's root is an overlay on an image, so an image is built once and never written to
 again; host keys are generated per host at its first start (in its own upper layer).
 
@@ -30,7 +31,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class Recipe:
     packages: tuple[str, ...] = ()
     pip: tuple[str, ...] = ()
     services: tuple[tuple[str, str], ...] = ()  # (name, shell command), for loam-init
+    files: tuple[tuple[str, str], ...] = ()  # (absolute path in the image, its text)
     vendor_files: tuple[VendorFile, ...] = ()
     source: str = ""  # the recipe file as written
 
@@ -123,14 +125,30 @@ def _text(data: dict, key: str, name: str, *, required: bool = True) -> str:
     return value
 
 
+RECIPE_KEYS = {
+    "description",
+    "suite",
+    "smoke",
+    "packages",
+    "pip",
+    "services",
+    "files",
+    "vendor_files",
+}
+
+
+def _image_path(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    return path.startswith("/") and len(parts) > 1 and ".." not in parts
+
+
 def parse_recipe(name: str, text: str) -> Recipe:
     """The recipe `name` from its TOML; an ImageError names what is wrong."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ImageError(f"recipe {name}: {error}") from None
-    known = {"description", "suite", "smoke", "packages", "pip", "services", "vendor_files"}
-    if unknown := sorted(set(data) - known):
+    if unknown := sorted(set(data) - RECIPE_KEYS):
         raise ImageError(f"recipe {name}: unknown keys {', '.join(unknown)}")
     services = data.get("services", {})
     if not isinstance(services, dict) or not all(
@@ -138,6 +156,11 @@ def parse_recipe(name: str, text: str) -> Recipe:
         for key, command in services.items()
     ):
         raise ImageError(f"recipe {name}: services must map service names to shell commands")
+    files = data.get("files", {})
+    if not isinstance(files, dict) or not all(
+        _image_path(path) and isinstance(text, str) for path, text in files.items()
+    ):
+        raise ImageError(f"recipe {name}: files must map absolute paths (no ..) to their text")
     vendor_files = []
     for entry in data.get("vendor_files", []):
         if not isinstance(entry, dict) or set(entry) != {"what", "pattern", "install"}:
@@ -151,6 +174,7 @@ def parse_recipe(name: str, text: str) -> Recipe:
         packages=_strings(data.get("packages", []), "packages", name),
         pip=_strings(data.get("pip", []), "pip", name),
         services=tuple(sorted(services.items())),
+        files=tuple(sorted(files.items())),
         vendor_files=tuple(vendor_files),
         source=text,
     )
@@ -363,6 +387,8 @@ def _install(root: Path, recipe: Recipe, supplied: dict[VendorFile, Path], envir
         command = wanted.install.format(path=shlex.quote(str(path)))
         with _bound(root, [path]):
             _in_chroot(root, ["/bin/sh", "-c", command], base_env)
+    for path, text in recipe.files:
+        _write(root / path.lstrip("/"), text, 0o644)
     for service, command in recipe.services:
         venv = VENV_PATH if recipe.pip else ""
         _write(root / SERVICES.lstrip("/") / service, f"#!/bin/sh\n{venv}{command}\n", 0o755)
