@@ -90,7 +90,7 @@ def run(args, *, work: Path, database: str, ca_key: Path) -> None:
     timeout_ms = args.timeout * 1000
     to_prompt, to_answer = [], []
     with (
-        throwaway_sshd(work / "sshd", trusted_ca_keys=[host_ca.ca_public_key()]) as port,
+        throwaway_sshd(work / "sshd", trusted_ca_keys=[host_ca.ca_public_key()]) as sshd,
         daphne_portal(database_url=database, ca_key=ca_key, log=work / "daphne.log") as url,
         sync_playwright() as playwright,
     ):
@@ -98,7 +98,7 @@ def run(args, *, work: Path, database: str, ca_key: Path) -> None:
             organization=organization,
             pool=PoolFactory(backend__driver="agent", backend__park=organization.park),
             state=InstanceState.RUNNING,
-            access={"address": "127.0.0.1", "ssh_port": port, "ssh_user": "root"},
+            access=sshd.access(),
         )
         browser = playwright.chromium.launch(
             executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"]
@@ -134,7 +134,7 @@ def run(args, *, work: Path, database: str, ca_key: Path) -> None:
                 sys.exit("bench/terminal_latency.py: not every session's end was audited")
             time.sleep(0.2)
     print()
-    print(f"{args.sessions} sessions, Daphne on 127.0.0.1, sshd on 127.0.0.1:{port}")
+    print(f"{args.sessions} sessions, Daphne on 127.0.0.1, sshd on 127.0.0.1:{sshd.port}")
     print(summary("click -> shell prompt", to_prompt))
     print(summary("click -> first command answered", to_answer))
     print(f"scratch folder (database, Daphne's log): {work}")

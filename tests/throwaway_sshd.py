@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
@@ -41,10 +42,25 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class Sshd:
+    port: int
+    host_key: str  # its public key, "type base64", as an agent reports a host's
+
+    def access(self) -> dict:
+        """An instance's `access` that reaches it, as the agent driver writes one."""
+        return {
+            "address": "127.0.0.1",
+            "ssh_port": self.port,
+            "ssh_user": "root",
+            "ssh_host_keys": [self.host_key],
+        }
+
+
 @contextmanager
 def throwaway_sshd(folder: Path, *, trusted_ca_keys: list[str]):
-    """Yields the port of an sshd trusting `trusted_ca_keys` (OpenSSH lines) for root and
-    nothing else (no passwords, no authorized_keys); stopped (by its PID) on leaving."""
+    """Yields an Sshd trusting `trusted_ca_keys` (OpenSSH lines) for root and nothing else (no
+    passwords, no authorized_keys); stopped (by its PID) on leaving."""
     folder.mkdir(parents=True, exist_ok=True)
     host_key = folder / "ssh_host_ed25519_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", host_key], check=True)
@@ -79,7 +95,8 @@ def throwaway_sshd(folder: Path, *, trusted_ca_keys: list[str]):
             except OSError:
                 assert time.monotonic() < deadline, "sshd did not listen"
                 time.sleep(0.05)
-        yield port
+        public = host_key.with_suffix(".pub").read_text().split()
+        yield Sshd(port=port, host_key=" ".join(public[:2]))
     finally:
         server.terminate()
         server.wait(timeout=10)

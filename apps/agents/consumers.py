@@ -27,10 +27,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             self.instance = await database_sync_to_async(terminal.terminal_target)(
                 user=user, instance_id=self.scope["url_route"]["kwargs"]["instance_id"]
             )
-            address, port = terminal.endpoint_of(self.instance)
             self.session = await terminal.TerminalSession.open(
-                address=address,
-                port=port,
+                endpoint=terminal.endpoint_of(self.instance),
                 key_id=f"loam-terminal:{user.get_username()}:instance-{self.instance.pk}",
                 size=terminal.terminal_size(parse_qs(self.scope["query_string"].decode())),
             )

@@ -594,14 +594,16 @@ class AgentHostStore:
         """Where tenants reach a running host: its own public IP, where its pool has them; its
         SSH port on the server's public address, where the server has one; else where its
         sshd listens (the server's own network)."""
+        keys = tuple(host.ssh_host_keys)
         if host.public_ip:
-            return HostAccess(handle=host.handle, address=host.public_ip, ssh_port=22)
+            return HostAccess(host.handle, host.public_ip, ssh_port=22, ssh_host_keys=keys)
         public = host.server.public_address
         ssh = host.ports.filter(purpose=PortPurpose.SSH).values_list("server_port", flat=True)
         ssh_port = ssh.first() if public else None
         if public and ssh_port is not None:
-            return HostAccess(handle=host.handle, address=public, ssh_port=ssh_port)
-        return HostAccess(handle=host.handle, address=host.address, ssh_port=host.ssh_port or 22)
+            return HostAccess(host.handle, public, ssh_port=ssh_port, ssh_host_keys=keys)
+        port = host.ssh_port or 22
+        return HostAccess(host.handle, host.address, ssh_port=port, ssh_host_keys=keys)
 
 
 def _removal(host: AgentHost) -> dict:

@@ -366,6 +366,10 @@ class AgentHost(models.Model):
     reported_message = models.TextField(_("reported message"), blank=True)
     address = models.CharField(_("address"), max_length=45, blank=True)
     ssh_port = models.PositiveIntegerField(_("SSH port"), null=True, blank=True)
+    # The public keys its sshd presented to its agent when it last started ("type base64"):
+    # the web terminal accepts no other, and tenants see their fingerprints to check their own
+    # first login. Kept while it is stopped.
+    ssh_host_keys = models.JSONField(_("SSH host keys"), default=list, blank=True)
     # A public address of its own, where its pool has some ("public_ips" in the backend's
     # config): routed by the park to the server, every port of it the host's. Freed (null) at
     # removal.

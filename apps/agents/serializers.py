@@ -2,11 +2,13 @@
 is a 400 naming the field. Units are in the field names; a figure a card cannot report is null.
 """
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from rest_framework import serializers
 
 from apps.agents.models import PUBLIC_PORT_MAX, PUBLIC_PORT_MIN, CardHealth, ReportedState
+from apps.orders.validation import validate_ssh_public_key
 
 INT32 = 2**31 - 1
 INT63 = 2**63 - 1
@@ -208,6 +210,17 @@ class HostReportSerializer(serializers.Serializer):
     )
     # Sent by agents that read their hosts' usage, for running hosts; older agents send none.
     usage = HostUsageSerializer(required=False, allow_null=True, default=None)
+    ssh_host_keys = serializers.ListField(
+        child=serializers.CharField(max_length=4096), max_length=8, required=False, default=list
+    )
+
+    def validate_ssh_host_keys(self, keys: list[str]) -> list[str]:
+        for key in keys:
+            try:
+                validate_ssh_public_key(key)
+            except DjangoValidationError as error:
+                raise serializers.ValidationError(f"{key[:40]}…: {error.messages[0]}") from None
+        return [" ".join(key.split()[:2]) for key in keys]
 
 
 class HostReportsSerializer(serializers.Serializer):

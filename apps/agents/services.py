@@ -604,6 +604,8 @@ def record_host_reports(
         is_running = report["state"] == ReportedState.RUNNING
         host.address = (report.get("address") or "") if is_running else ""
         host.ssh_port = report.get("ssh_port") if is_running else None
+        if is_running and report.get("ssh_host_keys"):
+            host.ssh_host_keys = report["ssh_host_keys"]
         host.reported_at = now
         if is_running and host.state == WantedState.RUNNING:
             running.append((host, report.get("usage")))
@@ -635,6 +637,7 @@ def record_host_reports(
             "reported_message",
             "address",
             "ssh_port",
+            "ssh_host_keys",
             "reported_at",
         ],
     )

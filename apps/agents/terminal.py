@@ -3,7 +3,8 @@
 The page (`views.instance_terminal`) opens a WebSocket (`consumers.TerminalConsumer`, routed in
 `portal/asgi.py`); this module decides who may open one, logs in to the host's sshd where its
 tenants reach it (`Instance.access`: address and SSH port) with a key and certificate signed for
-this session only (`host_ca.sign_user_key`), and relays bytes both ways. Each session is two
+this session only (`host_ca.sign_user_key`), accepting only the host keys its agent read from the
+host's sshd when it started, and relays bytes both ways. Each session is two
 audit events: `instance.terminal_opened` (who, which host, where from) and
 `instance.terminal_closed` (how long it lasted).
 
@@ -89,8 +90,19 @@ def terminal_target(*, user, instance_id: int) -> Instance:
     return instance
 
 
-def endpoint_of(instance: Instance) -> tuple[str, int]:
-    return instance.access["address"], int(instance.access.get("ssh_port") or 22)
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the host's sshd is reached, and the keys it presents (its agent read them)."""
+
+    address: str
+    port: int
+    host_keys: tuple[str, ...]
+
+
+def endpoint_of(instance: Instance) -> Endpoint:
+    access = instance.access
+    keys = tuple(access.get("ssh_host_keys") or ())
+    return Endpoint(access["address"], int(access.get("ssh_port") or 22), keys)
 
 
 def terminal_size(query: dict[str, list[str]]) -> tuple[int, int]:
@@ -120,13 +132,13 @@ def resize_of(text: str) -> tuple[int, int] | None:
 
 
 def record_opened(*, user, instance: Instance, ip_address: str | None) -> AuditEvent:
-    address, port = endpoint_of(instance)
+    endpoint = endpoint_of(instance)
     return record_event(
         action=OPENED,
         actor=user,
         target=instance,
         ip_address=ip_address,
-        data={"host": f"{address}:{port}"},
+        data={"host": f"{endpoint.address}:{endpoint.port}"},
     )
 
 
@@ -153,20 +165,22 @@ class TerminalSession:
 
     @classmethod
     async def open(
-        cls, *, address: str, port: int, key_id: str, size: tuple[int, int]
+        cls, *, endpoint: Endpoint, key_id: str, size: tuple[int, int]
     ) -> "TerminalSession":
         """Log in as root with a certificate made now; TerminalRefused(UNREACHABLE) if the
-        host's sshd cannot be reached or refuses it."""
+        host's sshd cannot be reached, refuses it, or presents a key other than the host's
+        (whatever answers at that address and port is not taken for the host)."""
+        if not endpoint.host_keys:
+            raise TerminalRefused(UNREACHABLE, "the host's SSH key is not known yet")
         credential = host_ca.sign_user_key(key_id=key_id)
+        host_keys = [asyncssh.import_public_key(key) for key in endpoint.host_keys]
         try:
             connection = await asyncssh.connect(
-                address,
-                port,
+                endpoint.address,
+                endpoint.port,
                 username=host_ca.PRINCIPAL,
                 client_keys=credential.client_keys(),
-                # The host's key is made when it is first started and reported to nobody; the
-                # certificate, not the host key, is what keeps anyone else out.
-                known_hosts=None,
+                known_hosts=(host_keys, [], []),
                 agent_path=None,
                 config=None,
                 preferred_auth="publickey",

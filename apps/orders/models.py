@@ -1,4 +1,6 @@
+import base64
 import dataclasses
+import hashlib
 
 from django.conf import settings
 from django.db import models
@@ -263,6 +265,20 @@ class Instance(models.Model):
             return ""
         port = self.access.get("ssh_port") or 22
         return f"ssh -p {port} {self.access.get('ssh_user') or 'root'}@{address}"
+
+    @property
+    def ssh_host_key_fingerprints(self) -> list[str]:
+        """Its sshd's keys as `ssh` shows them at a first login ("ED25519 SHA256:…"), where
+        its backend read them: the tenant checks the host is the one answering."""
+        return [fingerprint(key) for key in self.access.get("ssh_host_keys") or ()]
+
+
+def fingerprint(public_key: str) -> str:
+    """An OpenSSH public key ("type base64") as `ssh-keygen -l -E sha256` names it."""
+    key_type, blob = public_key.split()[:2]
+    digest = base64.b64encode(hashlib.sha256(base64.b64decode(blob)).digest()).decode()
+    kind = {"ssh-ed25519": "ED25519", "ssh-rsa": "RSA"}.get(key_type, key_type.split("-")[0])
+    return f"{kind.upper()} SHA256:{digest.rstrip('=')}"
 
 
 class PortMapping(models.Model):

@@ -93,7 +93,8 @@ def _access(status: HostRequestStatus) -> dict | None:
     access = status.access
     if access is None:
         return None
-    return {"address": access.address, "ssh_port": access.ssh_port, "ssh_user": access.ssh_user}
+    where = {"address": access.address, "ssh_port": access.ssh_port, "ssh_user": access.ssh_user}
+    return where | ({"ssh_host_keys": list(access.ssh_host_keys)} if access.ssh_host_keys else {})
 
 
 def _follow_provisioning(

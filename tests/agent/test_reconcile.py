@@ -93,9 +93,12 @@ def host(**changes) -> DesiredHost:
     return DesiredHost(**{**shape, **changes})
 
 
-def run(runtime, desired, ssh_ready=lambda address: True) -> list[HostStatus]:
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyOfTheFakeHost"
+
+
+def run(runtime, desired, host_keys=lambda address: (HOST_KEY,)) -> list[HostStatus]:
     reports = []
-    converge(runtime, desired, reports.append, ssh_ready)
+    converge(runtime, desired, reports.append, host_keys)
     return reports
 
 
@@ -109,10 +112,13 @@ def test_a_new_host_is_created_started_and_reported_running_when_ssh_answers():
     assert states(reports) == ["creating", "running"]
     assert reports[-1].address == "10.213.1.2" and reports[-1].generation == 1
     assert runtime.calls == [("create", "h-1"), ("start", "h-1")]
+    # What its sshd presented, for the portal to pin; reported while it runs, never otherwise.
+    assert reports[-1].to_json()["ssh_host_keys"] == [HOST_KEY]
+    assert reports[0].to_json()["ssh_host_keys"] == []
 
 
 def test_a_host_whose_sshd_never_answers_fails_with_a_reason():
-    reports = run(FakeRuntime(), host(), ssh_ready=lambda address: False)
+    reports = run(FakeRuntime(), host(), host_keys=lambda address: ())
     assert reports[-1].state == "failed"
     assert "sshd did not answer on 10.213.1.2:22" in reports[-1].message
 
@@ -177,7 +183,7 @@ def reconciler_for(runtime, reports: list[HostStatus] | None = None) -> Reconcil
             reports.append(status)
 
     return Reconciler(
-        runtime, report, next_sequence=itertools.count(1).__next__, ssh_ready=lambda a: True
+        runtime, report, next_sequence=itertools.count(1).__next__, host_keys=lambda a: (HOST_KEY,)
     )
 
 

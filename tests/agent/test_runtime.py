@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from loam_agent.hosts.model import DesiredHost
-from loam_agent.hosts.reconcile import ssh_answers
+from loam_agent.hosts.reconcile import ssh_answers, ssh_host_keys
 from loam_agent.hosts.runtime import HostRuntime, host_key
 
 pytestmark = pytest.mark.containers
@@ -87,6 +87,9 @@ def test_a_host_lives_through_create_resize_stop_grow_start_remove(runtime, ssh_
     address = runtime.inspect(host_id).address
     assert ssh_answers(address), (runtime.folder(host_id) / "console.log").read_text()
     print(f"\ncreate -> SSH-able: {time.monotonic() - started:.2f} s")
+    # What the agent reports for the portal to pin is the key pair this host made for itself.
+    made = ssh(ssh_key, address, "cat /etc/ssh/ssh_host_*_key.pub").splitlines()
+    assert ssh_host_keys(address) == tuple(sorted(" ".join(line.split()[:2]) for line in made))
 
     assert ssh(ssh_key, address, "ls /dev/nvidia0 /dev/nvidia1").split() == [
         "/dev/nvidia0",

@@ -3,8 +3,10 @@
 server (the real service), build the agent's requests as docs/agent-protocol.md shows them,
 and a fake agent that talks to the real agent API and converges at once."""
 
+import base64
 import copy
 import itertools
+import struct
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -177,6 +179,18 @@ def english_messages():
         yield
 
 
+def ed25519_public_key(seed: bytes) -> str:
+    """A well-formed OpenSSH ed25519 public key line made of `seed` (up to 32 bytes)."""
+    name = b"ssh-ed25519"
+    point = seed.ljust(32, b"\0")[:32]
+    blob = struct.pack(">I", len(name)) + name + struct.pack(">I", len(point)) + point
+    return f"ssh-ed25519 {base64.b64encode(blob).decode()}"
+
+
+# What every host of a FakeAgent's presents over SSH (loam-agent reads it with ssh-keyscan).
+HOST_KEY = ed25519_public_key(b"fake agent host")
+
+
 class FakeAgent:
     """The agent's side over the real agent API (Django's test client): heartbeats, and
     `converge()`, which polls the hosts and reports each as what the portal wants at once."""
@@ -231,6 +245,7 @@ class FakeAgent:
                     "address": f"10.213.7.{n}" if running else None,
                     "ssh_port": 22 if running else None,
                     "message": "",
+                    "ssh_host_keys": [HOST_KEY] if running else [],
                 }
             )
         gone = set(self.known) - {host["id"] for host in listed}

@@ -48,14 +48,11 @@ def sshd_allowed():
     require_sshd()
 
 
-def agent_host(organization, *, port=22, state=InstanceState.RUNNING, **extra):
+def agent_host(organization, *, access=None, state=InstanceState.RUNNING, **extra):
     pool = PoolFactory(backend__driver="agent", backend__park=organization.park)
+    access = access or {"address": "127.0.0.1", "ssh_port": 22}
     return InstanceFactory(
-        organization=organization,
-        pool=pool,
-        state=state,
-        access={"address": "127.0.0.1", "ssh_port": port, "ssh_user": "root"},
-        **extra,
+        organization=organization, pool=pool, state=state, access=access, **extra
     )
 
 
@@ -151,17 +148,33 @@ def test_a_host_whose_sshd_does_not_trust_the_ca_is_unreachable(
     organization, member, sshd_allowed, tmp_path
 ):
     stranger = host_ca.asyncssh.generate_private_key("ssh-ed25519").export_public_key()
-    with throwaway_sshd(tmp_path / "sshd", trusted_ca_keys=[stranger.decode().strip()]) as port:
-        instance = agent_host(organization, port=port)
+    with throwaway_sshd(tmp_path / "sshd", trusted_ca_keys=[stranger.decode().strip()]) as sshd:
+        instance = agent_host(organization, access=sshd.access())
         assert run_sync(close_code)(communicator(member, instance)) == terminal.UNREACHABLE
+    assert not AuditEvent.objects.filter(action=terminal.OPENED).exists()
+
+
+def test_an_sshd_presenting_another_key_than_the_hosts_is_not_taken_for_it(
+    organization, member, sshd_allowed, tmp_path
+):
+    """Something else answering at the host's address and port (a host released and its port
+    given to another tenant's, a server's sshd reached by mistake) gets no session: the keys
+    the host's agent read from its sshd are the only ones accepted; none known, no session."""
+    impostor = host_ca.asyncssh.generate_private_key("ssh-ed25519").export_public_key()
+    with throwaway_sshd(tmp_path / "sshd", trusted_ca_keys=[host_ca.ca_public_key()]) as sshd:
+        reported = {**sshd.access(), "ssh_host_keys": [impostor.decode().strip()]}
+        unknown = {**sshd.access(), "ssh_host_keys": []}
+        for access in (reported, unknown):
+            instance = agent_host(organization, access=access)
+            assert run_sync(close_code)(communicator(member, instance)) == terminal.UNREACHABLE
     assert not AuditEvent.objects.filter(action=terminal.OPENED).exists()
 
 
 def test_a_member_gets_a_root_shell_resized_and_audited(
     organization, member, sshd_allowed, tmp_path
 ):
-    with throwaway_sshd(tmp_path / "sshd", trusted_ca_keys=[host_ca.ca_public_key()]) as port:
-        instance = agent_host(organization, port=port)
+    with throwaway_sshd(tmp_path / "sshd", trusted_ca_keys=[host_ca.ca_public_key()]) as sshd:
+        instance = agent_host(organization, access=sshd.access())
         socket = communicator(member, instance)
 
         async def session():
@@ -190,14 +203,14 @@ def test_a_member_gets_a_root_shell_resized_and_audited(
         str(instance.pk),
         organization.pk,
     )
-    assert opened.data == {"host": f"127.0.0.1:{port}"}
+    assert opened.data == {"host": f"127.0.0.1:{sshd.port}"}
     assert closed.actor == member and closed.data["opened_event"] == opened.pk
     assert 0 <= closed.data["seconds"] < 60
 
 
 def test_closing_the_page_ends_the_session(organization, owner, sshd_allowed, tmp_path):
-    with throwaway_sshd(tmp_path / "sshd", trusted_ca_keys=[host_ca.ca_public_key()]) as port:
-        socket = communicator(owner, agent_host(organization, port=port))
+    with throwaway_sshd(tmp_path / "sshd", trusted_ca_keys=[host_ca.ca_public_key()]) as sshd:
+        socket = communicator(owner, agent_host(organization, access=sshd.access()))
 
         async def session():
             await socket.connect()

@@ -9,12 +9,14 @@ import pytest
 from apps.agents.models import AgentHost
 from apps.orchestration.backends.registry import driver_of
 from apps.orders.models import InstanceState
-from tests.agents.conftest import FakeAgent, card, next_report_sequence
+from tests.agents.conftest import HOST_KEY, FakeAgent, card, next_report_sequence
 from tests.agents.test_hosts import spec
 from tests.orders.agent_hosts import PUBLIC
 from tests.orders.agent_hosts import agent_world as agent_world  # the fixtures, shared
 from tests.orders.agent_hosts import converging as converging
 from tests.orders.agent_hosts import order_host as order_host
+
+REACHED = {"address": PUBLIC, "ssh_port": 20000, "ssh_user": "root"}
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
 
@@ -98,7 +100,7 @@ def test_a_late_report_changes_nothing(agent_world, agent, order_host, late):
     status = driver_of(agent_world.backend).host_request_status(host.request())
     instance.refresh_from_db()
     assert status.done and instance.state == InstanceState.RUNNING
-    assert instance.access == {"address": PUBLIC, "ssh_port": 20000, "ssh_user": "root"}
+    assert instance.access == {**REACHED, "ssh_host_keys": [HOST_KEY]}
     assert (status.access.address, status.access.ssh_port) == (PUBLIC, 20000)
 
 
@@ -153,3 +155,33 @@ def test_a_removal_reported_by_a_restarted_agent_completes_the_release(
     )
 
     assert driver.host_request_status(request).done
+
+
+def test_the_keys_a_running_host_presents_are_kept_and_reach_its_access(agent, order_host):
+    instance = order_host()
+    host = AgentHost.objects.get(handle=instance.backend_handle)
+    assert host.ssh_host_keys == [HOST_KEY]
+    assert instance.access["ssh_host_keys"] == [HOST_KEY]
+    # Stopped, it presents nothing: what it presented is kept for its next start.
+    send(agent, next_report_sequence(), report(agent.hosts()[0], "stopped"))
+    host.refresh_from_db()
+    assert host.ssh_host_keys == [HOST_KEY]
+
+
+@pytest.mark.parametrize(
+    ("keys", "says"),
+    [
+        (["ssh-ed25519 AAAA"], "ssh-ed25519 AAAA…: "),
+        (["not a key"], "not a key…: "),
+        ([HOST_KEY] * 9, " 8 "),
+        ("ssh-ed25519 AAAA", "str"),
+    ],
+)
+def test_a_report_with_a_broken_host_key_is_refused_naming_it(agent, order_host, keys, says):
+    instance = order_host()
+    host = agent.hosts()[0]
+    bad = report(host, "running", address="10.213.7.2", ssh_port=22, ssh_host_keys=keys)
+    response = agent.post("hosts/report", {"sequence": next_report_sequence(), "hosts": [bad]})
+    assert response.status_code == 400
+    assert "ssh_host_keys" in response.content.decode() and says in response.content.decode()
+    assert AgentHost.objects.get(handle=instance.backend_handle).ssh_host_keys == [HOST_KEY]

@@ -62,7 +62,7 @@ def test_a_member_runs_a_command_in_the_browser_terminal(
 ):
     ca_key = settings.LOAM_HOST_CA_KEY
     with (
-        throwaway_sshd(tmp_path / "sshd", trusted_ca_keys=[host_ca.ca_public_key()]) as port,
+        throwaway_sshd(tmp_path / "sshd", trusted_ca_keys=[host_ca.ca_public_key()]) as sshd,
         daphne_portal(
             database_url=database_url(connection.settings_dict),
             ca_key=ca_key,
@@ -73,7 +73,7 @@ def test_a_member_runs_a_command_in_the_browser_terminal(
             organization=organization,
             pool=PoolFactory(backend__driver="agent", backend__park=organization.park),
             state=InstanceState.RUNNING,
-            access={"address": "127.0.0.1", "ssh_port": port, "ssh_user": "root"},
+            access=sshd.access(),
         )
         page.set_default_timeout(TIMEOUT_MS)
         sign_in(page, url, member)
@@ -100,7 +100,7 @@ def test_a_member_runs_a_command_in_the_browser_terminal(
             time.sleep(0.2)
         opened_event = AuditEvent.objects.get(action=terminal.OPENED)
         assert opened_event.actor == member and opened_event.object_id == str(instance.pk)
-        assert opened_event.data == {"host": f"127.0.0.1:{port}"}
+        assert opened_event.data == {"host": f"127.0.0.1:{sshd.port}"}
 
         page.context.clear_cookies()
         sign_in(page, url, other_owner)
@@ -147,6 +147,8 @@ def test_the_terminal_of_a_host_ordered_in_the_browser_is_a_shell_in_that_host(
         page.wait_for_url(re.compile(r"/instances/\d+/$"))
         expect(page.locator(".state-badge").first).to_have_attribute("data-state", "running")
         instance = Instance.objects.get(name="terminal-host")
+        # The key its sshd presented to its agent: the only one the terminal accepts.
+        assert instance.access["ssh_host_keys"][0].startswith("ssh-ed25519 ")
         with daphne_portal(
             database_url=database_url(connection.settings_dict),
             ca_key=settings.LOAM_HOST_CA_KEY,

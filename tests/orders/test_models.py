@@ -1,12 +1,14 @@
 """The orders tables refuse bad rows themselves: no form or full_clean() runs here. The
 disks-only-grow rule is a trigger (migration orders 0002) and is tested through UPDATEs."""
 
+import subprocess
+
 import pytest
 from django.db.models import F
 from django.utils import timezone
 
 from apps.orchestration.models import Task
-from apps.orders.models import Instance, InstanceState, Order, OrderKind
+from apps.orders.models import Instance, InstanceState, Order, OrderKind, fingerprint
 from tests.factories import (
     InstanceFactory,
     OrderFactory,
@@ -218,3 +220,20 @@ class TestTask:
         now = timezone.now()
         task = TaskFactory(state="succeeded", started_at=now, finished_at=now)
         assert Task.objects.get(pk=task.pk).finished_at == now
+
+
+@pytest.mark.parametrize("key_type", ["ed25519", "ecdsa", "rsa"])
+def test_a_host_key_is_fingerprinted_as_ssh_shows_it(tmp_path, key_type):
+    """What the host's page shows is what `ssh` prints at a first login (ssh-keygen -l)."""
+    key = tmp_path / "host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", key_type, "-N", "", "-f", key], check=True)
+    public = key.with_suffix(".pub").read_text()
+    listed = subprocess.run(
+        ["ssh-keygen", "-l", "-E", "sha256", "-f", key.with_suffix(".pub")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()  # bits, fingerprint, comment, (TYPE)
+    assert fingerprint(public) == f"{listed[-1].strip('()')} {listed[1]}"
+    instance = InstanceFactory.build(access={"ssh_host_keys": [" ".join(public.split()[:2])]})
+    assert instance.ssh_host_key_fingerprints == [fingerprint(public)]

@@ -20,6 +20,7 @@ from apps.orchestration.backends.base import Capability
 from apps.orchestration.backends.simulator import SimulatorDriver
 from apps.orders import networking
 from apps.orders.models import Instance, InstanceState, PortMapping, SecurityGroup
+from tests.agents.conftest import HOST_KEY
 from tests.factories import (
     BackendFactory,
     InstanceFactory,
@@ -34,6 +35,8 @@ from tests.orders.agent_hosts import agent_world as agent_world
 from tests.orders.agent_hosts import converging as converging
 from tests.orders.agent_hosts import fake_agent as fake_agent
 from tests.orders.agent_hosts import order_host as order_host
+
+REACHED = {"address": PUBLIC, "ssh_port": 20000, "ssh_user": "root"}
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
 
@@ -66,7 +69,7 @@ def add(instance, actor, host_port, protocol="tcp") -> PortMapping:
 def test_a_host_is_reached_on_its_ssh_port_of_its_servers_public_address(agent_world, order_host):
     instance = order_host()
 
-    assert instance.access == {"address": PUBLIC, "ssh_port": 20000, "ssh_user": "root"}
+    assert instance.access == {**REACHED, "ssh_host_keys": [HOST_KEY]}
     assert network_of(instance) == {
         "group": f"o-{agent_world.organization.pk}",
         "public_ip": "",
@@ -89,7 +92,7 @@ def test_the_access_stays_across_stop_start_and_resize(agent_world, order_host, 
 
     instance.refresh_from_db()
     assert instance.state == InstanceState.RUNNING
-    assert instance.access == {"address": PUBLIC, "ssh_port": 20000, "ssh_user": "root"}
+    assert instance.access == {**REACHED, "ssh_host_keys": [HOST_KEY]}
 
 
 def test_a_released_host_frees_its_ports_and_mappings(order_host, operate, owner):

@@ -40,11 +40,13 @@ from apps.orders.models import (
     Order,
     OrderKind,
     OrderState,
+    fingerprint,
 )
 from apps.orders.services import HostRequest, fail_instance
 from apps.orders.validation import validate_hostname, validate_ssh_public_key
 from apps.quotas.models import QuotaResource
 from apps.tenants.models import Membership, Organization, Park, Role, VerificationState
+from tests.agents.conftest import HOST_KEY
 from tests.factories import (
     InstanceFactory,
     MembershipFactory,
@@ -694,6 +696,18 @@ def test_instance_page_shows_the_ssh_command_once_running(tenant, running):
     assert state_of(html) == "running"
     assert 'hx-trigger="every 2s"' not in html
     assert 'id="instance-actions"' in html
+
+
+def test_instance_page_shows_the_fingerprints_of_the_keys_its_backend_read(tenant, running):
+    instance = running()
+    assert 'id="ssh-host-keys"' not in html_of(tenant.get(f"/instances/{instance.pk}/"))
+    access = {**instance.access, "ssh_host_keys": [HOST_KEY]}
+    Instance.objects.filter(pk=instance.pk).update(access=access)
+
+    html = html_of(tenant.get(f"/instances/{instance.pk}/"))
+
+    assert 'id="ssh-host-keys"' in html
+    assert fingerprint(HOST_KEY).startswith("ED25519 SHA256:") and fingerprint(HOST_KEY) in html
 
 
 def test_a_stopped_hosts_page_hides_its_ssh_command(tenant, running, act):

@@ -195,6 +195,7 @@ class HostStatus:
     address: str = ""
     ssh_port: int = 22
     message: str = ""
+    ssh_host_keys: tuple[str, ...] = ()  # what its sshd presents ("type base64"), when running
 
     def to_json(self) -> dict:
         running = self.state == "running"
@@ -205,6 +206,7 @@ class HostStatus:
             "address": self.address if running else None,
             "ssh_port": self.ssh_port if running else None,
             "message": self.message[:MAX_MESSAGE],  # the portal keeps 2000 characters
+            "ssh_host_keys": list(self.ssh_host_keys) if running else [],
         }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -51,11 +52,37 @@ def ssh_answers(address: str, port: int = 22, wait_s: float = SSH_WAIT_S) -> boo
             time.sleep(0.1)
 
 
+def ssh_host_keys(address: str, wait_s: float = SSH_WAIT_S) -> tuple[str, ...]:
+    """The public keys ("type base64") sshd presents on `address`:22 once it answers within
+    `wait_s`; () if it never does. Read over the server's own link to the host, which nobody
+    else is on: the portal pins them to check, in the web terminal, that it reached this host."""
+    deadline = time.monotonic() + wait_s
+    if not ssh_answers(address, wait_s=wait_s):
+        return ()
+    while True:
+        if keys := _keyscan(address):
+            return keys
+        if time.monotonic() >= deadline:
+            return ()
+        time.sleep(0.2)
+
+
+def _keyscan(address: str) -> tuple[str, ...]:
+    try:
+        scan = subprocess.run(
+            ["ssh-keyscan", "-T", "5", address], capture_output=True, text=True, timeout=15
+        )
+    except subprocess.TimeoutExpired:
+        return ()
+    lines = (line.split() for line in scan.stdout.splitlines() if not line.startswith("#"))
+    return tuple(sorted(f"{fields[1]} {fields[2]}" for fields in lines if len(fields) >= 3))
+
+
 def converge(
     runtime: Runtime,
     host: DesiredHost,
     report: Callable[[HostStatus], None],
-    ssh_ready: Callable[[str], bool] = ssh_answers,
+    host_keys: Callable[[str], tuple[str, ...]] = ssh_host_keys,
 ) -> HostStatus:
     """Bring one host to `host`; report each state change through `report`; return the last."""
     creating_reported = False
@@ -101,9 +128,9 @@ def converge(
                 runtime.set_limits(host.id, host.vcpu, host.memory_mib)
             if actual.bandwidth_mbps != host.bandwidth_mbps:
                 runtime.set_bandwidth(host.id, host.bandwidth_mbps)
-        if not ssh_ready(actual.address):
+        if not (keys := host_keys(actual.address)):
             raise HostError(f"sshd did not answer on {actual.address}:22 within {SSH_WAIT_S:g} s")
-        status = HostStatus(host.id, host.generation, "running", actual.address)
+        status = HostStatus(host.id, host.generation, "running", actual.address, ssh_host_keys=keys)
     except HostError as error:
         status = HostStatus(host.id, host.generation, "failed", message=str(error))
     except Exception as error:  # an unforeseen failure fails this host, not the agent
@@ -124,12 +151,12 @@ class Reconciler:
         report: Callable[[int, HostStatus], None],
         *,
         next_sequence: Callable[[], int],
-        ssh_ready: Callable[[str], bool] = ssh_answers,
+        host_keys: Callable[[str], tuple[str, ...]] = ssh_host_keys,
     ) -> None:
         self._runtime = runtime
         self._report_out = report
         self._next_sequence = next_sequence
-        self._ssh_ready = ssh_ready
+        self._host_keys = host_keys
         self._lock = threading.Lock()
         self._pending: dict[str, DesiredHost | None] = {}  # None: remove
         self._busy: set[str] = set()
@@ -197,7 +224,7 @@ class Reconciler:
             if host is None:
                 self._remove(host_id)
             else:
-                status = converge(self._runtime, host, self._report, self._ssh_ready)
+                status = converge(self._runtime, host, self._report, self._host_keys)
                 with self._lock:
                     if status.state != "failed":
                         self._applied[host_id] = host

@@ -222,6 +222,7 @@ class HostAccess:
     address: str
     ssh_port: int = 22
     ssh_user: str = "root"
+    ssh_host_keys: tuple[str, ...] = ()  # what its sshd presents, where the backend knows
 
 
 @dataclass(frozen=True)
