@@ -20,7 +20,6 @@ p50/p95/max of both and releases the host.
 """
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from bench.terminal_latency import summary  # noqa: E402
 from tests.agent_server import missing_for_hosts, run_agent_server  # noqa: E402
 from tests.e2e.stack import find_stack  # noqa: E402
 from tests.e2e.stack_world import build_in_stack  # noqa: E402
@@ -42,15 +42,6 @@ from tests.e2e.workbench import (  # noqa: E402
 from tests.outside_world import OutsideWorld, missing_tools  # noqa: E402
 
 IMAGE = "pytorch"
-
-
-def summary(name: str, figures: list[float]) -> str:
-    figures = sorted(figures)
-    p95 = figures[max(0, round(0.95 * len(figures)) - 1)]
-    return (
-        f"{name:<34} p50 {statistics.median(figures):6.2f} s   "
-        f"p95 {p95:6.2f} s   max {figures[-1]:6.2f} s   (n={len(figures)})"
-    )
 
 
 def main() -> None:
