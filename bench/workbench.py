@@ -15,8 +15,9 @@ stack's own database, enrols a real `loam-agent` with the stack over HTTPS, sign
 (1) 终端 → root's prompt in the web terminal (a socket through nginx to Daphne, a certificate
 signed, SSH into the host, a login shell); (2) JupyterLab → a new notebook's kernel idle (nginx's
 auth_request to the portal, the host's JupyterLab on the services' origin, a kernel started and
-its WebSocket up); closing each tab and shutting the kernel down before the next. Prints
-p50/p95/max of both and releases the host.
+its WebSocket up); each tab is closed, and JupyterLab's kernels and layout forgotten
+(tests/e2e/workbench.close_lab), before the next. Prints p50/p95/max of both and releases the
+host.
 """
 
 import argparse
@@ -32,11 +33,11 @@ from tests.agent_server import missing_for_hosts, run_agent_server  # noqa: E402
 from tests.e2e.stack import find_stack  # noqa: E402
 from tests.e2e.stack_world import build_in_stack  # noqa: E402
 from tests.e2e.workbench import (  # noqa: E402
+    close_lab,
     open_notebook,
     open_terminal,
     order_host,
     release,
-    shut_down_kernels,
     sign_in,
 )
 from tests.outside_world import OutsideWorld, missing_tools  # noqa: E402
@@ -93,8 +94,7 @@ def measure(page, instance_url: str, sessions: int) -> tuple[list[float], list[f
         shell.close()
         lab, seconds = open_notebook(page, instance_url)
         notebook.append(seconds)
-        shut_down_kernels(lab)
-        lab.close()
+        close_lab(lab)
         print(f"session {session}: terminal {terminal[-1]:.2f} s, notebook {seconds:.2f} s")
         time.sleep(0.5)  # the closed terminal's session ends (audited) before the next opens
     return terminal, notebook

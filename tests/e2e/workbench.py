@@ -74,15 +74,21 @@ def open_notebook(page: Page, instance_url: str) -> tuple[Page, float]:
     return lab, time.monotonic() - clicked
 
 
-def shut_down_kernels(lab: Page) -> None:
-    """Shuts down every kernel of the tab's JupyterLab through its REST API (nginx gives the
-    host's token; the member's cookies go with the tab's request), as Kernel › Shut Down All
-    Kernels does, so that sessions opened one after another don't pile kernels up in the host."""
-    api = lab.url.split("/lab", 1)[0] + "/api/kernels"
-    kernels = lab.request.get(api)
-    assert kernels.ok, (api, kernels.status)
+def close_lab(lab: Page) -> None:
+    """Closes the JupyterLab tab and forgets what it left through JupyterLab's REST API (nginx
+    adds the host's token; the member's cookies go with the request): its kernels are shut
+    down, as Kernel › Shut Down All Kernels does, and its layout (the workspace, which would
+    reopen the notebook in place of the launcher) is deleted. Sessions opened one after
+    another then each start as a first one, with no kernels piling up in the host."""
+    base = lab.url.split("/lab", 1)[0]
+    request = lab.context.request
+    lab.close()
+    kernels = request.get(f"{base}/api/kernels")
+    assert kernels.ok, (base, kernels.status)
     for kernel in kernels.json():
-        assert lab.request.delete(f"{api}/{kernel['id']}").ok, kernel
+        assert request.delete(f"{base}/api/kernels/{kernel['id']}").ok, kernel
+    workspace = request.delete(f"{base}/lab/api/workspaces/default")
+    assert workspace.ok or workspace.status == 404, workspace.status
 
 
 def release(page: Page, instance_url: str) -> None:
