@@ -23,9 +23,10 @@ import asyncssh
 from django.utils import timezone
 
 from apps.agents import host_ca
-from apps.agents.services import AGENT_DRIVER
 from apps.core.audit import record_event
 from apps.core.models import AuditEvent
+from apps.orchestration.backends.base import Capability
+from apps.orchestration.backends.registry import supports
 from apps.orders.models import Instance, InstanceState
 from apps.tenants.access import role_of
 from apps.tenants.roles import Action, can
@@ -56,11 +57,11 @@ class TerminalRefused(Exception):
 
 
 def has_terminal(instance: Instance) -> bool:
-    """Running on an agent server (whose hosts trust the portal's CA) with an SSH endpoint."""
+    """Running, with an SSH endpoint, on a backend whose hosts trust the portal's CA."""
     return (
         instance.state == InstanceState.RUNNING
         and instance.pool is not None
-        and instance.pool.backend.driver == AGENT_DRIVER
+        and supports(instance.pool.backend.driver, Capability.TERMINAL)
         and bool(instance.access.get("address"))
     )
 

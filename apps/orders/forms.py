@@ -68,7 +68,11 @@ class InstanceOrderForm(forms.Form):
     ssh_public_key = forms.CharField(
         label=_("SSH public key"),
         widget=forms.Textarea(attrs={"rows": 3, "placeholder": "ssh-ed25519 AAAA… you@laptop"}),
-        help_text=_("The key you will log in with, e.g. the contents of ~/.ssh/id_ed25519.pub."),
+        help_text=_(
+            "The key you will log in with, e.g. the contents of ~/.ssh/id_ed25519.pub. Hosts "
+            "with a web terminal need none: the terminal logs in by itself."
+        ),
+        required=False,
     )
     security_group = forms.ModelChoiceField(
         label=_("Security group"),

@@ -32,7 +32,9 @@ from apps.core.transactions import (
 )
 from apps.core.transitions import transition
 from apps.orchestration.backends.base import Capability
+from apps.orchestration.backends.registry import supports
 from apps.orchestration.models import TaskPreference
+from apps.orchestration.selectors import schedulable_park_pools
 from apps.orchestration.services import (
     NoCapacity,
     PlacementPlan,
@@ -391,16 +393,33 @@ def validate_host_request(organization: Organization, request: HostRequest) -> N
         errors["count"] = _("Order 1–%(max)d hosts at a time.") % {"max": MAX_COUNT}
     # With a count, hosts are named name-1 … name-N: the longest must be a host name too.
     longest = request.name if request.count <= 1 else f"{request.name}-{request.count}"
-    for field, check, value in (
-        ("name", validate_hostname, longest),
-        ("ssh_public_key", validate_ssh_public_key, request.ssh_public_key),
-    ):
+    checks = [("name", validate_hostname, longest)]
+    if request.ssh_public_key.strip():
+        checks.append(("ssh_public_key", validate_ssh_public_key, request.ssh_public_key))
+    elif not reached_by_terminal(park, request):
+        errors["ssh_public_key"] = _(
+            "Hosts of this flavor are reached over SSH only: paste the public key you will log "
+            "in with."
+        )
+    for field, check, value in checks:
         try:
             check(value)
         except ValidationError as exc:
             errors[field] = exc.messages[0]
     if errors:
         raise ValidationError(errors)
+
+
+def reached_by_terminal(park, request: HostRequest) -> bool:
+    """Whether every pool that may place this host has the web terminal log in to its hosts:
+    such a host needs no key of the tenant's (the terminal brings its own), the others do."""
+    pools = schedulable_park_pools(park, capability=Capability.HOSTS).filter(
+        accelerator_model_id=request.flavor.family.accelerator_model_id
+    )
+    if request.region is not None:
+        pools = pools.filter(region=request.region)
+    drivers = set(pools.values_list("backend__driver", flat=True))
+    return bool(drivers) and all(supports(driver, Capability.TERMINAL) for driver in drivers)
 
 
 def _image_not_held(park, request: HostRequest) -> str | None:

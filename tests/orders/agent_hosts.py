@@ -49,9 +49,8 @@ def order_host(agent_world, agent, owner, django_capture_on_commit_callbacks):
             image=agent_world.image,
             region=agent_world.region,
             system_disk_gb=50,
-            ssh_public_key=SSH_KEY,
             name=name,
-            **fields,
+            **{"ssh_public_key": SSH_KEY, **fields},
         )
         with django_capture_on_commit_callbacks(execute=True):
             (placed,) = submit_create(

@@ -9,6 +9,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from apps.agents.models import AgentHost
 from apps.catalog.models import Region, SoftwareStack
 from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
 from apps.core.models import AuditEvent
@@ -39,6 +40,11 @@ from tests.factories import (
     RegionFactory,
     UserFactory,
 )
+from tests.orders.agent_hosts import agent as agent  # the fixtures, shared
+from tests.orders.agent_hosts import agent_world as agent_world
+from tests.orders.agent_hosts import converging as converging
+from tests.orders.agent_hosts import fake_agent as fake_agent
+from tests.orders.agent_hosts import order_host as order_host
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
 
@@ -536,6 +542,24 @@ def test_every_refusal_names_its_field_and_creates_nothing(world, owner, field, 
     assert row_counts() == before
     assert AuditEvent.objects.count() == events
     assert world.free_accelerators() == 16
+
+
+def test_a_host_only_ssh_reaches_needs_the_tenants_key_and_says_so(world, owner):
+    request = world.request(1, ssh_public_key="")
+    with pytest.raises(ValidationError) as excinfo:
+        submit_create(organization=world.organization, actor=owner, request=request)
+
+    assert excinfo.value.message_dict["ssh_public_key"] == [
+        "Hosts of this flavor are reached over SSH only: paste the public key you will log in with."
+    ]
+
+
+def test_a_host_the_web_terminal_reaches_needs_no_key(agent_world, order_host):
+    """Every pool that may place it is an agent pool, whose hosts the terminal logs in to."""
+    instance = order_host(ssh_public_key="  ")
+
+    assert instance.ssh_public_key == ""
+    assert AgentHost.objects.get(handle=instance.backend_handle).ssh_public_keys == []
 
 
 def test_all_refusals_are_reported_at_once(world, organization):

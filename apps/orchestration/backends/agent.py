@@ -37,7 +37,9 @@ class AgentDriver:
     is_simulator = False
     # Its state is in the portal: `registry.driver_of` tells it its Backend row's id.
     binds_backend = True
-    capabilities = frozenset({Capability.INVENTORY, Capability.HOSTS, Capability.NETWORK})
+    capabilities = frozenset(
+        {Capability.INVENTORY, Capability.HOSTS, Capability.NETWORK, Capability.TERMINAL}
+    )
     config_example = {"pools": [{"name": "gpu-h200", "accelerator_model": "h200-sxm"}]}
 
     def __init__(self, config: dict):

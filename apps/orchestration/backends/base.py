@@ -26,6 +26,7 @@ class Capability(StrEnum):
     BATCH = "batch"  # submit, status, logs, cancel
     NETWORK = "network"  # hosts' forwarded ports, private networks and ingress rules
     METRICS = "metrics"  # each host's figures for its monitoring charts, asked every minute
+    TERMINAL = "terminal"  # its hosts trust the portal's host CA: the web terminal logs in
 
 
 # The transport protocols a forwarded port or an ingress rule names.
