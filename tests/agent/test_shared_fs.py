@@ -68,8 +68,8 @@ def started(runtime, key, shared: SharedFs) -> str:
 
 
 def test_an_organizations_hosts_share_slash_shared_and_no_one_else_sees_it(
-    runtime, ssh_key, organization_fs
-):
+    organization_fs, runtime, ssh_key
+):  # the hosts go (runtime) before their file systems' databases (organization_fs)
     ours, theirs = organization_fs(1), organization_fs(1)
     host_a, address_a = started(runtime, ssh_key, ours)
     host_b, address_b = started(runtime, ssh_key, ours)
@@ -78,7 +78,8 @@ def test_an_organizations_hosts_share_slash_shared_and_no_one_else_sees_it(
 
     ssh(ssh_key, address_a, "mkdir -p /shared/data && echo from-a > /shared/data/note")
     assert ssh(ssh_key, address_b, "cat /shared/data/note") == "from-a\n"
-    ssh(ssh_key, address_b, "echo from-b >> /shared/data/note")
+    # Each host's root is another id on the server; all of them write each other's files.
+    ssh(ssh_key, address_b, "echo from-b >> /shared/data/note && chmod 600 /shared/data/note")
     assert ssh(ssh_key, address_a, "cat /shared/data/note") == "from-a\nfrom-b\n"
     assert ssh(ssh_key, address_c, "ls -A /shared | grep -v '^\\.' || true") == ""
     # The host sees the mount, never the credentials of its metadata.

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from loam_agent.hosts.model import VOLUME_NAME, HostError, SharedFs
@@ -23,6 +24,7 @@ from loam_agent.hosts.model import VOLUME_NAME, HostError, SharedFs
 # user:password@ in a URL, kept out of what the agent reports.
 CREDENTIALS = re.compile(r"//[^/@\s]*@")
 COMMAND_TIMEOUT_S = 120
+UNMOUNT_TRIES, UNMOUNT_PAUSE_S = 10, 0.3
 
 
 def juicefs_binary() -> str:
@@ -54,7 +56,6 @@ class SharedFileSystems:
             self._set_capacity(shared)
             return path
         path.mkdir(parents=True, exist_ok=True)
-        path.chmod(0o755)
         if self._juicefs("status", shared.meta_url, check=False).returncode != 0:
             self._juicefs(
                 "format",
@@ -76,13 +77,17 @@ class SharedFileSystems:
             "mount",
             "--background",
             "--no-usage-report",
+            # Each host's root is another id range on the server (runtime.py), and FUSE mounts
+            # can't be id-mapped here: the kernel leaves permissions to JuiceFS, which counts
+            # every caller as one user, so all the organization's hosts read and write alike.
+            "--non-default-permission",
+            "--all-squash",
+            "0:0",
             "--log",
             str(self.root / f"{shared.name}.log"),
             shared.meta_url,
             str(path),
         )
-        # Every host's root is another id range on the server: all may read and write.
-        path.chmod(0o1777)
         return path
 
     def _set_capacity(self, shared: SharedFs) -> None:
@@ -99,7 +104,15 @@ class SharedFileSystems:
         """Stops the mounts no running host of this server uses any more."""
         for name in self.mounted():
             if name not in in_use:
-                self._juicefs("umount", str(self.mountpoint(name)))
+                self._unmount(self.mountpoint(name))
+
+    def _unmount(self, path: Path) -> None:
+        # A stopped host's mount namespace goes a moment after its last process: busy till then.
+        for _ in range(UNMOUNT_TRIES):
+            if self._juicefs("umount", str(path), check=False).returncode == 0:
+                return
+            time.sleep(UNMOUNT_PAUSE_S)
+        self._juicefs("umount", "--force", str(path))
 
     def used_bytes(self, name: str) -> int | None:
         """What the organization stores, as df reads it from the mount; None when unmounted."""
