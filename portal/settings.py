@@ -244,6 +244,8 @@ LOAM_METERING_INTERVAL_S = env.int("LOAM_METERING_INTERVAL_S", default=60)
 LOAM_SHARED_FS_SERVER = env.str(
     "LOAM_SHARED_FS_SERVER", default="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 )
+# Names its databases and roles: portals that share a storage server each take their own.
+LOAM_SHARED_FS_PREFIX = env.str("LOAM_SHARED_FS_PREFIX", default="loam")
 LOAM_SHARED_FS_DEFAULT_GB = env.int("LOAM_SHARED_FS_DEFAULT_GB", default=100)
 LOAM_SHARED_FS_USAGE_INTERVAL_S = env.int("LOAM_SHARED_FS_USAGE_INTERVAL_S", default=300)
 CELERY_BEAT_SCHEDULE = {

@@ -143,9 +143,7 @@ def desired_hosts(server: AgentServer) -> list[dict]:
         .exclude(state=InstanceState.RELEASED)
         .values_list("backend_handle", "organization_id")
     )
-    shared = sharedfs_selectors.mount_specs(
-        *_region_and_park(server), set(organizations.values())
-    )
+    shared = sharedfs_selectors.mount_specs(*_region_and_park(server), set(organizations.values()))
     return [
         {
             "id": host.handle,

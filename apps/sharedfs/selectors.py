@@ -56,9 +56,7 @@ def park_file_systems(park) -> list[FileSystemRow]:
         .order_by("organization__name", "region__name")
     )
     capacities = capacities_gb(park.pk, {fs.organization_id for fs in file_systems})
-    return [
-        FileSystemRow(fs.region, fs, capacities[fs.organization_id]) for fs in file_systems
-    ]
+    return [FileSystemRow(fs.region, fs, capacities[fs.organization_id]) for fs in file_systems]
 
 
 def mount_specs(region_id: int, park_id: int, organization_ids) -> dict[int, dict]:

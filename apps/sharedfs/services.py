@@ -2,6 +2,7 @@
 a region (its database and role on the region's storage server, then its row), and reading what
 each one stores, which its meter bills per GB."""
 
+import contextlib
 import math
 from decimal import Decimal
 from urllib.parse import urlsplit, urlunsplit
@@ -32,7 +33,7 @@ CONNECT_TIMEOUT_S = 10
 
 def file_system_name(organization: Organization, region: Region) -> str:
     """The JuiceFS volume's name (lower case, digits and dashes), its role's and database's."""
-    return f"loam-o{organization.pk}-r{region.pk}"
+    return f"{settings.LOAM_SHARED_FS_PREFIX}-o{organization.pk}-r{region.pk}"
 
 
 def role_password(file_system: SharedFileSystem) -> str:
@@ -62,10 +63,8 @@ def _create_database(file_system: SharedFileSystem) -> None:
             connection.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(role, password))
         except errors.DuplicateObject:
             connection.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(role, password))
-        try:
+        with contextlib.suppress(errors.DuplicateDatabase):
             connection.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(database, role))
-        except errors.DuplicateDatabase:
-            pass
         connection.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(database))
 
 

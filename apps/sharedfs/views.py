@@ -27,16 +27,19 @@ def overview(request):
         region = Region.objects.filter(park_id=organization.park_id, pk=region_id).first()
         if region is None:
             messages.error(request, _("Choose one of the park's regions."))
-            return render(
-                request, "sharedfs/overview.html", _overview_context(request), status=422
-            )
+            return render(request, "sharedfs/overview.html", _overview_context(request), status=422)
         with refusals(request) as outcome:
-            services.create_file_system(actor=request.user, organization=organization, region=region)
+            services.create_file_system(
+                actor=request.user, organization=organization, region=region
+            )
         if not outcome.refused:
             messages.success(
                 request,
-                _("Shared file storage created in %(region)s: hosts there mount it at /shared "
-                  "from their next start.") % {"region": region.name},
+                _(
+                    "Shared file storage created in %(region)s: hosts there mount it at /shared "
+                    "from their next start."
+                )
+                % {"region": region.name},
             )
         return redirect("sharedfs:overview")
     return render(request, "sharedfs/overview.html", _overview_context(request))
