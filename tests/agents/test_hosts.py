@@ -23,8 +23,8 @@ from apps.orchestration.backends.registry import driver_of, get_driver
 from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth
 from apps.orchestration.services import probe_backend
 from apps.orders.models import InstanceState
-from tests.agents.conftest import SSH_KEY, card, next_report_sequence, sample
 from apps.quotas.models import QuotaResource
+from tests.agents.conftest import SSH_KEY, card, next_report_sequence, sample
 from tests.factories import (
     AgentHostFactory,
     InstanceFactory,
