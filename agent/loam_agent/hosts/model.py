@@ -211,7 +211,10 @@ class DesiredHost:
                 shared_fs=SharedFs.from_json(value.get("shared_fs")),
             )
         except (KeyError, TypeError, ValueError) as error:
-            raise HostError(f"the portal sent an unusable host {value!r}: {error}") from None
+            # The shared file system's URLs carry its credentials: never in a host's message.
+            secret = isinstance(value, dict) and value.get("shared_fs")
+            shown = {**value, "shared_fs": "…"} if secret else value
+            raise HostError(f"the portal sent an unusable host {shown!r}: {error}") from None
         if not HOST_ID.fullmatch(host.id):
             raise HostError(f"the portal sent a host id the agent can't use: {host.id!r}")
         if host.state not in ("running", "stopped"):
