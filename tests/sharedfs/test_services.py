@@ -1,18 +1,23 @@
 """apps.sharedfs.services: an organization's file system made on the storage server, once, by
 those who may order; what it stores read and metered per GB."""
 
+from datetime import datetime, timedelta
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
+import time_machine
+from django.utils import timezone, translation
 
+from apps.billing import invoicing
 from apps.billing.models import Meter, MeterKind
 from apps.core.errors import DomainError, PermissionDenied
 from apps.core.models import AuditEvent
 from apps.sharedfs.models import SharedFileSystem
 from apps.sharedfs.services import create_file_system, read_usage, storage_url
 from apps.workloads.models import WorkloadKind
-from tests.factories import PriceFactory, RegionFactory
+from tests.factories import MeterFactory, PriceFactory, RegionFactory, SharedFileSystemFactory
 from tests.sharedfs.conftest import databases_of
 
 pytestmark = pytest.mark.django_db
@@ -82,3 +87,27 @@ def test_usage_is_read_and_billed_per_started_gb_at_the_regions_disk_price(
     assert meter.quantity == 3
     assert meter.hourly_minor == Decimal(72 * 3) / 720
     assert meter.organization_id == organization.pk
+
+
+def test_a_month_of_shared_storage_is_a_line_of_its_invoice(organization):
+    file_system = SharedFileSystemFactory(organization=organization)
+    april = datetime(2026, 4, 1, tzinfo=ZoneInfo("Asia/Shanghai"))
+    MeterFactory(
+        organization=organization,
+        instance=None,
+        workload=file_system.workload,
+        kind=MeterKind.SHARED_FS,
+        quantity=3,
+        hourly_minor=Decimal("0.3"),
+        compute_units=0,
+        started_at=april - timedelta(hours=10),
+    )
+    with time_machine.travel(april + timedelta(minutes=1), tick=False), translation.override("en"):
+        (invoice,) = invoicing.issue_due_invoices(now=timezone.now())
+    (line,) = invoice.lines.all()
+    assert (line.description, line.kind, line.quantity) == (
+        "Shared file storage",
+        MeterKind.SHARED_FS,
+        3,
+    )
+    assert line.amount_minor == 3  # 10 hours at 0.3 fen
