@@ -24,7 +24,7 @@ from apps.catalog.models import Image
 from apps.orchestration.backends.base import Capability
 from apps.orchestration.models import Allocation, Pool
 from apps.orchestration.selectors import schedulable_park_pools
-from apps.orders.models import Instance, InstanceState
+from apps.orders.hosts import network_group
 from apps.sharedfs import selectors as sharedfs_selectors
 
 CHART_MINUTES = 15
@@ -135,15 +135,14 @@ def desired_hosts(server: AgentServer) -> list[dict]:
         .order_by("created_at", "pk")
     )
     ca_keys = [host_ca.ca_public_key()]
-    hosts = list(hosts)
-    organizations = dict(
-        Instance.objects.filter(
-            node_id=server.node_id, backend_handle__in=[host.handle for host in hosts]
-        )
-        .exclude(state=InstanceState.RELEASED)
-        .values_list("backend_handle", "organization_id")
-    )
-    shared = sharedfs_selectors.mount_specs(*_region_and_park(server), set(organizations.values()))
+    # An organization's hosts are those on its network, from their first start (no instance
+    # names a host's handle before the host runs).
+    shared = {
+        network_group(organization_id): spec
+        for organization_id, spec in sharedfs_selectors.mount_specs(
+            *_region_and_park(server)
+        ).items()
+    }
     return [
         {
             "id": host.handle,
@@ -160,7 +159,7 @@ def desired_hosts(server: AgentServer) -> list[dict]:
             "ssh_user_ca_keys": ca_keys,
             "network": host_network(host),
             "services": [{**service, "token": host.service_token} for service in host.services],
-            "shared_fs": shared.get(organizations.get(host.handle)),
+            "shared_fs": shared.get(host.network_group),
         }
         for host in hosts
     ]

@@ -59,12 +59,10 @@ def park_file_systems(park) -> list[FileSystemRow]:
     return [FileSystemRow(fs.region, fs, capacities[fs.organization_id]) for fs in file_systems]
 
 
-def mount_specs(region_id: int, park_id: int, organization_ids) -> dict[int, dict]:
+def mount_specs(region_id: int, park_id: int) -> dict[int, dict]:
     """{organization id: the `shared_fs` of its hosts in the region} (docs/agent-protocol.md),
     for the organizations that have a file system there."""
-    file_systems = SharedFileSystem.objects.filter(
-        region_id=region_id, organization_id__in=list(organization_ids)
-    )
+    file_systems = SharedFileSystem.objects.filter(region_id=region_id)
     capacities = capacities_gb(park_id, {fs.organization_id for fs in file_systems})
     specs = {}
     for fs in file_systems:

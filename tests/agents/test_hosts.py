@@ -18,10 +18,11 @@ from apps.core.errors import InvalidTransition
 from apps.core.models import AuditEvent
 from apps.core.transactions import lock
 from apps.core.transitions import transition
-from apps.orchestration.backends.base import BackendError, HostSpec
+from apps.orchestration.backends.base import BackendError, HostNetwork, HostSpec
 from apps.orchestration.backends.registry import driver_of, get_driver
 from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth
 from apps.orchestration.services import probe_backend
+from apps.orders.hosts import network_group
 from apps.orders.models import InstanceState
 from apps.quotas.models import QuotaResource
 from tests.agents.conftest import SSH_KEY, card, next_report_sequence, sample
@@ -131,17 +132,15 @@ def test_provision_writes_the_desired_host(server, driver):
 
 
 def test_the_hosts_of_an_organization_with_shared_storage_mount_it(agent_world, server, driver):
-    mine = host_of(driver.provision(spec(indices=(0,))))
-    theirs = host_of(driver.provision(spec(name="other", indices=(1,))))
     other = OrganizationFactory(park=agent_world.park)
-    for host, organization in ((mine, agent_world.organization), (theirs, other)):
-        InstanceFactory(
-            organization=organization,
-            node=server.node,
-            pool=agent_world.pool,
-            state=InstanceState.RUNNING,
-            backend_handle=host.handle,
-        )
+
+    def provisioned(name, index, organization):
+        network = HostNetwork(group=network_group(organization.pk))
+        return host_of(driver.provision(spec(name=name, indices=(index,), network=network)))
+
+    # Just provisioned: no instance names the host yet, its network says whose it is.
+    mine = provisioned("mine", 0, agent_world.organization)
+    theirs = provisioned("theirs", 1, other)
     etag = hosts_etag(server)
     QuotaLimitFactory(
         park=agent_world.park,
