@@ -26,15 +26,17 @@ pip_with_retries "installing the locked packages" install -r requirements-test.l
 # The wheels a partner's server installs the agent from (its dependencies and build backend),
 # kept for the tests that install it as a server behind an offline mirror does
 # (tests/agent_wheels.py), so they need no package index while they run.
-if [ ! -f var/agent-wheels/.complete ]; then
-  mkdir -p var/agent-wheels
-  # shellcheck disable=SC2046
-  pip_with_retries "downloading the agent's wheels" download --only-binary :all: \
-    --dest var/agent-wheels $(.venv/bin/python -c '
+# .complete names what they are: a dependency the agent adds is downloaded at the next setup.
+agent_requirements=$(.venv/bin/python -c '
 import tomllib
 project = tomllib.load(open("agent/pyproject.toml", "rb"))
 print(" ".join(project["project"]["dependencies"] + project["build-system"]["requires"]))')
-  touch var/agent-wheels/.complete
+if [ "$(cat var/agent-wheels/.complete 2>/dev/null)" != "$agent_requirements" ]; then
+  mkdir -p var/agent-wheels
+  # shellcheck disable=SC2086
+  pip_with_retries "downloading the agent's wheels" download --only-binary :all: \
+    --dest var/agent-wheels $agent_requirements
+  echo "$agent_requirements" > var/agent-wheels/.complete
 fi
 # The host agent (agent/, its own package): installs the `loam-agent` command (editable, so once).
 [ -x .venv/bin/loam-agent ] || .venv/bin/pip install -q --disable-pip-version-check --no-deps -e ./agent \

@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "apps.catalog",
     "apps.workloads",
     "apps.quotas",
+    "apps.sharedfs",
     "apps.orchestration",
     "apps.orders",
     "apps.billing",
@@ -235,6 +236,18 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # How often running hosts are metered and charged; a pass that takes longer, or finds usage
 # unmetered for two intervals, logs a warning (apps.billing.tasks.meter_usage).
 LOAM_METERING_INTERVAL_S = env.int("LOAM_METERING_INTERVAL_S", default=60)
+# The organizations' shared file storage (apps/sharedfs): the PostgreSQL server that keeps each
+# one's JuiceFS file system (metadata and data blocks) in a database and role of its own,
+# reached by the portal as a role that may create roles and databases, and by every agent
+# server of the park as each file system's own role; the capacity where no shared storage
+# quota is set; and how often what each one stores is read and metered.
+LOAM_SHARED_FS_SERVER = env.str(
+    "LOAM_SHARED_FS_SERVER", default="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+)
+# Names its databases and roles: portals that share a storage server each take their own.
+LOAM_SHARED_FS_PREFIX = env.str("LOAM_SHARED_FS_PREFIX", default="loam")
+LOAM_SHARED_FS_DEFAULT_GB = env.int("LOAM_SHARED_FS_DEFAULT_GB", default=100)
+LOAM_SHARED_FS_USAGE_INTERVAL_S = env.int("LOAM_SHARED_FS_USAGE_INTERVAL_S", default=300)
 CELERY_BEAT_SCHEDULE = {
     "purge-idempotency-records": {
         "task": "apps.api.tasks.purge_idempotency_records",
@@ -268,6 +281,11 @@ CELERY_BEAT_SCHEDULE = {
     # Hosts' monitoring: a sample a minute of each running host whose backend has METRICS (the
     # simulator's model; agents send theirs), and samples past LOAM_HOST_SAMPLES_KEPT_S pruned.
     "sample-hosts": {"task": "apps.orders.tasks.sample_hosts", "schedule": 60},
+    # What each organization's shared file storage holds, and its meter (apps/sharedfs).
+    "read-shared-fs-usage": {
+        "task": "apps.sharedfs.tasks.read_shared_fs_usage",
+        "schedule": LOAM_SHARED_FS_USAGE_INTERVAL_S,
+    },
 }
 # How long a host, an operation, a task hand-over or a webhook attempt may wait for its job
 # before the reconciliation sweep sends it again.

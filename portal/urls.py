@@ -30,6 +30,7 @@ urlpatterns = [
     path("", include("apps.orders.urls")),
     path("", include("apps.agents.urls")),
     path("", include("apps.quotas.urls")),
+    path("", include("apps.sharedfs.urls")),
     path("", include("apps.partners.urls")),
     path(
         "",

@@ -18,10 +18,11 @@ def wheelhouse(tmp_path_factory) -> Path:
     """The wheels an offline mirror holds for the agent: its dependencies and build backend,
     as deploy/setup.sh keeps them in var/agent-wheels (else downloaded here)."""
     kept = AGENT_DIR.parent / "var" / "agent-wheels"
-    if (kept / ".complete").is_file():
-        return kept
     project = tomllib.loads((AGENT_DIR / "pyproject.toml").read_text())
     requirements = [*project["project"]["dependencies"], *project["build-system"]["requires"]]
+    complete = kept / ".complete"
+    if complete.is_file() and complete.read_text().split() == requirements:
+        return kept
     folder = tmp_path_factory.mktemp("wheelhouse")
     download = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check"]
     download += ["--retries", "4", "--timeout", "30", "--only-binary", ":all:", "--dest"]

@@ -1138,3 +1138,4 @@ from tests.partners.factories import (  # noqa: E402, F401
     PoolTermsFactory,
     SettlementFactory,
 )
+from tests.sharedfs.factories import SharedFileSystemFactory  # noqa: E402, F401

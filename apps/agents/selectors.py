@@ -24,6 +24,8 @@ from apps.catalog.models import Image
 from apps.orchestration.backends.base import Capability
 from apps.orchestration.models import Allocation, Pool
 from apps.orchestration.selectors import schedulable_park_pools
+from apps.orders.hosts import network_group
+from apps.sharedfs import selectors as sharedfs_selectors
 
 CHART_MINUTES = 15
 MAX_CHART_MINUTES = 60
@@ -110,9 +112,17 @@ def missing_images(park) -> dict[int, list[Image]]:
 
 
 def hosts_etag(server: AgentServer) -> str:
-    """Changes whenever the hosts wanted on the server do (`services.bump_hosts_version`), and
-    with the host CA's key, which every host's spec carries."""
-    return f'"{server.public_id}.{server.hosts_version}.{host_ca.ca_tag()}"'
+    """Changes whenever the hosts wanted on the server do (`services.bump_hosts_version`), with
+    the host CA's key, which every host's spec carries, and with the region's shared file
+    systems and their quotas (`shared_fs`)."""
+    shared = sharedfs_selectors.region_tag(*_region_and_park(server))
+    return f'"{server.public_id}.{server.hosts_version}.{host_ca.ca_tag()}.{shared}"'
+
+
+def _region_and_park(server: AgentServer) -> tuple[int, int]:
+    return Pool.objects.filter(nodes__agent_server=server).values_list(
+        "region_id", "region__park_id"
+    )[0]
 
 
 def desired_hosts(server: AgentServer) -> list[dict]:
@@ -125,6 +135,14 @@ def desired_hosts(server: AgentServer) -> list[dict]:
         .order_by("created_at", "pk")
     )
     ca_keys = [host_ca.ca_public_key()]
+    # An organization's hosts are those on its network, from their first start (no instance
+    # names a host's handle before the host runs).
+    shared = {
+        network_group(organization_id): spec
+        for organization_id, spec in sharedfs_selectors.mount_specs(
+            *_region_and_park(server)
+        ).items()
+    }
     return [
         {
             "id": host.handle,
@@ -141,6 +159,7 @@ def desired_hosts(server: AgentServer) -> list[dict]:
             "ssh_user_ca_keys": ca_keys,
             "network": host_network(host),
             "services": [{**service, "token": host.service_token} for service in host.services],
+            "shared_fs": shared.get(host.network_group),
         }
         for host in hosts
     ]

@@ -2,7 +2,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from apps.api.views import billing, catalog, networking, operators, orders, tasks
+from apps.api.views import billing, catalog, networking, operators, orders, sharedfs, tasks
 from apps.api.views import tenants as views
 from apps.api.views.webhooks import WebhookEndpointViewSet
 
@@ -21,6 +21,9 @@ router.register("usage", billing.UsageRecordViewSet, basename="usage-record")
 router.register("members", views.MembershipViewSet, basename="membership")
 router.register("api-keys", views.ApiKeyViewSet, basename="api-key")
 router.register("webhooks", WebhookEndpointViewSet, basename="webhook")
+router.register(
+    "shared-file-systems", sharedfs.SharedFileSystemViewSet, basename="shared-file-system"
+)
 router.register(
     "operator/organizations",
     operators.OperatorOrganizationViewSet,

@@ -32,6 +32,7 @@ from apps.core.transitions import transition
 from apps.tenants.access import require_operator
 from apps.tenants.models import Organization
 from apps.webhooks.services import emit_event
+from apps.workloads.models import WorkloadKind
 
 
 class NothingToInvoice(DomainError):
@@ -150,7 +151,10 @@ def _lines(invoice: Invoice, records) -> list[InvoiceLine]:
     return [
         InvoiceLine(
             invoice=invoice,
-            description=row["workload__instance__name"] or row["workload__task__name"],
+            # A host's or a task's name; what has none (shared file storage) by its kind.
+            description=row["workload__instance__name"]
+            or row["workload__task__name"]
+            or str(WorkloadKind(row["workload__kind"]).label),
             kind=row["kind"],
             workload_id=row["workload"],
             seconds=row["seconds"],

@@ -243,6 +243,7 @@ class MeterKind(models.TextChoices):
     DISK = "disk", _("Cloud disk")
     BANDWIDTH = "bandwidth", _("Bandwidth")
     TASK = "task", _("Training task running time")
+    SHARED_FS = "shared_fs", _("Shared file storage")
 
 
 class Meter(models.Model):

@@ -15,6 +15,9 @@ class QuotaResource(models.TextChoices):
     DISK_GB = "disk_gb", _("Disk (GB)")
     INSTANCES = "instances", _("Instances")
     MONTHLY_SPEND = "monthly_spend", _("Monthly spend (minor units)")
+    # The capacity of the organization's shared file storage in each region (apps/sharedfs),
+    # which the file system itself enforces: no order holds any of it.
+    SHARED_STORAGE_GB = "shared_storage_gb", _("Shared file storage (GB)")
 
 
 class QuotaLimit(models.Model):

@@ -11,6 +11,7 @@ from apps.tenants.models import Organization
 class WorkloadKind(models.TextChoices):
     HOST = "host", _("GPU cloud host")
     TASK = "task", _("Training task")
+    SHAREDFS = "sharedfs", _("Shared file storage")
 
 
 class Workload(models.Model):

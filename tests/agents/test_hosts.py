@@ -13,18 +13,26 @@ from django.utils import timezone
 from apps.agents import services
 from apps.agents.host_ca import ca_public_key
 from apps.agents.models import AGENT_HOST_TRANSITIONS, AgentHost, AgentServer, WantedState
-from apps.agents.selectors import desired_hosts
+from apps.agents.selectors import desired_hosts, hosts_etag
 from apps.core.errors import InvalidTransition
 from apps.core.models import AuditEvent
 from apps.core.transactions import lock
 from apps.core.transitions import transition
-from apps.orchestration.backends.base import BackendError, HostSpec
+from apps.orchestration.backends.base import BackendError, HostNetwork, HostSpec
 from apps.orchestration.backends.registry import driver_of, get_driver
 from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth
 from apps.orchestration.services import probe_backend
+from apps.orders.hosts import network_group
 from apps.orders.models import InstanceState
+from apps.quotas.models import QuotaResource
 from tests.agents.conftest import SSH_KEY, card, next_report_sequence, sample
-from tests.factories import AgentHostFactory, InstanceFactory
+from tests.factories import (
+    AgentHostFactory,
+    InstanceFactory,
+    OrganizationFactory,
+    QuotaLimitFactory,
+    SharedFileSystemFactory,
+)
 from tests.locks import wait_for_a_blocked_lock
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
@@ -117,9 +125,43 @@ def test_provision_writes_the_desired_host(server, driver):
             ],
         },
         "services": [],  # its image starts no web service
+        "shared_fs": None,  # its organization has no shared file storage in the region
     }
     server.refresh_from_db()
     assert server.hosts_version == before + 1
+
+
+def test_the_hosts_of_an_organization_with_shared_storage_mount_it(agent_world, server, driver):
+    other = OrganizationFactory(park=agent_world.park)
+
+    def provisioned(name, index, organization):
+        network = HostNetwork(group=network_group(organization.pk))
+        return host_of(driver.provision(spec(name=name, indices=(index,), network=network)))
+
+    # Just provisioned: no instance names the host yet, its network says whose it is.
+    mine = provisioned("mine", 0, agent_world.organization)
+    theirs = provisioned("theirs", 1, other)
+    etag = hosts_etag(server)
+    QuotaLimitFactory(
+        park=agent_world.park,
+        organization=agent_world.organization,
+        resource=QuotaResource.SHARED_STORAGE_GB,
+        limit=20,
+    )
+    file_system = SharedFileSystemFactory(
+        organization=agent_world.organization, region=agent_world.region
+    )
+
+    assert hosts_etag(server) != etag  # the agent hears of it at its next poll
+    listed = {host["id"]: host["shared_fs"] for host in desired_hosts(server)}
+    assert listed[theirs.handle] is None
+    shared = listed[mine.handle]
+    assert shared["name"] == file_system.name
+    assert shared["capacity_gb"] == 20
+    assert shared["storage"] == "postgres"
+    assert shared["meta_url"] == shared["bucket"]
+    assert shared["meta_url"].startswith(f"postgres://{file_system.name}:")
+    assert f"/{file_system.database}?" in shared["meta_url"]
 
 
 def test_provisioning_the_same_host_again_is_the_same_request(server, driver):

@@ -13,6 +13,8 @@ GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 HOST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 # It names the service's env file in the host.
 SERVICE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+# JuiceFS's own rule for a volume name; it also names the mount's folder (shared_fs.py).
+VOLUME_NAME = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
 
 
 class HostError(Exception):
@@ -141,6 +143,36 @@ def _services(values: list | None) -> tuple[HostService, ...]:
 
 
 @dataclass(frozen=True)
+class SharedFs:
+    """The organization's shared file storage, mounted at /shared (shared_fs.py)."""
+
+    name: str
+    meta_url: str
+    storage: str
+    bucket: str
+    capacity_gb: int
+
+    @classmethod
+    def from_json(cls, value: dict | None) -> SharedFs | None:
+        if not value:
+            return None
+        shared = cls(
+            name=str(value["name"]),
+            meta_url=str(value["meta_url"]),
+            storage=str(value["storage"]),
+            bucket=str(value["bucket"]),
+            capacity_gb=int(value["capacity_gb"]),
+        )
+        if not VOLUME_NAME.fullmatch(shared.name):
+            raise ValueError(f"shared file system name {shared.name!r} is not a JuiceFS name")
+        if shared.capacity_gb < 1:
+            raise ValueError(
+                f"shared file system capacity must be >= 1 GB, not {shared.capacity_gb}"
+            )
+        return shared
+
+
+@dataclass(frozen=True)
 class DesiredHost:
     id: str
     generation: int
@@ -156,6 +188,7 @@ class DesiredHost:
     ssh_user_ca_keys: tuple[str, ...] = ()
     services: tuple[HostService, ...] = ()
     network: HostNetwork = HostNetwork()
+    shared_fs: SharedFs | None = None
 
     @classmethod
     def from_json(cls, value: dict) -> DesiredHost:
@@ -175,9 +208,13 @@ class DesiredHost:
                 ssh_user_ca_keys=tuple(str(key) for key in value.get("ssh_user_ca_keys") or ()),
                 services=_services(value.get("services")),
                 network=HostNetwork.from_json(value.get("network")),
+                shared_fs=SharedFs.from_json(value.get("shared_fs")),
             )
         except (KeyError, TypeError, ValueError) as error:
-            raise HostError(f"the portal sent an unusable host {value!r}: {error}") from None
+            # The shared file system's URLs carry its credentials: never in a host's message.
+            secret = isinstance(value, dict) and value.get("shared_fs")
+            shown = {**value, "shared_fs": "…"} if secret else value
+            raise HostError(f"the portal sent an unusable host {shown!r}: {error}") from None
         if not HOST_ID.fullmatch(host.id):
             raise HostError(f"the portal sent a host id the agent can't use: {host.id!r}")
         if host.state not in ("running", "stopped"):

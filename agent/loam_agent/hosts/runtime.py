@@ -44,6 +44,7 @@ from loam_agent.hosts.idmap import IDS, bind_shifted, shift_tree
 from loam_agent.hosts.image import is_built, rootfs
 from loam_agent.hosts.model import HOST_ID, ActualHost, DesiredHost, HostError, HostNetwork
 from loam_agent.hosts.network import AttachedHost, Firewall, ServerNetwork, resolv_conf
+from loam_agent.hosts.shared_fs import SharedFileSystems
 from loam_agent.hosts.usage import host_usage
 
 STOP_TIMEOUT_S = 10.0
@@ -203,6 +204,7 @@ class HostRuntime:
         gpu_userspace: Callable[[], GpuUserspace] = discover,
     ) -> None:
         self.hosts_dir = state_dir / "hosts"
+        self.shared_fs = SharedFileSystems(state_dir / "shared-fs")
         self.images = images
         self.firewall = Firewall(server_network)
         # host id -> the network the portal wants now, ahead of the host's own worker.
@@ -430,6 +432,10 @@ class HostRuntime:
                 _run("mount", "-o", "loop,nosuid,nodev", str(folder / "data.img"), str(data))
             # Id-mapped: root inside owns what the disk's uid 0 owns, whatever the range.
             binds.append(f"--bind={data}:/data:idmap")
+        state["shared_fs"] = host.shared_fs.name if host.shared_fs else ""
+        self._save(host.id, state)
+        if host.shared_fs:
+            binds.append(f"--bind={self.shared_fs.mount(host.shared_fs)}:/shared")
         device_files = []
         for uuid in sorted(host.card_uuids):
             # At its own name, /dev/nvidia<minor>, as nvidia-container-toolkit binds it: the
@@ -620,6 +626,16 @@ class HostRuntime:
         if state is not None:
             state["card_uuids"] = []  # a stopped host holds no cards
             self._save(host_id, state)
+        self._unmount_unused_shared_fs()
+
+    def _unmount_unused_shared_fs(self) -> None:
+        """An organization's file system stays mounted while one of its hosts runs here."""
+        in_use = set()
+        for other in self.list():
+            state = self._state(other)
+            if state and state.get("shared_fs") and self._pid(other):
+                in_use.add(state["shared_fs"])
+        self.shared_fs.unmount_unused(in_use)
 
     @staticmethod
     def _alive(pid: int) -> bool:
