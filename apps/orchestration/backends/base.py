@@ -375,6 +375,13 @@ class MetricsDriver(Driver, Protocol):
         ...
 
 
+class TerminalDriver(Driver, Protocol):
+    """No method: a promise about its hosts. Each host's sshd trusts the portal's host CA for
+    root and the backend reports the keys that sshd presents (`HostAccess.ssh_host_keys`), so
+    the portal's web terminal logs in with a certificate of its own and checks it reached that
+    host."""
+
+
 class BatchDriver(Driver, Protocol):
     def submit_task(self, spec: TaskSpec) -> str:
         """Start a training task; returns its handle."""
