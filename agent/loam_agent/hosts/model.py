@@ -156,6 +156,7 @@ class DesiredHost:
     ssh_user_ca_keys: tuple[str, ...] = ()
     services: tuple[HostService, ...] = ()
     network: HostNetwork = HostNetwork()
+    save_image: str = ""  # a stopped host's root saved as this image (saved_images.py)
 
     @classmethod
     def from_json(cls, value: dict) -> DesiredHost:
@@ -175,6 +176,7 @@ class DesiredHost:
                 ssh_user_ca_keys=tuple(str(key) for key in value.get("ssh_user_ca_keys") or ()),
                 services=_services(value.get("services")),
                 network=HostNetwork.from_json(value.get("network")),
+                save_image=str(value.get("save_image") or ""),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise HostError(f"the portal sent an unusable host {value!r}: {error}") from None
@@ -182,6 +184,8 @@ class DesiredHost:
             raise HostError(f"the portal sent a host id the agent can't use: {host.id!r}")
         if host.state not in ("running", "stopped"):
             raise HostError(f"host {host.id}: unknown desired state {host.state!r}")
+        if host.save_image and host.state != "stopped":
+            raise HostError(f"host {host.id}: an image is saved only from a stopped host")
         return host
 
 
@@ -195,9 +199,11 @@ class HostStatus:
     address: str = ""
     ssh_port: int = 22
     message: str = ""
+    saved_image: dict | None = None  # {"name", "digest", "size_bytes"} once saved
 
     def to_json(self) -> dict:
         running = self.state == "running"
+        saved = {"saved_image": self.saved_image} if self.saved_image else {}
         return {
             "id": self.id,
             "generation": self.generation,
@@ -205,6 +211,7 @@ class HostStatus:
             "address": self.address if running else None,
             "ssh_port": self.ssh_port if running else None,
             "message": self.message[:MAX_MESSAGE],  # the portal keeps 2000 characters
+            **saved,
         }
 
 
