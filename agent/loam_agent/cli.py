@@ -34,7 +34,7 @@ from loam_agent.hosts.model import HostError
 from loam_agent.hosts.network import ServerNetwork, discover
 from loam_agent.hosts.poller import HostsPoller
 from loam_agent.hosts.runtime import HostRuntime
-from loam_agent.hosts.saved_images import list_saved, saved_images_dir
+from loam_agent.hosts.saved_images import keep_only, list_saved, saved_images_dir
 from loam_agent.hosts.sequence import REPORT_SEQUENCE_FILE, ReportSequence
 from loam_agent.readers import all_readers
 from loam_agent.readers.base import AcceleratorReader, CardSample
@@ -249,6 +249,7 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
             sequence=ReportSequence(config.state_dir / REPORT_SEQUENCE_FILE),
             stop=stop,
             usage=runtime.usage,
+            keep_saved_images=lambda kept: keep_only(runtime.saved_images, kept, runtime.hosts_dir),
         )
         threading.Thread(target=hosts.run, name="hosts", daemon=True).start()
     try:

@@ -17,6 +17,8 @@ from apps.agents.models import (
     JoinToken,
     PortPurpose,
     ReportedState,
+    SavedImage,
+    SavedImageState,
     WantedState,
 )
 from apps.agents.services import AGENT_DRIVER
@@ -89,7 +91,7 @@ def missing_images(park) -> dict[int, list[Image]]:
     """{server id: the park's images on sale for its cards that it doesn't hold}, for each
     server of the park not revoked: what the operator builds there next. An image is for a
     server's cards when it lists the accelerator model of the server's pool."""
-    images = Image.objects.filter(park=park, is_active=True).prefetch_related(
+    images = Image.objects.filter(park=park, is_active=True, organization=None).prefetch_related(
         "compatible_accelerators"
     )
     by_model: dict[int, list[Image]] = {}
@@ -141,9 +143,20 @@ def desired_hosts(server: AgentServer) -> list[dict]:
             "ssh_user_ca_keys": ca_keys,
             "network": host_network(host),
             "services": [{**service, "token": host.service_token} for service in host.services],
+            **({"save_image": host.save_image} if host.state == WantedState.STOPPED else {}),
         }
         for host in hosts
     ]
+
+
+def kept_saved_images(server: AgentServer) -> list[str]:
+    """The saved images the server is to keep (the hosts list's `saved_images`): those being
+    saved there or ready; the agent removes the others."""
+    return sorted(
+        SavedImage.objects.filter(
+            server=server, state__in=(SavedImageState.SAVING, SavedImageState.READY)
+        ).values_list("image__code", flat=True)
+    )
 
 
 def host_network(host: AgentHost) -> dict:

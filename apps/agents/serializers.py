@@ -193,6 +193,12 @@ class HostUsageSerializer(serializers.Serializer):
     net_tx_bytes = _figure(serializers.IntegerField, min_value=0, max_value=INT63)
 
 
+class SavedImageReportSerializer(serializers.Serializer):
+    name = serializers.SlugField(max_length=60)
+    digest = serializers.RegexField(r"^sha256:[0-9a-f]{64}$")
+    size_bytes = serializers.IntegerField(min_value=0, max_value=INT63)
+
+
 class HostReportSerializer(serializers.Serializer):
     id = serializers.CharField(max_length=40)
     generation = serializers.IntegerField(min_value=0, max_value=INT32)
@@ -208,6 +214,8 @@ class HostReportSerializer(serializers.Serializer):
     )
     # Sent by agents that read their hosts' usage, for running hosts; older agents send none.
     usage = HostUsageSerializer(required=False, allow_null=True, default=None)
+    # A stopped host's root saved as the image its spec asked for (`save_image`).
+    saved_image = SavedImageReportSerializer(required=False, allow_null=True, default=None)
 
 
 class HostReportsSerializer(serializers.Serializer):

@@ -243,6 +243,7 @@ class MeterKind(models.TextChoices):
     DISK = "disk", _("Cloud disk")
     BANDWIDTH = "bandwidth", _("Bandwidth")
     TASK = "task", _("Training task running time")
+    IMAGE = "image", _("Saved image storage")
 
 
 class Meter(models.Model):

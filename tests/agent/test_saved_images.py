@@ -8,7 +8,7 @@ import pytest
 from loam_agent.hosts.model import HostError
 from loam_agent.hosts.reconcile import converge, ssh_answers
 from loam_agent.hosts.runtime import HostRuntime
-from loam_agent.hosts.saved_images import list_saved, remove_saved, saved_image
+from loam_agent.hosts.saved_images import keep_only, list_saved, remove_saved, saved_image
 
 from tests.agent.test_runtime import desired, ssh
 
@@ -81,8 +81,12 @@ def test_a_host_ordered_from_a_saved_image_has_what_the_tenant_installed(runtime
         "0:755\ngone\n"
     )
     assert ssh(ssh_key, address_b, "ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub") != key_a
+    # The portal deleted it: kept while host B, whose root it is under, is still here.
+    assert keep_only(saved, set(), runtime.hosts_dir) == []
     runtime.remove(host_b.id)
-    remove_saved(saved, "saved-test")
+    assert keep_only(saved, {"saved-test"}, runtime.hosts_dir) == []
+    runtime.remove(host_a.id)
+    assert keep_only(saved, set(), runtime.hosts_dir) == ["saved-test"]
     assert list_saved(saved) == [] and not (saved / "saved-test").exists()
     with pytest.raises(HostError, match="image 'saved-test' isn't built"):
         runtime.create(host_b)

@@ -177,6 +177,9 @@ def english_messages():
         yield
 
 
+SAVED_DIGEST, SAVED_SIZE = "sha256:" + "5a" * 32, 2_500_000_000  # billed as 3 GB
+
+
 class FakeAgent:
     """The agent's side over the real agent API (Django's test client): heartbeats, and
     `converge()`, which polls the hosts and reports each as what the portal wants at once."""
@@ -223,6 +226,12 @@ class FakeAgent:
                 )  # fmt: skip
                 continue
             running = host["state"] == "running"
+            # A stopped host's root saved as asked, as the real agent reports it.
+            saved = (
+                {"saved_image": {"name": code, "digest": SAVED_DIGEST, "size_bytes": SAVED_SIZE}}
+                if (code := host.get("save_image"))
+                else {}
+            )
             reports.append(
                 {
                     "id": host["id"],
@@ -231,6 +240,7 @@ class FakeAgent:
                     "address": f"10.213.7.{n}" if running else None,
                     "ssh_port": 22 if running else None,
                     "message": "",
+                    **saved,
                 }
             )
         gone = set(self.known) - {host["id"] for host in listed}

@@ -213,3 +213,21 @@ def find_image(images: Path, saved: Path, name: str) -> tuple[Path, BuiltImage] 
     if NAME.fullmatch(name) and (kept := saved_image(saved, name)) is not None:
         return rootfs(saved, name), kept
     return None
+
+
+def keep_only(saved: Path, keep: set[str], hosts_dir: Path) -> list[str]:
+    """Remove the saved images the portal no longer keeps here (its hosts list's
+    `saved_images`), except one a host on this server still has as its image (its removal may
+    not have run yet: the image is its root's lower layer). Returns those removed."""
+    in_use = set()
+    for state_file in hosts_dir.glob("*/state.json"):
+        try:
+            in_use.add(json.loads(state_file.read_text())["image"])
+        except (OSError, ValueError, KeyError):
+            continue
+    removed = []
+    for image in list_saved(saved):
+        if image.name not in keep and image.name not in in_use:
+            remove_saved(saved, image.name)
+            removed.append(image.name)
+    return removed
