@@ -4,7 +4,7 @@ run, and an instance's card figures for its charts."""
 
 from datetime import timedelta
 
-from django.db.models import Prefetch
+from django.db.models import Count, Prefetch, Q
 from django.utils import timezone
 
 from apps.agents import host_ca
@@ -26,6 +26,7 @@ from apps.catalog.models import Image
 from apps.orchestration.backends.base import Capability
 from apps.orchestration.models import Allocation, Pool
 from apps.orchestration.selectors import schedulable_park_pools
+from apps.orders.models import Instance, InstanceState
 
 CHART_MINUTES = 15
 MAX_CHART_MINUTES = 60
@@ -302,3 +303,37 @@ def instance_telemetry(instance, *, minutes: int = CHART_MINUTES, now=None) -> d
         "since": since.isoformat() if since else None,
         "updated_at": now.isoformat(),
     }
+
+
+# --- saved images ----------------------------------------------------------------------------
+
+
+def saved_images_for(organization):
+    """The organization's saved images not deleted, newest first, each with `users`: how many
+    of its hosts not released run from it."""
+    return (
+        SavedImage.objects.filter(organization=organization)
+        .exclude(state=SavedImageState.DELETED)
+        .select_related("image", "server__node__pool__region", "instance")
+        .annotate(
+            users=Count(
+                "image__instances",
+                filter=~Q(image__instances__state=InstanceState.RELEASED),
+                distinct=True,
+            )
+        )
+        .order_by("-created_at", "-pk")
+    )
+
+
+def savable_hosts(organization):
+    """The organization's stopped hosts on agent servers: those it can save as images."""
+    return (
+        Instance.objects.filter(
+            organization=organization,
+            state=InstanceState.STOPPED,
+            pool__backend__driver=AGENT_DRIVER,
+        )
+        .exclude(backend_handle="")
+        .order_by("name", "pk")
+    )
