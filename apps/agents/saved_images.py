@@ -154,6 +154,8 @@ def record_saves(*, server: AgentServer, reports: dict[str, dict], now=None) -> 
             _failed(saved, report.get("message") or "")
         elif report["generation"] > saved.generation or report["state"] != "stopped":
             _failed(saved, _("The host was changed before its image was saved."))
+        else:  # stopped at that generation with nothing saved: the agent can't save images
+            _failed(saved, _("The server's agent is too old to save images; upgrade it."))
 
 
 def _ready(saved: SavedImage, *, server: AgentServer, digest: str, size_bytes: int) -> None:

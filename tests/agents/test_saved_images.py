@@ -17,7 +17,7 @@ from apps.core.models import AuditEvent
 from apps.orders.models import Instance, InstanceState
 from apps.orders.operations import request_operation
 from apps.orders.services import HostRequest, validate_host_request
-from tests.agents.conftest import SAVED_DIGEST, SAVED_SIZE, SSH_KEY
+from tests.agents.conftest import SAVED_DIGEST, SAVED_SIZE, SSH_KEY, next_report_sequence
 from tests.orders.agent_hosts import agent as agent  # the fixtures, shared
 from tests.orders.agent_hosts import agent_world as agent_world
 from tests.orders.agent_hosts import converging as converging
@@ -142,3 +142,19 @@ def test_only_a_stopped_host_is_saved(agent_world, order_host, owner):
         )
     assert refused.value.code == "host_not_stopped"
     assert not SavedImage.objects.exists()
+
+
+def test_a_save_the_agent_doesnt_make_fails_with_the_reason(
+    agent_world, agent, order_host, operate, owner, english_messages
+):
+    host_a = operate(order_host("a"), "stop")
+    saved = save_host_image(
+        organization=agent_world.organization, actor=owner, instance_id=host_a.pk, name="x"
+    )
+    (listed,) = agent.hosts()
+    report = {"id": listed["id"], "generation": listed["generation"], "state": "stopped"}
+    agent.post("hosts/report", {"sequence": next_report_sequence(), "hosts": [report]})
+    saved.refresh_from_db()
+    assert saved.state == SavedImageState.FAILED and "too old" in saved.message
+    assert not saved.image.is_active and AgentHost.objects.get().save_image == ""
+    assert not Meter.objects.filter(workload=saved.workload).exists()

@@ -52,7 +52,8 @@ class HostsPoller:
                 etag, hosts = self._client.desired_hosts(etag)
                 if hosts is not None:
                     self.reconciler.apply(self._parse(hosts))
-                    self._remove_saved_images()
+                # Each poll: one kept for a host that was still here goes once the host has.
+                self._remove_saved_images()
                 if time.monotonic() - last_full_report >= self._full_report_s:
                     self._client.report_hosts(*self._full_report())
                     last_full_report = time.monotonic()
