@@ -57,7 +57,9 @@ class SavedImageSerializer(serializers.ModelSerializer):
 
 
 class SaveImageInputSerializer(serializers.Serializer):
-    instance = serializers.IntegerField(min_value=1, help_text="A stopped host of yours.")
+    instance = serializers.IntegerField(
+        min_value=1, max_value=2**63 - 1, help_text="A stopped host of yours (its id)."
+    )
     name = serializers.CharField(max_length=saved_images.NAME_MAX)
     description = serializers.CharField(max_length=2000, required=False, default="")
 
