@@ -22,6 +22,7 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from apps.agents.models import (
     SAVED_IMAGE_TRANSITIONS,
@@ -46,6 +47,10 @@ from apps.tenants.roles import Action
 from apps.workloads.models import Workload, WorkloadKind
 
 CODE_PREFIX = "saved-"
+# Kept in English in the row (the agent's report that causes them has no reader's language)
+# and translated where shown; an agent's own message is shown as it sent it.
+HOST_CHANGED = gettext_noop("The host was changed before its image was saved.")
+AGENT_TOO_OLD = gettext_noop("The server's agent is too old to save images; upgrade it.")
 NAME_MAX = 120
 
 
@@ -153,9 +158,9 @@ def record_saves(*, server: AgentServer, reports: dict[str, dict], now=None) -> 
         elif report["state"] == "failed" and report["generation"] == saved.generation:
             _failed(saved, report.get("message") or "")
         elif report["generation"] > saved.generation or report["state"] != "stopped":
-            _failed(saved, _("The host was changed before its image was saved."))
+            _failed(saved, HOST_CHANGED)
         else:  # stopped at that generation with nothing saved: the agent can't save images
-            _failed(saved, _("The server's agent is too old to save images; upgrade it."))
+            _failed(saved, AGENT_TOO_OLD)
 
 
 def _ready(saved: SavedImage, *, server: AgentServer, digest: str, size_bytes: int) -> None:

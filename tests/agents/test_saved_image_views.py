@@ -31,13 +31,14 @@ def test_a_stopped_host_is_saved_from_the_page(client, agent_world, order_host, 
 
 
 def test_deleting_an_image_in_use_is_refused_with_the_reason(
-    client, saved, agent_world, order_host, owner, english_messages
+    client, saved, agent_world, order_host, owner
 ):
     agent_world.image = saved.image
     order_host("b")
     client.force_login(owner)
-    response = client.post(reverse("saved_images:image_delete", args=[saved.pk]), follow=True)
-    assert "is in use by b" in response.content.decode()
+    url = reverse("saved_images:image_delete", args=[saved.pk])
+    response = client.post(url, follow=True, HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert "my env 正被 b 使用，请先释放这些主机。" in response.content.decode()
     saved.refresh_from_db()
     assert saved.state == SavedImageState.READY
 
