@@ -188,6 +188,7 @@ def _failed(saved: SavedImage, message: str) -> None:
     )
     AgentHost.objects.filter(pk=saved.host_id, save_image=saved.image.code).update(save_image="")
     Image.objects.filter(pk=saved.image_id).update(is_active=False)
+    bump_hosts_version(saved.server)  # no longer kept: whatever the agent saved of it goes
 
 
 def _follow_meter(saved: SavedImage, *, billed: bool, at) -> None:

@@ -123,21 +123,16 @@ def save_host(saved: Path, name: str, layers: HostLayers) -> BuiltImage:
     shutil.rmtree(folder, ignore_errors=True)  # what a save cut short left
     folder.mkdir(parents=True, mode=0o700)
     saved.chmod(0o700)  # tenants' files: only root on the server reads them
-    with tempfile.TemporaryDirectory(prefix="loam-save-") as scratch:
-        merged = Path(scratch) / "merged"
-        merged.mkdir()
-        # Two lower layers and no upper: read-only, whiteouts and opaque folders honoured.
-        options = f"ro,lowerdir={layers.upper}:{layers.image}"
-        _run("mount", "-t", "overlay", "overlay", "-o", options, str(merged))
-        try:
-            _run("cp", "-a", "--one-file-system", f"{merged}/.", str(partial))
-        finally:
-            _run("umount", str(merged))
-    _unshift(partial, layers.uid_base)
-    _leave_out(partial, layers.gpu_files)
-    digest = _digest(layers)
-    size = _size_bytes(partial)
-    partial.rename(folder / "rootfs")
+    try:
+        _copy_merged(layers, partial)
+        _unshift(partial, layers.uid_base)
+        _leave_out(partial, layers.gpu_files)
+        digest = _digest(layers)
+        size = _size_bytes(partial)
+        partial.rename(folder / "rootfs")
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)  # no half copy left taking the disk
+        raise
     facts = {
         "name": name,
         "host": layers.host_id,
@@ -148,6 +143,19 @@ def save_host(saved: Path, name: str, layers: HostLayers) -> BuiltImage:
     }
     _facts_file(saved, name).write_text(json.dumps(facts, indent=2) + "\n")
     return BuiltImage(name=name, digest=digest, size_bytes=size)
+
+
+def _copy_merged(layers: HostLayers, target: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="loam-save-") as scratch:
+        merged = Path(scratch) / "merged"
+        merged.mkdir()
+        # Two lower layers and no upper: read-only, whiteouts and opaque folders honoured.
+        options = f"ro,lowerdir={layers.upper}:{layers.image}"
+        _run("mount", "-t", "overlay", "overlay", "-o", options, str(merged))
+        try:
+            _run("cp", "-a", "--one-file-system", f"{merged}/.", str(target))
+        finally:
+            _run("umount", str(merged))
 
 
 def _run(*command: str) -> None:
