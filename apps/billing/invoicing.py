@@ -136,6 +136,7 @@ def _lines(invoice: Invoice, records) -> list[InvoiceLine]:
             "workload__kind",
             "workload__instance__name",
             "workload__task__name",
+            "workload__image__image__name",  # a saved image's storage (agents.SavedImage)
             "meter__quantity",
             "hourly_minor",
         )
@@ -150,7 +151,9 @@ def _lines(invoice: Invoice, records) -> list[InvoiceLine]:
     return [
         InvoiceLine(
             invoice=invoice,
-            description=row["workload__instance__name"] or row["workload__task__name"],
+            description=row["workload__instance__name"]
+            or row["workload__task__name"]
+            or row["workload__image__image__name"],
             kind=row["kind"],
             workload_id=row["workload"],
             seconds=row["seconds"],

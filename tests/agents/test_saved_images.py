@@ -2,15 +2,18 @@
 organization's image, ordered again on the server that holds it, billed per GB-month, deleted
 only once no host uses it; never seen nor ordered by another organization."""
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+import time_machine
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from apps.agents.models import AgentHost, AgentServer, SavedImage, SavedImageState
 from apps.agents.saved_images import delete_saved_image, save_host_image
-from apps.billing.models import Meter, MeterKind
+from apps.billing import invoicing, metering
+from apps.billing.models import Meter, MeterKind, UsageRecord
 from apps.catalog.selectors import offered_images
 from apps.core.errors import DomainError
 from apps.core.models import AuditEvent
@@ -158,3 +161,18 @@ def test_a_save_the_agent_doesnt_make_fails_with_the_reason(
     assert saved.state == SavedImageState.FAILED and "too old" in saved.message
     assert not saved.image.is_active and AgentHost.objects.get().save_image == ""
     assert not Meter.objects.filter(workload=saved.workload).exists()
+
+
+def test_its_storage_is_charged_and_invoiced_under_its_name(saved, agent_world):
+    meter = Meter.objects.get(workload=saved.workload)
+    day_later = meter.started_at + timedelta(days=1)
+    with time_machine.travel(day_later, tick=False):
+        metering.meter_organization(agent_world.organization.pk, until=day_later)
+        # A day of 3 GB at 36 a GB-month (720 h): 3.6, rounded half up.
+        record = UsageRecord.objects.get(meter=meter)
+        assert (record.seconds, record.amount_minor) == (86400, 4)
+        invoice = invoicing.issue_invoice(
+            organization=agent_world.organization, period_end=timezone.now()
+        )
+    line = invoice.lines.get(kind=MeterKind.IMAGE)
+    assert (line.description, line.quantity, line.amount_minor) == ("my env", 3, 4)
