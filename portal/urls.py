@@ -25,6 +25,8 @@ urlpatterns = [
     path("", include("apps.billing.urls")),
     # The host agents' API (docs/agent-protocol.md), before the partner API's routes.
     path("api/v1/agent/", include("apps.agents.api_urls")),
+    # The organization's saved images (the agents app's, above the partner API's app).
+    path("api/v1/saved-images/", include("apps.agents.saved_images_api_urls")),
     path("api/", include("apps.api.urls")),
     path("", include("apps.tenants.urls")),
     path("", include("apps.orders.urls")),

@@ -34,6 +34,7 @@ from loam_agent.hosts.model import HostError
 from loam_agent.hosts.network import ServerNetwork, discover
 from loam_agent.hosts.poller import HostsPoller
 from loam_agent.hosts.runtime import HostRuntime
+from loam_agent.hosts.saved_images import keep_only, list_saved, saved_images_dir
 from loam_agent.hosts.sequence import REPORT_SEQUENCE_FILE, ReportSequence
 from loam_agent.readers import all_readers
 from loam_agent.readers.base import AcceleratorReader, CardSample
@@ -146,9 +147,14 @@ def image_list_command(args: argparse.Namespace, config: AgentConfig) -> int:
     return EXIT_OK
 
 
-def reported_images(images: Path) -> list[dict]:
-    """The heartbeat's `images`: each image built here, by name and digest."""
-    return [{"name": image.name, "digest": image.digest} for image in list_images(images)]
+def _saved_images(config: AgentConfig) -> Path:
+    return saved_images_dir(config.state_dir, os.environ.get("LOAM_AGENT_SAVED_IMAGE_DIR"))
+
+
+def reported_images(images: Path, saved: Path) -> list[dict]:
+    """The heartbeat's `images`: each image built or saved here, by name and digest."""
+    held = [*list_images(images), *list_saved(saved)]
+    return [{"name": image.name, "digest": image.digest} for image in held]
 
 
 def inventory_command(args: argparse.Namespace, config: AgentConfig) -> int:
@@ -179,7 +185,7 @@ def enrol_command(args: argparse.Namespace, config: AgentConfig) -> int:
     facts = {
         "server": server,
         **_inventory_only(reading.to_json()),
-        "images": reported_images(_images(config)),
+        "images": reported_images(_images(config), _saved_images(config)),
     }
     with PortalClient(portal_url, ca_bundle=config.ca_bundle) as client:
         credential = client.enrol(join_token=args.token, facts=facts)
@@ -220,7 +226,11 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
                 config.uplink, config.public_address, config.dns_servers, config.public_ports
             )
             runtime = HostRuntime(
-                config.state_dir, _images(config), lambda: _card_devices(readers), network
+                config.state_dir,
+                _images(config),
+                lambda: _card_devices(readers),
+                network,
+                saved_images=_saved_images(config),
             )
             # What an older agent left open, and the rules a reboot or a crash lost (or a
             # release while the agent was down left behind).
@@ -239,6 +249,7 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
             sequence=ReportSequence(config.state_dir / REPORT_SEQUENCE_FILE),
             stop=stop,
             usage=runtime.usage,
+            keep_saved_images=lambda kept: keep_only(runtime.saved_images, kept, runtime.hosts_dir),
         )
         threading.Thread(target=hosts.run, name="hosts", daemon=True).start()
     try:
@@ -253,7 +264,7 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
                         "agent_version": __version__,
                         **_reachable_at(config, network),
                         **reading.to_json(),
-                        "images": reported_images(_images(config)),
+                        "images": reported_images(_images(config), _saved_images(config)),
                     }
                 )
             except Rejected:

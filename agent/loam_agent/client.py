@@ -60,6 +60,8 @@ class PortalClient:
         stop: threading.Event | None = None,
     ) -> None:
         self.portal_url = portal_url
+        # The saved images the portal keeps on this server, from its last hosts list.
+        self.saved_images: list[str] | None = None
         self._credential = credential
         self._attempts = attempts
         self._backoff_s = backoff_s
@@ -128,6 +130,9 @@ class PortalClient:
             raise ProtocolError(f"{HOSTS_PATH} answered a body without a hosts list") from None
         if not isinstance(hosts, list):
             raise ProtocolError(f"{HOSTS_PATH} answered hosts that are not a list")
+        kept = response.json().get("saved_images")
+        # None from a portal that sends none: then nothing saved here is removed.
+        self.saved_images = [str(name) for name in kept] if isinstance(kept, list) else None
         return response.headers.get("ETag"), hosts
 
     def report_hosts(self, sequence: int, hosts: list[dict]) -> None:

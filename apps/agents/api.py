@@ -139,7 +139,10 @@ class HostsView(AgentView):
         if _matches(request.headers.get("If-None-Match", ""), etag):
             return Response(status=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
         return Response(
-            {"hosts": selectors.desired_hosts(server)},
+            {
+                "hosts": selectors.desired_hosts(server),
+                "saved_images": selectors.kept_saved_images(server),
+            },
             headers={"ETag": etag, "Cache-Control": "no-cache"},
         )
 

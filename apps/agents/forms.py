@@ -56,3 +56,21 @@ class AgentPoolForm(forms.Form):
         self.fields["accelerator_model"].queryset = AcceleratorModel.objects.order_by(
             "vendor", "name"
         )
+
+
+class SaveImageForm(forms.Form):
+    """A stopped host of the organization saved as its image: which, and what to call it."""
+
+    instance = forms.ModelChoiceField(
+        label=_("Stopped host"),
+        queryset=None,
+        help_text=_("Only a stopped host on the host agent's servers can be saved."),
+    )
+    name = forms.CharField(label=_("Image name"), max_length=120)
+    description = forms.CharField(
+        label=_("Description"), required=False, max_length=2000, widget=forms.Textarea({"rows": 3})
+    )
+
+    def __init__(self, *args, hosts, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["instance"].queryset = hosts

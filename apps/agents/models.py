@@ -344,6 +344,8 @@ class AgentHost(models.Model):
     data_disk_gb = models.PositiveIntegerField(_("cloud disk (GB)"), default=0)
     bandwidth_mbps = models.PositiveIntegerField(_("bandwidth (Mbps)"), default=0)
     image = models.CharField(_("image"), max_length=120)
+    # The saved image (its code) asked of this stopped host, until the agent reports it saved.
+    save_image = models.CharField(_("image being saved"), max_length=60, blank=True)
     ssh_public_keys = models.JSONField(_("SSH public keys"), default=list, blank=True)
     # The private network it joins (hosts of one group on a server reach each other) and what
     # reaches its forwarded ports from outside: [{"protocol", "from_port", "to_port",
@@ -457,3 +459,98 @@ class AgentHostPort(models.Model):
 
     def __str__(self):
         return f"{self.protocol}/{self.server_port} → {self.host_id}:{self.host_port}"
+
+
+class SavedImageState(models.TextChoices):
+    SAVING = "saving", _("Saving")
+    READY = "ready", _("Ready")
+    FAILED = "failed", _("Failed")
+    DELETED = "deleted", _("Deleted")
+
+
+_S = SavedImageState
+SAVED_IMAGE_TRANSITIONS = {
+    _S.SAVING: frozenset({_S.READY, _S.FAILED}),
+    _S.READY: frozenset({_S.DELETED}),
+    _S.FAILED: frozenset({_S.DELETED}),
+    _S.DELETED: frozenset(),
+}
+
+
+class SavedImage(models.Model):
+    """A stopped agent host's root file system, saved on its server by the agent as a private
+    image of the organization (`agents.saved_images`): its catalog `image` (the organization's
+    own, named by the tenant), the server that holds it, and its size, billed per GB-month from
+    the moment it is ready until it is deleted (a meter of its `workload`)."""
+
+    image = models.OneToOneField(
+        "catalog.Image",
+        on_delete=models.PROTECT,
+        related_name="saved",
+        verbose_name=_("image"),
+    )
+    organization = models.ForeignKey(
+        "tenants.Organization",
+        on_delete=models.PROTECT,
+        related_name="saved_images",
+        verbose_name=_("organization"),
+    )
+    workload = models.OneToOneField(
+        "workloads.Workload",
+        on_delete=models.PROTECT,
+        related_name="image",
+        verbose_name=_("workload"),
+    )
+    server = models.ForeignKey(
+        AgentServer, on_delete=models.PROTECT, related_name="saved_images", verbose_name=_("server")
+    )
+    instance = models.ForeignKey(
+        "orders.Instance",
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="saved_images",
+        verbose_name=_("saved from host"),
+    )
+    host = models.ForeignKey(
+        AgentHost,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="saved_images",
+        verbose_name=_("agent host"),
+    )
+    # The host's generation that asks for the save: a later one reported without the image
+    # (the host started again first) means the save will not happen.
+    generation = models.PositiveIntegerField(_("requested at generation"))
+    state = models.CharField(
+        _("state"), max_length=16, choices=SavedImageState.choices, default=_S.SAVING
+    )
+    digest = models.CharField(_("digest"), max_length=71, blank=True)
+    size_bytes = models.PositiveBigIntegerField(_("size (bytes)"), default=0)
+    message = models.TextField(_("message"), blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="+",
+        verbose_name=_("saved by"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("saved image")
+        verbose_name_plural = _("saved images")
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=SavedImageState.values), name="saved_image_state_known"
+            ),
+        ]
+
+    def __str__(self):
+        return self.image.name
+
+    @property
+    def size_gb(self) -> int:
+        """What is billed: whole GB, rounded up (a saved root is never free)."""
+        return max(1, -(-self.size_bytes // 10**9))

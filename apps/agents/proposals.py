@@ -343,7 +343,9 @@ def catalog_facts(*, park, region, accelerator_model) -> CatalogFacts:
     prices = prices_in_force(kind=PriceKind.FLAVOR_HOUR, flavor_id__in=flavor_ids)
     here = {p.flavor_id: p.amount_minor for p in prices if p.region_id == region.pk}
     images = {}
-    for image in Image.objects.filter(park=park).prefetch_related("compatible_accelerators"):
+    for image in Image.objects.filter(park=park, organization=None).prefetch_related(
+        "compatible_accelerators"
+    ):
         images[image.code] = ExistingImage(
             code=image.code,
             name=image.name,

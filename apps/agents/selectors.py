@@ -4,7 +4,7 @@ run, and an instance's card figures for its charts."""
 
 from datetime import timedelta
 
-from django.db.models import Prefetch
+from django.db.models import Count, Prefetch, Q
 from django.utils import timezone
 
 from apps.agents import host_ca
@@ -17,6 +17,8 @@ from apps.agents.models import (
     JoinToken,
     PortPurpose,
     ReportedState,
+    SavedImage,
+    SavedImageState,
     WantedState,
 )
 from apps.agents.services import AGENT_DRIVER
@@ -26,6 +28,7 @@ from apps.orchestration.models import Allocation, Pool
 from apps.orchestration.selectors import schedulable_park_pools
 from apps.orders.hosts import network_group
 from apps.sharedfs import selectors as sharedfs_selectors
+from apps.orders.models import Instance, InstanceState
 
 CHART_MINUTES = 15
 MAX_CHART_MINUTES = 60
@@ -91,7 +94,7 @@ def missing_images(park) -> dict[int, list[Image]]:
     """{server id: the park's images on sale for its cards that it doesn't hold}, for each
     server of the park not revoked: what the operator builds there next. An image is for a
     server's cards when it lists the accelerator model of the server's pool."""
-    images = Image.objects.filter(park=park, is_active=True).prefetch_related(
+    images = Image.objects.filter(park=park, is_active=True, organization=None).prefetch_related(
         "compatible_accelerators"
     )
     by_model: dict[int, list[Image]] = {}
@@ -160,9 +163,20 @@ def desired_hosts(server: AgentServer) -> list[dict]:
             "network": host_network(host),
             "services": [{**service, "token": host.service_token} for service in host.services],
             "shared_fs": shared.get(host.network_group),
+            **({"save_image": host.save_image} if host.state == WantedState.STOPPED else {}),
         }
         for host in hosts
     ]
+
+
+def kept_saved_images(server: AgentServer) -> list[str]:
+    """The saved images the server is to keep (the hosts list's `saved_images`): those being
+    saved there or ready; the agent removes the others."""
+    return sorted(
+        SavedImage.objects.filter(
+            server=server, state__in=(SavedImageState.SAVING, SavedImageState.READY)
+        ).values_list("image__code", flat=True)
+    )
 
 
 def host_network(host: AgentHost) -> dict:
@@ -308,3 +322,37 @@ def instance_telemetry(instance, *, minutes: int = CHART_MINUTES, now=None) -> d
         "since": since.isoformat() if since else None,
         "updated_at": now.isoformat(),
     }
+
+
+# --- saved images ----------------------------------------------------------------------------
+
+
+def saved_images_for(organization):
+    """The organization's saved images not deleted, newest first, each with `users`: how many
+    of its hosts not released run from it."""
+    return (
+        SavedImage.objects.filter(organization=organization)
+        .exclude(state=SavedImageState.DELETED)
+        .select_related("image", "server__node__pool__region", "instance")
+        .annotate(
+            users=Count(
+                "image__instances",
+                filter=~Q(image__instances__state=InstanceState.RELEASED),
+                distinct=True,
+            )
+        )
+        .order_by("-created_at", "-pk")
+    )
+
+
+def savable_hosts(organization):
+    """The organization's stopped hosts on agent servers: those it can save as images."""
+    return (
+        Instance.objects.filter(
+            organization=organization,
+            state=InstanceState.STOPPED,
+            pool__backend__driver=AGENT_DRIVER,
+        )
+        .exclude(backend_handle="")
+        .order_by("name", "pk")
+    )

@@ -195,6 +195,12 @@ class HostUsageSerializer(serializers.Serializer):
     net_tx_bytes = _figure(serializers.IntegerField, min_value=0, max_value=INT63)
 
 
+class SavedImageReportSerializer(serializers.Serializer):
+    name = serializers.SlugField(max_length=60)
+    digest = serializers.RegexField(r"^sha256:[0-9a-f]{64}$")
+    size_bytes = serializers.IntegerField(min_value=0, max_value=INT63)
+
+
 class HostReportSerializer(serializers.Serializer):
     id = serializers.CharField(max_length=40)
     generation = serializers.IntegerField(min_value=0, max_value=INT32)
@@ -221,6 +227,8 @@ class HostReportSerializer(serializers.Serializer):
             except DjangoValidationError as error:
                 raise serializers.ValidationError(f"{key[:40]}…: {error.messages[0]}") from None
         return [" ".join(key.split()[:2]) for key in keys]
+    # A stopped host's root saved as the image its spec asked for (`save_image`).
+    saved_image = SavedImageReportSerializer(required=False, allow_null=True, default=None)
 
 
 class HostReportsSerializer(serializers.Serializer):

@@ -584,6 +584,7 @@ def record_host_reports(
         )
     }
     changed, restarted, running = [], False, []
+    by_handle = {report["id"]: report for report in reports}
     for report in reports:
         host = hosts.get(report["id"])
         generation = report["generation"]
@@ -641,6 +642,11 @@ def record_host_reports(
             "reported_at",
         ],
     )
+    saves = {host.handle: by_handle[host.handle] for host in changed if host.save_image}
+    if saves:
+        from apps.agents.saved_images import record_saves  # it builds on this module
+
+        record_saves(server=server, reports=saves, now=now)
     if restarted:
         bump_hosts_version(server)
     if running:

@@ -137,6 +137,7 @@ def _lines(invoice: Invoice, records) -> list[InvoiceLine]:
             "workload__kind",
             "workload__instance__name",
             "workload__task__name",
+            "workload__image__image__name",  # a saved image's storage (agents.SavedImage)
             "meter__quantity",
             "hourly_minor",
         )
@@ -152,8 +153,11 @@ def _lines(invoice: Invoice, records) -> list[InvoiceLine]:
         InvoiceLine(
             invoice=invoice,
             # A host's or a task's name; what has none (shared file storage) by its kind.
+            # A host's, a task's or a saved image's name; what has none (shared file storage)
+            # by its kind.
             description=row["workload__instance__name"]
             or row["workload__task__name"]
+            or row["workload__image__image__name"]
             or str(WorkloadKind(row["workload__kind"]).label),
             kind=row["kind"],
             workload_id=row["workload"],

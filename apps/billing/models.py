@@ -244,6 +244,7 @@ class MeterKind(models.TextChoices):
     BANDWIDTH = "bandwidth", _("Bandwidth")
     TASK = "task", _("Training task running time")
     SHARED_FS = "shared_fs", _("Shared file storage")
+    IMAGE = "image", _("Saved image storage")
 
 
 class Meter(models.Model):

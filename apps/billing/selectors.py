@@ -337,6 +337,9 @@ def invoice_items(invoice: Invoice, lines: list) -> list[InvoiceItem]:
             label = f"{flavor.code} · {flavor.accelerator_count} × {flavor.accelerator_model}"
         elif line.kind == MeterKind.DISK:
             key, label = (line.kind, line.quantity, line.hourly_minor), f"{line.quantity} GB"
+        elif line.kind == MeterKind.IMAGE:
+            label = f"{line.get_kind_display()} · {line.quantity} GB"
+            key = (line.kind, line.quantity, line.hourly_minor)
         elif line.kind == MeterKind.BANDWIDTH:
             key, label = (line.kind, line.quantity, line.hourly_minor), f"{line.quantity} Mbps"
         else:

@@ -7,7 +7,7 @@ from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
 from apps.core.money import Currency, format_money
-from apps.tenants.models import Park
+from apps.tenants.models import Organization, Park
 
 # One normalized compute unit (算力单位) is 100 dense FP16 TFLOPS; operators may override the
 # units of a model where measured throughput differs from the vendor's figure.
@@ -262,11 +262,22 @@ IMAGE_SERVICES: dict[str, tuple[ImageService, ...]] = {"pytorch": (JUPYTER, TENS
 
 
 class Image(models.Model):
-    """A bootable image with one accelerator software stack (CUDA, CANN, DTK, Neuware)."""
+    """A bootable image with one accelerator software stack (CUDA, CANN, DTK, Neuware): the
+    park's, offered to every tenant, or an organization's own (a host it saved: its
+    `agents.models.SavedImage`), which no other organization sees."""
 
     park = models.ForeignKey(
         Park, on_delete=models.CASCADE, related_name="images", verbose_name=_("park")
     )
+    organization = models.ForeignKey(
+        Organization,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="images",
+        verbose_name=_("organization"),
+    )
+    description = models.TextField(_("description"), blank=True)
     code = models.SlugField(_("code"), max_length=60)
     name = models.CharField(_("name"), max_length=120)
     os = models.CharField(_("operating system"), max_length=60)

@@ -341,11 +341,22 @@ def catalog_summary(park=None) -> list[dict]:
     ]
 
 
-def compatible_images(flavor):
-    """The images on sale that run on the flavor's cards."""
-    return flavor.family.accelerator_model.images.filter(
-        is_active=True, park=flavor.family.park
-    ).order_by("software_stack", "name")
+def visible_images(organization=None):
+    """The park's images, and `organization`'s own (its saved images): no other's."""
+    return (
+        Q(organization=None) | Q(organization=organization)
+        if organization
+        else Q(organization=None)
+    )
+
+
+def compatible_images(flavor, organization=None):
+    """The images on sale that run on the flavor's cards (with `organization`'s own)."""
+    return (
+        flavor.family.accelerator_model.images.filter(is_active=True, park=flavor.family.park)
+        .filter(visible_images(organization))
+        .order_by("software_stack", "name")
+    )
 
 
 def held_image_codes(*, park, accelerator_model_id, region=None) -> frozenset[str] | None:
@@ -356,10 +367,10 @@ def held_image_codes(*, park, accelerator_model_id, region=None) -> frozenset[st
     return None
 
 
-def offered_images(flavor):
+def offered_images(flavor, organization=None):
     """The compatible images a host of `flavor` can be ordered with: those some pool selling
-    it holds."""
-    images = compatible_images(flavor)
+    it holds (with `organization`'s own)."""
+    images = compatible_images(flavor, organization)
     codes = held_image_codes(
         park=flavor.family.park, accelerator_model_id=flavor.family.accelerator_model_id
     )

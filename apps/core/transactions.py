@@ -55,6 +55,7 @@ LOCK_ORDER = (
     "agents.JoinToken",
     "agents.AgentServer",
     "agents.AgentHost",
+    "agents.SavedImage",
     "orchestration.Backend",
     "orchestration.Pool",
     "orchestration.Node",

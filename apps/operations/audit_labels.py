@@ -85,6 +85,7 @@ ACTIONS = {
     "pool.updated": gettext_lazy("Pool updated"),
     "quota.changed": gettext_lazy("Quota changed"),
     "scheduling_policy.changed": gettext_lazy("Scheduling policy changed"),
+    "saved_image.requested": gettext_lazy("Host saved as an image"),
     "security_group.created": gettext_lazy("Security group created"),
     "security_group.deleted": gettext_lazy("Security group deleted"),
     "security_group.rule_added": gettext_lazy("Security group rule added"),
@@ -114,6 +115,7 @@ TRANSITIONS = {
     "webhookdelivery": (gettext_lazy("Webhook delivery"), DeliveryState),
     # The agents app stands above this one: its states are read from the model's field.
     "agenthost": (gettext_lazy("Host on an agent server"), "agents.AgentHost"),
+    "savedimage": (gettext_lazy("Saved image"), "agents.SavedImage"),
 }
 
 SYSTEM_ACTORS = {

@@ -72,9 +72,9 @@ class TaskForm(forms.Form):
 
     def __init__(self, *args, park, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["image"].queryset = Image.objects.filter(park=park, is_active=True).order_by(
-            "software_stack", "name"
-        )
+        self.fields["image"].queryset = Image.objects.filter(
+            park=park, is_active=True, organization=None
+        ).order_by("software_stack", "name")
         self.fields["accelerator_model"].queryset = (
             AcceleratorModel.objects.filter(pools__backend__park=park).distinct().order_by("name")
         )

@@ -99,9 +99,9 @@ class InstanceOrderForm(forms.Form):
             self.fields["flavor"].initial = chosen.code
             # Any compatible image is accepted here, so one no server holds is refused by the
             # service with the reason; only those the flavor's pools hold are offered.
-            self.fields["image"].queryset = compatible_images(chosen)
+            self.fields["image"].queryset = compatible_images(chosen, organization)
             self.fields["image"].choices = [
-                (image.code, image.name) for image in offered_images(chosen)
+                (image.code, image.name) for image in offered_images(chosen, organization)
             ]
             self.fields["system_disk_gb"].initial = chosen.system_disk_gb
         self.fields["idempotency_key"].initial = uuid.uuid4().hex

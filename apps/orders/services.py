@@ -18,7 +18,7 @@ from django.utils.translation import gettext as _
 from apps.billing import metering
 from apps.billing import services as billing
 from apps.catalog.models import Flavor, Image, PriceKind, Region
-from apps.catalog.selectors import held_image_codes, region_prices_in_force
+from apps.catalog.selectors import held_image_codes, region_prices_in_force, visible_images
 from apps.core.audit import audit_identity, record_event, recorded_together
 from apps.core.errors import DomainError, InvalidTransition
 from apps.core.transactions import (
@@ -358,7 +358,11 @@ def validate_host_request(organization: Organization, request: HostRequest) -> N
     errors = {}
     if not flavor.is_active or flavor.family.park_id != park.pk:
         errors["flavor"] = _("This flavor is not on sale in your park.")
-    elif not image.is_active or image.park_id != park.pk:
+    elif (
+        not image.is_active
+        or image.park_id != park.pk
+        or image.organization_id not in (None, organization.pk)
+    ):
         errors["image"] = _("This image is not available in your park.")
     elif not image.compatible_accelerators.filter(pk=flavor.family.accelerator_model_id).exists():
         errors["image"] = _(
@@ -369,7 +373,7 @@ def validate_host_request(organization: Organization, request: HostRequest) -> N
             "stack": image.get_software_stack_display(),
             "model": flavor.family.accelerator_model,
         }
-    elif problem := _image_not_held(park, request):
+    elif problem := _image_not_held(organization, request):
         errors["image"] = problem
     if request.region is not None and request.region.park_id != park.pk:
         errors["region"] = _("This region is not in your park.")
@@ -422,9 +426,10 @@ def reached_by_terminal(park, request: HostRequest) -> bool:
     return bool(drivers) and all(supports(driver, Capability.TERMINAL) for driver in drivers)
 
 
-def _image_not_held(park, request: HostRequest) -> str | None:
+def _image_not_held(organization, request: HostRequest) -> str | None:
     """Why no host of this image can start on the pools selling the flavor (in the region
     asked for): their servers hold images of their own, and none holds this one."""
+    park = organization.park
     region = request.region if request.region and request.region.park_id == park.pk else None
     held = held_image_codes(
         park=park,
@@ -437,6 +442,7 @@ def _image_not_held(park, request: HostRequest) -> str | None:
     if region is not None:
         where["model"] = f"{where['model']} ({region.name})"
     offered = Image.objects.filter(
+        visible_images(organization),
         park=park,
         is_active=True,
         code__in=held,

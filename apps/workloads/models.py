@@ -12,11 +12,13 @@ class WorkloadKind(models.TextChoices):
     HOST = "host", _("GPU cloud host")
     TASK = "task", _("Training task")
     SHAREDFS = "sharedfs", _("Shared file storage")
+    IMAGE = "image", _("Saved image")
 
 
 class Workload(models.Model):
     """One host's or one task's reservations: each `orders.Instance` and each
-    `orchestration.Task` owns exactly one (its `workload`), made with it."""
+    `orchestration.Task` owns exactly one (its `workload`), made with it; so does each
+    `agents.SavedImage`, whose storage is metered."""
 
     organization = models.ForeignKey(
         Organization,

@@ -106,3 +106,52 @@ def test_run_creates_the_listed_host_and_removes_it_when_unlisted(
         agent.kill()
         stderr = agent.stderr.read()
     assert "stopped" in stderr
+
+
+def test_run_saves_a_stopped_host_reports_the_image_and_removes_it_when_unkept(
+    tmp_path, state_dir, host_images, portal, fake_nvml_dir, agent_env, network_config
+):
+    credential = tmp_path / "credential.json"
+    save_credential(credential, Credential(portal.url, "srv-1", "s3cret"))
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'credential_path = "{credential}"\nstate_dir = "{state_dir}"\n'
+        "sample_interval_s = 0.5\nhosts_poll_interval_s = 0.2\n" + network_config
+    )
+    saved = tmp_path / "saved-images"  # never the shared image cache
+    env = agent_env(fake_nvml_dir, FAKE_NVML_GPUS="1")
+    env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
+    env["LOAM_AGENT_IMAGE_DIR"] = str(host_images)
+    env["LOAM_AGENT_SAVED_IMAGE_DIR"] = str(saved)
+    host_id = f"h-run-{uuid.uuid4().hex[:8]}"
+    portal.hosts = [
+        {"id": host_id, "generation": 2, "state": "stopped", "vcpu": 1, "memory_mib": 256,
+         "system_disk_gb": 1, "data_disk_gb": 0, "image": "debian-12", "ssh_public_keys": [],
+         "save_image": "saved-run"}
+    ]  # fmt: skip
+    portal.saved_images = ["saved-run"]
+    command = [sys.executable, "-m", "loam_agent", "--config", str(config), "run"]
+    agent = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(
+            lambda: reported(portal, host_id) and last_report(portal, host_id).get("saved_image"),
+            timeout_s=120,
+        )
+        report = last_report(portal, host_id)
+        assert report["state"] == "stopped" and report["saved_image"]["name"] == "saved-run"
+        assert report["saved_image"]["digest"].startswith("sha256:")
+        # Its heartbeats report it beside the built images, with the same digest.
+        wait_for(
+            lambda: (
+                {"name": "saved-run", "digest": report["saved_image"]["digest"]}
+                in portal.requests("/api/v1/agent/heartbeat")[-1].body["images"]
+            )
+        )
+        # Deleted at the portal: the files go once no host here has it as its image.
+        portal.hosts, portal.saved_images = [], []
+        wait_for(lambda: not (saved / "saved-run").exists())
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=10) == 0
+    finally:
+        agent.kill()
+        agent.stderr.read()

@@ -137,7 +137,9 @@ def test_only_images_of_the_current_recipe_are_listed_and_reported(tmp_path):
     (images / "ubuntu").mkdir()  # no recipe of that name
     assert [(i.name, i.size_bytes) for i in list_images(images)] == [("pytorch", 2**30)]
     assert image.is_built(images, "pytorch") and not image.is_built(images, "debian-12")
-    assert reported_images(images) == [{"name": "pytorch", "digest": "sha256:" + "ab" * 32}]
+    assert reported_images(images, tmp_path / "saved") == [
+        {"name": "pytorch", "digest": "sha256:" + "ab" * 32}
+    ]
     assert list_images(tmp_path / "none") == []
 
 

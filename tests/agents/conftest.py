@@ -189,6 +189,7 @@ def ed25519_public_key(seed: bytes) -> str:
 
 # What every host of a FakeAgent's presents over SSH (loam-agent reads it with ssh-keyscan).
 HOST_KEY = ed25519_public_key(b"fake agent host")
+SAVED_DIGEST, SAVED_SIZE = "sha256:" + "5a" * 32, 2_500_000_000  # billed as 3 GB
 
 
 class FakeAgent:
@@ -237,6 +238,12 @@ class FakeAgent:
                 )  # fmt: skip
                 continue
             running = host["state"] == "running"
+            # A stopped host's root saved as asked, as the real agent reports it.
+            saved = (
+                {"saved_image": {"name": code, "digest": SAVED_DIGEST, "size_bytes": SAVED_SIZE}}
+                if (code := host.get("save_image"))
+                else {}
+            )
             reports.append(
                 {
                     "id": host["id"],
@@ -246,6 +253,7 @@ class FakeAgent:
                     "ssh_port": 22 if running else None,
                     "message": "",
                     "ssh_host_keys": [HOST_KEY] if running else [],
+                    **saved,
                 }
             )
         gone = set(self.known) - {host["id"] for host in listed}

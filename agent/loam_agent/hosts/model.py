@@ -189,6 +189,7 @@ class DesiredHost:
     services: tuple[HostService, ...] = ()
     network: HostNetwork = HostNetwork()
     shared_fs: SharedFs | None = None
+    save_image: str = ""  # a stopped host's root saved as this image (saved_images.py)
 
     @classmethod
     def from_json(cls, value: dict) -> DesiredHost:
@@ -209,6 +210,7 @@ class DesiredHost:
                 services=_services(value.get("services")),
                 network=HostNetwork.from_json(value.get("network")),
                 shared_fs=SharedFs.from_json(value.get("shared_fs")),
+                save_image=str(value.get("save_image") or ""),
             )
         except (KeyError, TypeError, ValueError) as error:
             # The shared file system's URLs carry its credentials: never in a host's message.
@@ -219,6 +221,8 @@ class DesiredHost:
             raise HostError(f"the portal sent a host id the agent can't use: {host.id!r}")
         if host.state not in ("running", "stopped"):
             raise HostError(f"host {host.id}: unknown desired state {host.state!r}")
+        if host.save_image and host.state != "stopped":
+            raise HostError(f"host {host.id}: an image is saved only from a stopped host")
         return host
 
 
@@ -233,9 +237,11 @@ class HostStatus:
     ssh_port: int = 22
     message: str = ""
     ssh_host_keys: tuple[str, ...] = ()  # what its sshd presents ("type base64"), when running
+    saved_image: dict | None = None  # {"name", "digest", "size_bytes"} once saved
 
     def to_json(self) -> dict:
         running = self.state == "running"
+        saved = {"saved_image": self.saved_image} if self.saved_image else {}
         return {
             "id": self.id,
             "generation": self.generation,
@@ -244,6 +250,7 @@ class HostStatus:
             "ssh_port": self.ssh_port if running else None,
             "message": self.message[:MAX_MESSAGE],  # the portal keeps 2000 characters
             "ssh_host_keys": list(self.ssh_host_keys) if running else [],
+            **saved,
         }
 
 

@@ -31,9 +31,11 @@ class HostsPoller:
         sequence: ReportSequence,
         stop: threading.Event,
         usage: Callable[[str], dict | None] | None = None,
+        keep_saved_images: Callable[[set[str]], list[str]] | None = None,
     ) -> None:
         self._client = client
         self._usage = usage
+        self._keep_saved_images = keep_saved_images
         self._poll_interval_s = poll_interval_s
         self._full_report_s = full_report_s
         self._stop = stop
@@ -50,6 +52,8 @@ class HostsPoller:
                 etag, hosts = self._client.desired_hosts(etag)
                 if hosts is not None:
                     self.reconciler.apply(self._parse(hosts))
+                # Each poll: one kept for a host that was still here goes once the host has.
+                self._remove_saved_images()
                 if time.monotonic() - last_full_report >= self._full_report_s:
                     self._client.report_hosts(*self._full_report())
                     last_full_report = time.monotonic()
@@ -82,6 +86,13 @@ class HostsPoller:
                 if usage is not None:
                     host["usage"] = usage
         return sequence, hosts
+
+    def _remove_saved_images(self) -> None:
+        kept = self._client.saved_images
+        if self._keep_saved_images is None or kept is None:
+            return
+        for name in self._keep_saved_images(set(kept)):
+            logger.info("saved image %s removed: the portal no longer keeps it", name)
 
     @staticmethod
     def _parse(hosts: list[dict]) -> list[DesiredHost]:

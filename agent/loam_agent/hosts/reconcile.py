@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from loam_agent.hosts.image import BuiltImage
 from loam_agent.hosts.model import ActualHost, DesiredHost, HostError, HostNetwork, HostStatus
 
 logger = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ class Runtime(Protocol):
     def create(self, host: DesiredHost) -> None: ...
     def start(self, host: DesiredHost) -> None: ...
     def stop(self, host_id: str) -> None: ...
+    def save_image(self, host_id: str, name: str) -> BuiltImage: ...
     def set_limits(self, host_id: str, vcpu: int, memory_mib: int) -> None: ...
     def grow_disk(self, host_id: str, data_disk_gb: int) -> None: ...
     def set_bandwidth(self, host_id: str, mbps: int) -> None: ...
@@ -108,6 +110,13 @@ def converge(
             if host.data_disk_gb > actual.data_disk_gb:
                 runtime.grow_disk(host.id, host.data_disk_gb)
             status = HostStatus(host.id, host.generation, "stopped", actual.address)
+            if host.save_image:
+                saved = runtime.save_image(host.id, host.save_image)
+                status.saved_image = {
+                    "name": saved.name,
+                    "digest": saved.digest,
+                    "size_bytes": saved.size_bytes,
+                }
             report(status)
             return status
         if host.data_disk_gb > actual.data_disk_gb:

@@ -41,10 +41,11 @@ from pathlib import Path
 
 from loam_agent.hosts.gpu_userspace import GpuUserspace, discover
 from loam_agent.hosts.idmap import IDS, bind_shifted, shift_tree
-from loam_agent.hosts.image import is_built, rootfs
+from loam_agent.hosts.image import BuiltImage
 from loam_agent.hosts.model import HOST_ID, ActualHost, DesiredHost, HostError, HostNetwork
 from loam_agent.hosts.network import AttachedHost, Firewall, ServerNetwork, resolv_conf
 from loam_agent.hosts.shared_fs import SharedFileSystems
+from loam_agent.hosts.saved_images import HostLayers, find_image, save_host
 from loam_agent.hosts.usage import host_usage
 
 STOP_TIMEOUT_S = 10.0
@@ -202,10 +203,12 @@ class HostRuntime:
         card_devices: Callable[[], dict[str, str]],
         server_network: ServerNetwork,
         gpu_userspace: Callable[[], GpuUserspace] = discover,
+        saved_images: Path | None = None,
     ) -> None:
         self.hosts_dir = state_dir / "hosts"
         self.shared_fs = SharedFileSystems(state_dir / "shared-fs")
         self.images = images
+        self.saved_images = saved_images or state_dir / "saved-images"
         self.firewall = Firewall(server_network)
         # host id -> the network the portal wants now, ahead of the host's own worker.
         self._expected: dict[str, HostNetwork] = {}
@@ -289,7 +292,7 @@ class HostRuntime:
 
     def create(self, host: DesiredHost, index: int | None = None) -> None:
         """The folder, the data disk and the network; `start` runs it."""
-        if not is_built(self.images, host.image):
+        if find_image(self.images, self.saved_images, host.image) is None:
             raise HostError(
                 f"image {host.image!r} isn't built on this server; "
                 f"run `loam-agent image build --name {host.image}`"
@@ -405,11 +408,12 @@ class HostRuntime:
         unknown = [uuid for uuid in host.card_uuids if uuid not in devices]
         if unknown:
             raise HostError(f"no such card on this server: {', '.join(unknown)}")
-        if not is_built(self.images, state["image"]):
+        image = find_image(self.images, self.saved_images, state["image"])
+        if image is None:
             raise HostError(f"image {state['image']!r} isn't built on this server")
         self._network_up(state)
         uid_base = self._uid_base(host.id, state)
-        root = self._mount_root(folder, rootfs(self.images, state["image"]), uid_base)
+        root = self._mount_root(folder, image[0], uid_base)
         self._write_into(root, "root/.ssh/authorized_keys", _authorized_keys(host), 0o600)
         self._write_into(root, "etc/resolv.conf", resolv_conf(self.firewall.server), 0o644)
         self._write_user_ca(root, host.ssh_user_ca_keys)
@@ -661,6 +665,24 @@ class HostRuntime:
                 _run("umount", str(mount))
         (self.folder(host_id) / "pid").unlink(missing_ok=True)
         self.cgroups(host_id).remove()
+
+    def save_image(self, host_id: str, name: str) -> BuiltImage:
+        """The stopped host's root as the saved image `name` (`saved_images.py`)."""
+        state = self._state(host_id)
+        if state is None or self._pid(host_id):
+            raise HostError(f"host {host_id} can be saved only when it exists and is stopped")
+        image = find_image(self.images, self.saved_images, state["image"])
+        if image is None:
+            raise HostError(f"host {host_id}'s image {state['image']!r} isn't on this server")
+        layers = HostLayers(
+            host_id=host_id,
+            image=image[0],
+            image_digest=image[1].digest,
+            upper=self.folder(host_id) / "upper",
+            uid_base=self._uid_base(host_id, state),
+            gpu_files=tuple(state.get("gpu_files", ())),
+        )
+        return save_host(self.saved_images, name, layers)
 
     def set_limits(self, host_id: str, vcpu: int, memory_mib: int) -> None:
         self.cgroups(host_id).set(vcpu, memory_mib)

@@ -4,6 +4,7 @@ from rest_framework import serializers
 from apps.api.serializers.fields import InputSerializer, IntegerField
 from apps.api.serializers.networking import organization_group
 from apps.catalog.models import Flavor, Image, Region
+from apps.catalog.selectors import visible_images
 from apps.orchestration.models import TaskPreference
 from apps.orders.expiry import MAX_AFTER_HOURS, MIN_AFTER_HOURS
 from apps.orders.models import Instance, Order
@@ -61,7 +62,9 @@ class HostRequestSerializer(InputSerializer):
             self.fields["flavor"].queryset = Flavor.objects.filter(
                 is_active=True, family__park=park
             ).select_related("family__accelerator_model")
-            self.fields["image"].queryset = Image.objects.filter(is_active=True, park=park)
+            self.fields["image"].queryset = Image.objects.filter(
+                visible_images(organization), is_active=True, park=park
+            )
             self.fields["region"].queryset = Region.objects.filter(park=park)
 
     def validate_security_group(self, value):

@@ -70,7 +70,9 @@ class TaskRequestSerializer(InputSerializer):
     def __init__(self, *args, park=None, **kwargs):
         super().__init__(*args, **kwargs)
         if park is not None:
-            self.fields["image"].queryset = Image.objects.filter(is_active=True, park=park)
+            self.fields["image"].queryset = Image.objects.filter(
+                is_active=True, park=park, organization=None
+            )
             self.fields["accelerator_model"].queryset = AcceleratorModel.objects.filter(
                 pools__backend__park=park
             ).distinct()

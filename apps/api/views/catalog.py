@@ -46,7 +46,9 @@ class AcceleratorModelViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
 
 
 class ImageViewSet(ParkScopedViewSet):
-    queryset = Image.objects.filter(is_active=True).prefetch_related("compatible_accelerators")
+    queryset = Image.objects.filter(is_active=True, organization=None).prefetch_related(
+        "compatible_accelerators"
+    )
     serializer_class = ImageSerializer
     lookup_field = "code"
     filterset_fields = ["software_stack"]
