@@ -27,8 +27,8 @@ from apps.orchestration.backends.base import Capability
 from apps.orchestration.models import Allocation, Pool
 from apps.orchestration.selectors import schedulable_park_pools
 from apps.orders.hosts import network_group
-from apps.sharedfs import selectors as sharedfs_selectors
 from apps.orders.models import Instance, InstanceState
+from apps.sharedfs import selectors as sharedfs_selectors
 
 CHART_MINUTES = 15
 MAX_CHART_MINUTES = 60

@@ -227,6 +227,7 @@ class HostReportSerializer(serializers.Serializer):
             except DjangoValidationError as error:
                 raise serializers.ValidationError(f"{key[:40]}…: {error.messages[0]}") from None
         return [" ".join(key.split()[:2]) for key in keys]
+
     # A stopped host's root saved as the image its spec asked for (`save_image`).
     saved_image = SavedImageReportSerializer(required=False, allow_null=True, default=None)
 

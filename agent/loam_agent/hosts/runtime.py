@@ -44,8 +44,8 @@ from loam_agent.hosts.idmap import IDS, bind_shifted, shift_tree
 from loam_agent.hosts.image import BuiltImage
 from loam_agent.hosts.model import HOST_ID, ActualHost, DesiredHost, HostError, HostNetwork
 from loam_agent.hosts.network import AttachedHost, Firewall, ServerNetwork, resolv_conf
-from loam_agent.hosts.shared_fs import SharedFileSystems
 from loam_agent.hosts.saved_images import HostLayers, find_image, save_host
+from loam_agent.hosts.shared_fs import SharedFileSystems
 from loam_agent.hosts.usage import host_usage
 
 STOP_TIMEOUT_S = 10.0
