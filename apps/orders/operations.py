@@ -31,7 +31,6 @@ from apps.orchestration.services import (
 from apps.orders import meters
 from apps.orders.hosts import host_spec
 from apps.orders.models import Instance, InstanceState, Order, OrderKind, OrderState
-from apps.orders.without_cards import check_without_cards, no_card_shape, no_card_spec
 from apps.orders.services import (
     MAX_BANDWIDTH_MBPS,
     MAX_DATA_DISK_GB,
@@ -43,6 +42,7 @@ from apps.orders.services import (
     notify,
     order_event,
 )
+from apps.orders.without_cards import check_without_cards, no_card_shape, no_card_spec
 from apps.quotas.services import Usage, demand_for, reserve
 from apps.tenants.access import authorize
 from apps.tenants.roles import Action
@@ -96,7 +96,8 @@ def _complete_start(instance: Instance, order: Order) -> None:
     without_cards = bool(order.parameters.get("without_cards"))
     fields = {"without_cards": without_cards}
     if without_cards and instance.rates:
-        fields["rates"] = {**instance.rates, "no_card_hour": order.parameters["no_card_hourly_minor"]}
+        price = order.parameters["no_card_hourly_minor"]
+        fields["rates"] = {**instance.rates, "no_card_hour": price}
     Instance.objects.filter(pk=instance.pk).update(**fields)
     move_instance(instance=Instance.objects.get(pk=instance.pk), to=InstanceState.RUNNING)
 

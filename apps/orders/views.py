@@ -33,7 +33,6 @@ from apps.orders.models import (
     OrderState,
 )
 from apps.orders.network_views import network_context
-from apps.orders.without_cards import no_card_price
 from apps.orders.selectors import (
     instance_orders,
     instances_for,
@@ -41,6 +40,7 @@ from apps.orders.selectors import (
     pending_orders,
     release_date_of,
 )
+from apps.orders.without_cards import no_card_price
 from apps.quotas.selectors import quota_rows
 from apps.tenants.decorators import organization_view
 from apps.tenants.roles import Action, can
