@@ -206,7 +206,7 @@ def instance_detail(request, instance_id):
         "schedule": _schedule_context(instance),
         "release_at": release_date_of(instance),
         # What it would pay an hour without its cards (无卡模式), where its region sets a price.
-        "no_card_price": instance.flavor.accelerator_count and no_card_price(instance),
+        "no_card_price": no_card_price(instance),
         "monitoring": {
             "url": reverse("orders:instance_monitoring", kwargs={"instance_id": instance.pk}),
             "ranges": list(monitoring.RANGES.values()),

@@ -51,13 +51,8 @@ def no_card_price(instance: Instance):
 
 
 def check_without_cards(instance: Instance):
-    """Refuse a GPU-less start the host can't have; returns the price it would run at."""
-    if instance.flavor.accelerator_count == 0:
-        raise DomainError(
-            _("%(name)s has no cards: start it normally.") % {"name": instance.name},
-            code="no_cards_to_leave",
-            status=422,
-        )
+    """Refuse a GPU-less start where the region sets no price for it; returns the price it
+    would run at. (Every flavor has cards: `catalog.models.Flavor` holds at least one.)"""
     price = no_card_price(instance)
     if price is None:
         raise DomainError(

@@ -170,7 +170,7 @@ class StartSerializer(InputSerializer):
         default=False,
         help_text="Start without its cards (无卡模式开机): a small share of CPU and memory on its "
         "own server, at the region's no-card price per hour, to move data or fix its "
-        "environment. A host with no cards, or a region with no such price, is a 422.",
+        "environment. A region that sets no such price is a 422; a host not stopped a 409.",
     )
 
 
