@@ -384,8 +384,8 @@ class ImageFactory(Factory):
 
 
 class PriceFactory(Factory):
-    """A flavor-hour price by default (flavor in the region's park); `disk` or `bandwidth` for
-    resource prices, which have no flavor."""
+    """A flavor-hour price by default (flavor in the region's park); `disk`, `bandwidth` or
+    `no_card` for resource prices, which have no flavor."""
 
     class Meta:
         model = Price
@@ -402,6 +402,7 @@ class PriceFactory(Factory):
         bandwidth = factory.Trait(
             kind=PriceKind.BANDWIDTH_MBPS_MONTH, flavor=None, amount_minor=2000
         )
+        no_card = factory.Trait(kind=PriceKind.NO_CARD_HOUR, flavor=None, amount_minor=80)
 
 
 # --- orchestration ---------------------------------------------------------------------------

@@ -488,15 +488,25 @@ class AgentHostStore:
             lambda host: {"state": WantedState.STOPPED, "card_uuids": [], "start_after": None},
         )
 
-    def start(self, handle: str) -> str:
-        return self._change(
-            handle,
-            lambda host: {
+    def start(self, handle: str, spec: HostSpec | None = None) -> str:
+        """Running again with the cards the portal holds for it; `spec`'s vCPU and memory where
+        given (a GPU-less start's small share, or the flavor's again after one)."""
+
+        def change(host):
+            values = {
                 "state": WantedState.RUNNING,
                 "card_uuids": held_card_uuids(host),
                 "start_after": None,
-            },
-        )
+            }
+            if spec is not None:
+                values.update(
+                    card_uuids=self._card_uuids(host.server, spec.accelerator_indices),
+                    vcpu=spec.vcpu,
+                    memory_mib=spec.ram_gb * 1024,
+                )
+            return values
+
+        return self._change(handle, change)
 
     def resize(self, handle: str, spec: HostSpec) -> str:
         def change(host):

@@ -313,6 +313,8 @@ class PriceKind(models.TextChoices):
     FLAVOR_HOUR = "flavor_hour", _("Flavor, per hour")
     DISK_GB_MONTH = "disk_gb_month", _("Cloud disk, per GB per month")
     BANDWIDTH_MBPS_MONTH = "bandwidth_mbps_month", _("Bandwidth, per Mbps per month")
+    # A GPU host started without its cards (无卡模式): a CPU host's price, one per region.
+    NO_CARD_HOUR = "no_card_hour", _("Host without cards, per hour")
 
 
 class Price(models.Model):

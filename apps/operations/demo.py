@@ -59,6 +59,7 @@ POOLS = [
 LEVEL_PRICE_FACTOR = {"center": 1.0, "province": 0.92, "edge": 1.15}
 DISK_GB_MONTH_MINOR = 35  # ¥0.35 per GB per month
 BANDWIDTH_MBPS_MONTH_MINOR = 2300  # ¥23 per Mbps per month
+NO_CARD_HOUR_MINOR = 10  # ¥0.10 an hour for a host started without its cards (无卡模式)
 
 # stack, code, name, operating system, stack version, accelerator models it supports.
 # debian-12 and pytorch are what the host agents build (agent/loam_agent/hosts/recipes/, the

@@ -261,6 +261,10 @@ class OperationKeyForm(forms.Form):
     idempotency_key = forms.CharField(max_length=64, required=False)
 
 
+class StartForm(forms.Form):
+    without_cards = forms.BooleanField(required=False)
+
+
 class DiskForm(forms.Form):
     data_disk_gb = forms.IntegerField(label=_("New cloud disk size (GB)"), min_value=1)
 

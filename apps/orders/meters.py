@@ -30,7 +30,10 @@ def instance_meters(instance) -> list[MeterSpec]:
     if not rates:  # ordered before metering existed, or never priced
         return []
     specs = []
-    if instance.state == InstanceState.RUNNING:
+    if instance.state == InstanceState.RUNNING and instance.without_cards:
+        # 无卡模式: a CPU host's price, and no card's compute.
+        specs.append(MeterSpec(MeterKind.COMPUTE, 1, Decimal(rates["no_card_hour"]), Decimal(0)))
+    elif instance.state == InstanceState.RUNNING:
         flavor = instance.flavor
         units = flavor.family.accelerator_model.compute_units * flavor.accelerator_count
         specs.append(MeterSpec(MeterKind.COMPUTE, 1, Decimal(rates["flavor_hour"]), Decimal(units)))

@@ -216,6 +216,9 @@ class Instance(models.Model):
     stop_at = models.DateTimeField(_("stop at"), null=True, blank=True)
     # Its last stop, from which the park's auto-release counts; cleared when it starts again.
     stopped_at = models.DateTimeField(_("stopped at"), null=True, blank=True)
+    # Started in GPU-less mode (无卡模式): running on a small CPU share without its cards, at the
+    # region's no-card price (`orders.without_cards`); cleared when it stops.
+    without_cards = models.BooleanField(_("without cards"), default=False)
 
     class Meta:
         verbose_name = _("instance")

@@ -42,6 +42,7 @@ from apps.orders.services import (
     notify,
     order_event,
 )
+from apps.orders.without_cards import check_without_cards, no_card_shape, no_card_spec
 from apps.quotas.services import Usage, demand_for, reserve
 from apps.tenants.access import authorize
 from apps.tenants.roles import Action
@@ -74,12 +75,39 @@ def _nothing_to_reserve(instance: Instance, params: dict) -> dict:
 
 def _reserve_start(instance: Instance, params: dict) -> dict:
     """A stopped host holds no accelerators (it gave them back when it stopped): it takes its
-    flavor's again on its own node, or the start is refused while that node has no room."""
+    flavor's again on its own node, or the start is refused while that node has no room.
+    `without_cards` (无卡模式): no card, a small share of CPU and memory, at the region's
+    no-card price in force now."""
+    if params.get("without_cards"):
+        price = check_without_cards(instance)
+        allocate_again(instance, no_card_shape(instance.flavor))
+        return {"without_cards": True, "no_card_hourly_minor": price.amount_minor}
     allocate_again(instance, shape_of(instance.flavor))
     return {}
 
 
+def _start_spec(instance: Instance, order: Order):
+    spec = host_spec(instance)
+    return no_card_spec(spec) if order.parameters.get("without_cards") else spec
+
+
+def _complete_start(instance: Instance, order: Order) -> None:
+    """Running, with its cards or without (its meter at the no-card price then)."""
+    without_cards = bool(order.parameters.get("without_cards"))
+    fields = {"without_cards": without_cards}
+    if without_cards and instance.rates:
+        price = order.parameters["no_card_hourly_minor"]
+        fields["rates"] = {**instance.rates, "no_card_hour": price}
+    Instance.objects.filter(pk=instance.pk).update(**fields)
+    move_instance(instance=Instance.objects.get(pk=instance.pk), to=InstanceState.RUNNING)
+
+
 def _reserve_resize(instance: Instance, params: dict) -> dict:
+    if instance.without_cards:
+        raise InvalidTransition(
+            _("%(name)s runs without its cards: stop it and start it normally to resize it.")
+            % {"name": instance.name}
+        )
     target = params.get("flavor")
     if not isinstance(target, Flavor):
         raise ValidationError({"flavor": _("Choose the size to resize to.")})
@@ -191,14 +219,10 @@ def _complete_stop(instance: Instance, order: Order) -> None:
     """A stopped host gives its accelerators, CPU and memory back to its node (and pays for its
     disks only); `_reserve_start` takes them again."""
     release_capacity(instance)
+    if instance.without_cards:
+        Instance.objects.filter(pk=instance.pk).update(without_cards=False)
+        instance.without_cards = False
     move_instance(instance=instance, to=InstanceState.STOPPED)
-
-
-def _moves_to(state: str) -> Callable[[Instance, Order], None]:
-    def complete(instance: Instance, order: Order) -> None:
-        move_instance(instance=instance, to=state)
-
-    return complete
 
 
 OPERATIONS: dict[str, Operation] = {
@@ -215,8 +239,10 @@ OPERATIONS: dict[str, Operation] = {
         busy_state=_I.STARTING,
         action=Action.ORDER,
         reserve=_reserve_start,
-        call=lambda driver, instance, order: driver.start(instance.backend_handle),
-        complete=_moves_to(_I.RUNNING),
+        call=lambda driver, instance, order: driver.start(
+            instance.backend_handle, _start_spec(instance, order)
+        ),
+        complete=_complete_start,
         needs_funds=True,
     ),
     OrderKind.RESIZE: Operation(

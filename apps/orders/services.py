@@ -169,6 +169,7 @@ def instance_event(instance: Instance) -> dict:
         "state": instance.state,
         "error": instance.error_message,
         "access": instance.access,
+        "without_cards": instance.without_cards,
     }
 
 

@@ -21,6 +21,7 @@ from apps.orders.forms import (
     InstanceOrderForm,
     OperationKeyForm,
     ResizeForm,
+    StartForm,
     StopScheduleForm,
 )
 from apps.orders.models import (
@@ -39,6 +40,7 @@ from apps.orders.selectors import (
     pending_orders,
     release_date_of,
 )
+from apps.orders.without_cards import no_card_price
 from apps.quotas.selectors import quota_rows
 from apps.tenants.decorators import organization_view
 from apps.tenants.roles import Action, can
@@ -203,6 +205,8 @@ def instance_detail(request, instance_id):
         "network": network_context(request, instance),
         "schedule": _schedule_context(instance),
         "release_at": release_date_of(instance),
+        # What it would pay an hour without its cards (无卡模式), where its region sets a price.
+        "no_card_price": no_card_price(instance),
         "monitoring": {
             "url": reverse("orders:instance_monitoring", kwargs={"instance_id": instance.pk}),
             "ranges": list(monitoring.RANGES.values()),
@@ -276,6 +280,7 @@ def instance_stop_schedule(request, instance_id):
 
 
 OPERATION_FORMS = {
+    OrderKind.START: StartForm,
     OrderKind.RESIZE: ResizeForm,
     OrderKind.EXPAND_DISK: DiskForm,
     OrderKind.SET_BANDWIDTH: BandwidthForm,

@@ -304,6 +304,28 @@ def test_start_binds_the_cards_the_portal_allocated_again(agent_world, server, d
     assert status.done and status.access.address == "10.213.7.3"
 
 
+def test_a_start_without_cards_binds_none_on_a_small_share_and_a_later_start_restores_it(
+    server, driver, running
+):
+    driver.stop(running.handle)
+    report(server, running.handle, 2, "stopped")
+
+    request = driver.start(running.handle, spec(indices=(), vcpu=2, ram_gb=4))
+
+    assert request == f"{running.handle}@3"
+    (listed,) = desired_hosts(server)
+    assert (listed["state"], listed["card_uuids"]) == ("running", [])
+    assert (listed["vcpu"], listed["memory_mib"]) == (2, 4096)
+    driver.stop(running.handle)
+    report(server, running.handle, 4, "stopped")
+
+    driver.start(running.handle, spec(indices=(0, 1)))
+
+    (listed,) = desired_hosts(server)
+    assert listed["card_uuids"] == [card(0)["uuid"], card(1)["uuid"]]
+    assert (listed["vcpu"], listed["memory_mib"]) == (16, 131072)
+
+
 def test_resize_is_a_new_generation_with_the_new_shape(server, driver, running):
     request = driver.resize(running.handle, spec(indices=(0, 1, 2, 3), vcpu=32, ram_gb=256))
 

@@ -125,7 +125,7 @@ def test_a_create_for_several_hosts_is_documented_as_the_plain_list_it_answers(a
 # Each instance operation, the body it is sent with, and whether the host is stopped first.
 INSTANCE_OPERATIONS = [
     ("stop", {}, False),
-    ("start", {}, True),
+    ("start", {"without_cards": False}, True),
     ("release", {}, False),
     ("resize", {"flavor": "g1.2x"}, False),
     ("expand-disk", {"data_disk_gb": 50}, False),

@@ -9,7 +9,8 @@ from django.core import mail
 from django.utils import timezone
 
 from apps.billing.models import Wallet
-from apps.catalog.models import Flavor, FlavorFamily, Image, Price
+from apps.catalog.models import Flavor, FlavorFamily, Image, Price, PriceKind
+from apps.catalog.selectors import price_in_force
 from apps.core.models import AuditEvent
 from apps.orchestration.models import Backend, CapacitySample, Node, Pool
 from apps.orders.models import IdlePolicy, Instance, OrderState
@@ -477,6 +478,20 @@ def test_images_and_prices_pages(ops, console):
     assert ops.post(prices, {"action": "schedule", "amount": "abc"}).status_code == 422
     ops.post(prices, {"action": "withdraw", "price": price.pk})
     assert not Price.objects.filter(pk=price.pk).exists()
+
+
+def test_the_operator_sets_a_regions_no_card_price(ops, console):
+    """The price a host started without its cards (无卡模式) pays, one per region."""
+    prices = f"/ops/parks/{console.park.pk}/catalog/prices/"
+    now = timezone.localtime().strftime("%Y-%m-%dT%H:%M")
+    data = {"action": "schedule", "region": console.region.pk, "kind": "no_card_hour"}
+    response = ops.post(prices, {**data, "amount": "0.80", "effective_from": now})
+
+    assert response.status_code == 302
+    price = price_in_force(region=console.region, kind=PriceKind.NO_CARD_HOUR)
+    assert price.amount_minor == 80 and price.flavor is None
+    per_flavor = {**data, "flavor": console.flavors[1].pk, "amount": "1", "effective_from": now}
+    assert ops.post(prices, per_flavor).status_code == 422
 
 
 # --- Backends, pools, nodes ------------------------------------------------------------------

@@ -448,7 +448,9 @@ class HostRuntime:
             minor = os.minor(os.stat(devices[uuid]).st_rdev)
             binds.append(f"--bind={devices[uuid]}:/dev/nvidia{minor}")
             device_files.append(devices[uuid])
-        controls = [device for device in CONTROL_DEVICES if os.path.exists(device)]
+        # A host without cards (a CPU host, or a GPU host started without its cards) gets no
+        # /dev/nvidia* at all.
+        controls = [d for d in CONTROL_DEVICES if host.card_uuids and os.path.exists(d)]
         binds += [f"--bind={device}" for device in controls]
         cgroups = self.cgroups(host.id)
         cgroups.create(host.vcpu, host.memory_mib)

@@ -142,13 +142,18 @@ class InstanceSerializer(serializers.ModelSerializer):
             "security_group",
             "error_message",
             "stop_at",
+            "without_cards",
             "created_at",
             "updated_at",
             "released_at",
         ]
         read_only_fields = fields
         extra_kwargs = {
-            "stop_at": {"help_text": "When its scheduled stop is due; null: none scheduled."}
+            "stop_at": {"help_text": "When its scheduled stop is due; null: none scheduled."},
+            "without_cards": {
+                "help_text": "True while it runs without its cards (无卡模式), at the region's "
+                "no-card price."
+            },
         }
 
 
@@ -161,6 +166,15 @@ class ResizeSerializer(InputSerializer):
             self.fields["flavor"].queryset = Flavor.objects.filter(
                 is_active=True, family__park=park
             )
+
+
+class StartSerializer(InputSerializer):
+    without_cards = serializers.BooleanField(
+        default=False,
+        help_text="Start without its cards (无卡模式开机): a small share of CPU and memory on its "
+        "own server, at the region's no-card price per hour, to move data or fix its "
+        "environment. A region that sets no such price is a 422; a host not stopped a 409.",
+    )
 
 
 class DiskSerializer(InputSerializer):

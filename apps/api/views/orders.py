@@ -25,6 +25,7 @@ from apps.api.serializers.orders import (
     QuotaSerializer,
     QuoteSerializer,
     ResizeSerializer,
+    StartSerializer,
     StopScheduleSerializer,
 )
 from apps.orders import expiry, networking, operations, services
@@ -154,7 +155,7 @@ class InstanceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
         )
 
     stop = _operation(OrderKind.STOP)
-    start = _operation(OrderKind.START)
+    start = _operation(OrderKind.START, StartSerializer)
     release = _operation(OrderKind.RELEASE)
     resize = _operation(OrderKind.RESIZE, ResizeSerializer)
     expand_disk = _operation(OrderKind.EXPAND_DISK, DiskSerializer, url_path="expand-disk")

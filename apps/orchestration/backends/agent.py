@@ -121,8 +121,8 @@ class AgentDriver:
     def stop(self, handle: str) -> str:
         return self._store().stop(handle)
 
-    def start(self, handle: str) -> str:
-        return self._store().start(handle)
+    def start(self, handle: str, spec: HostSpec | None = None) -> str:
+        return self._store().start(handle, spec)
 
     def resize(self, handle: str, spec: HostSpec) -> str:
         return self._store().resize(handle, spec)

@@ -253,7 +253,7 @@ class SimulatorDriver:
     def stop(self, handle: str) -> str:
         return self._request("stop", handle)
 
-    def start(self, handle: str) -> str:
+    def start(self, handle: str, spec: HostSpec | None = None) -> str:
         return self._request("start", handle)
 
     def resize(self, handle: str, spec: HostSpec) -> str:

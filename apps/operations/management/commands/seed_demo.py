@@ -205,6 +205,7 @@ class Command(BaseCommand):
             for kind, amount in (
                 (PriceKind.DISK_GB_MONTH, demo.DISK_GB_MONTH_MINOR),
                 (PriceKind.BANDWIDTH_MBPS_MONTH, demo.BANDWIDTH_MBPS_MONTH_MINOR),
+                (PriceKind.NO_CARD_HOUR, demo.NO_CARD_HOUR_MINOR),
             ):
                 Price.objects.update_or_create(
                     region=region,
