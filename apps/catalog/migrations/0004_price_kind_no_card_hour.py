@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('catalog', '0002_flavor_code_allows_dots'),
+        ('catalog', '0003_organization_images'),
     ]
 
     operations = [
