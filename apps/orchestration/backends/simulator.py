@@ -91,6 +91,7 @@ class SimulatorDriver:
             Capability.INVENTORY,
             Capability.HOSTS,
             Capability.BATCH,
+            Capability.GANG,
             Capability.NETWORK,
             Capability.METRICS,
         }

@@ -102,6 +102,25 @@ def test_a_job_runs_on_the_chosen_node_with_its_gpus(driver):
     assert f"CUDA={','.join(map(str, running.device_indices))}" in logs
 
 
+def test_a_gang_job_runs_on_both_chosen_nodes_and_sees_its_peers(driver):
+    """2 nodes × 2 GPUs: one job on exactly the two nodes Loam chose, each with its 2 GPUs, and
+    the rendezvous a torchrun launch needs in its environment."""
+    command = (
+        "echo NODELIST=$SLURM_JOB_NODELIST NNODES=$NNODES; echo MASTER=$MASTER_ADDR:$MASTER_PORT;"
+        " echo GPUS=$SLURM_GPUS_ON_NODE"
+    )
+    handle = driver.submit_task(
+        spec(node="gpu-node1", nodes=("gpu-node1", "gpu-node3"), command=command)
+    )
+    done = wait_for(lambda: finished(driver, handle))
+    assert (done.state, done.exit_code) == (TASK_SUCCEEDED, 0)
+    assert done.node == "gpu-node[1,3]"
+    logs = wait_for(lambda: driver.task_logs(handle))
+    assert "NODELIST=gpu-node[1,3] NNODES=2" in logs
+    master = re.search(r"MASTER=(\S+):(\d+)", logs)
+    assert master and master[1] == os.uname().nodename and 20000 <= int(master[2]) < 40000
+
+
 def test_a_job_that_exits_3_fails_with_exit_code_3(driver):
     handle = driver.submit_task(spec(command="echo bye; exit 3", milli=1000))
     done = wait_for(lambda: finished(driver, handle))
