@@ -47,6 +47,7 @@ class TaskForm(forms.Form):
         min_value=1,
         max_value=MAX_NODES,
         initial=1,
+        required=False,
         help_text=_(
             "Above 1: that many nodes of one pool, each with the accelerators, vCPU and RAM "
             "below, started together (Slurm or simulator pools)."
@@ -99,6 +100,7 @@ class TaskForm(forms.Form):
     def task_data(self) -> dict:
         data = dict(self.cleaned_data)
         data["accelerator_milli"] = int(data.pop("accelerators") * 1000)
+        data["node_count"] = data["node_count"] or 1
         price = data.pop("max_hourly_price")
         data["max_hourly_minor"] = int(price * 100) if price is not None else None
         data["allowed_regions"] = list(data["allowed_regions"])

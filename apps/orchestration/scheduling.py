@@ -17,7 +17,7 @@ organization, then the park, then the node.
 
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -215,19 +215,16 @@ def _capacity_problems(park, task: TaskInput) -> dict:
             % {"where": _(" in the chosen regions") if regions else ""}
         }
     cards = max(1, task.accelerator_milli // 1000)
-    large_enough = (
+    hosts_in = Counter(
         Node.objects.filter(
             pool__in=pools, vcpu_total__gte=task.vcpu, ram_gb_total__gte=task.ram_gb
         )
         .exclude(health=NodeHealth.DOWN)
         .annotate(cards=Count("accelerators"))
         .filter(cards__gte=cards)
-        .values("pool_id")
-        .annotate(nodes=Count("pk"))
-        .filter(nodes__gte=task.node_count)
         .values_list("pool_id", flat=True)
     )
-    large_enough = set(large_enough)
+    large_enough = {pool for pool, hosts in hosts_in.items() if hosts >= task.node_count}
     if not large_enough:
         if task.node_count > 1:
             return {
