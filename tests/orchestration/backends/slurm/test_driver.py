@@ -292,6 +292,57 @@ def test_a_job_ending_while_slurmrestd_is_unreachable_is_billed_sacct_s_seconds(
     assert "unreachable_since" not in task.backend_status
 
 
+def hostnames(cluster, nodelist: str) -> list[str]:
+    """Slurm's hostlist ("gpu-node[1-2]") as names, by Slurm's own reading."""
+    answer = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist],
+        env={**os.environ, "SLURM_CONF": cluster.slurm_conf},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return answer.stdout.split()
+
+
+def test_a_two_node_task_runs_on_both_nodes_with_a_rendezvous_and_bills_four_cards(
+    slurm_world, slurm_cluster, organization, owner, client, django_capture_on_commit_callbacks
+):
+    """2 nodes × 2 cards through the portal: Loam's scheduler chooses two nodes of the Slurm
+    pool, Slurm runs one job on exactly those, the job's output names both and the rendezvous,
+    and the bill is sacct's elapsed seconds × 4 cards."""
+    command = (
+        "echo NODELIST=$SLURM_JOB_NODELIST NNODES=$NNODES; "
+        "echo RENDEZVOUS=$MASTER_ADDR:$MASTER_PORT; sleep 5"
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        task = submit(slurm_world, organization, owner, node_count=2, command=command)
+    task.refresh_from_db()
+    assert task.state in (TaskState.PLACED, TaskState.RUNNING)
+    [placement] = task.workload.placements.all()
+    chosen = placement.gang["nodes"]
+    assert len(chosen) == 2 and task.hourly_minor == 4 * 3600
+
+    follow_until(task, {TaskState.SUCCEEDED})
+    nodelist = re.search(r"NODELIST=(\S+) NNODES=2", task.logs)
+    assert nodelist, task.logs
+    assert hostnames(slurm_cluster, nodelist[1]) == chosen
+    rendezvous = re.search(r"RENDEZVOUS=(\S+):(\d+)", task.logs)
+    assert rendezvous and rendezvous[1] == os.uname().nodename  # the first node's host
+    assert not task.workload.allocations.filter(released_at__isnull=True).exists()
+
+    meter_organization(organization.pk, until=timezone.now())
+    records = UsageRecord.objects.filter(workload__task=task)
+    elapsed = sacct_elapsed_seconds(slurm_cluster, job_id(task))
+    billed = sum(r.seconds for r in records)
+    print(f"\nsacct elapsed {elapsed} s, billed {billed} s for 4 cards")
+    assert abs(billed - elapsed) <= 1
+    assert sum(r.amount_minor for r in records) == billed * 4  # 4 cards × 1 minor unit / s
+
+    client.force_login(owner)
+    page = client.get(reverse("tasks:task_detail", args=[task.pk]), HTTP_ACCEPT_LANGUAGE="en")
+    assert "2 nodes × 2 cards" in page.content.decode()
+
+
 def test_a_failing_task_shows_slurms_exit_code(
     slurm_world, organization, owner, django_capture_on_commit_callbacks
 ):
