@@ -644,12 +644,9 @@ class Placement(models.Model):
             "left": chosen.get("left_free", 0),
         }
         if others:
-            text += " " + ngettext(
-                "It is the cheapest of the %(pools)d pools with enough nodes, and the one "
-                "leaving the fewest cards idle among equals.",
-                "It is the cheapest of the %(pools)d pools with enough nodes, and the one "
-                "leaving the fewest cards idle among equals.",
-                others + 1,
+            text += " " + gettext(
+                "Of the %(pools)d pools with enough nodes it is the cheapest, and among equals "
+                "the one leaving the fewest cards idle."
             ) % {"pools": others + 1}
         else:
             text += " " + gettext("It is the only pool with enough nodes free for it now.")
