@@ -8,6 +8,9 @@ it starts: reserves quota, allocates under the node's row lock (whole cards, or 
 card), keeps the decision as a Placement, fixes the price (`Task.hourly_minor`) and moves it
 queued → placed; after commit `run_task` hands it to the backend (placed → running) and the
 backend's report ends it (`finish_task`: succeeded or failed, logs kept, capacity given back).
+A multi-node (gang) task is placed by the same pass, before the engine plans the one-node
+tasks, all or nothing on one pool (`apps.orchestration.gangs`): an allocation on each of its
+nodes, its quota and price counting every card on every node.
 
 Lock order, the same everywhere so two of these never wait on each other: queued task rows,
 then the organizations (quota, by id), then the park where it has quota limits, then the
