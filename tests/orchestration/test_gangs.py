@@ -12,10 +12,11 @@ from django.utils import timezone
 from apps.billing.metering import meter_organization
 from apps.billing.models import UsageRecord
 from apps.catalog.models import Price
-from apps.orchestration.models import Allocation, Placement, TaskState
+from apps.orchestration.models import Allocation, Placement, Task, TaskState
 from apps.quotas.models import QuotaLimit, QuotaResource
 from tests.factories import BackendFactory, PoolFactory
 from tests.orchestration.test_scheduling import hold_cards, quick, reload
+from tests.orchestration.test_views import form_data
 
 pytestmark = pytest.mark.django_db
 
@@ -172,3 +173,20 @@ def test_the_task_list_page_and_api_show_the_gang(gang_world, client, operator):
     decision = client.get(f"/ops/tasks/decisions/{placement.pk}/", **ENGLISH).content.decode()
     assert 'data-node="g1"' in decision and 'data-node="g2"' in decision
     assert 'data-pool="east-h100" ' in decision or 'data-pool="east-h100"' in decision
+
+
+def test_the_form_takes_a_node_count_and_the_api_schema_lists_it(gang_world, client):
+    client.force_login(gang_world.owner)
+    form = form_data(gang_world, accelerators="2", node_count="2", vcpu="4", ram_gb="16")
+    response = client.post("/tasks/new/", form, **ENGLISH)
+    assert response.status_code == 302
+    task = Task.objects.get()
+    assert (task.node_count, task.accelerator_milli) == (2, 2000)
+
+    refused = client.post("/tasks/new/", {**form, "accelerators": "0.5"}, **ENGLISH)
+    assert refused.status_code == 422
+    assert "whole accelerators on each" in refused.content.decode()
+
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    fields = schema["components"]["schemas"]["TaskRequest"]["properties"]
+    assert fields["node_count"]["maximum"] == 16
