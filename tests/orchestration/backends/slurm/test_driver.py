@@ -121,6 +121,28 @@ def test_a_gang_job_runs_on_both_chosen_nodes_and_sees_its_peers(driver):
     assert master and master[1] == os.uname().nodename and 20000 <= int(master[2]) < 40000
 
 
+def test_srun_in_a_gang_job_starts_one_rank_per_node_that_share_the_rendezvous(driver):
+    """What `srun torchrun …` relies on: one process on each node, each with its rank and the
+    same MASTER_ADDR:MASTER_PORT."""
+    command = (
+        "srun bash -c 'echo rank=$SLURM_NODEID node=$SLURMD_NODENAME at=$MASTER_ADDR:$MASTER_PORT'"
+    )
+    handle = driver.submit_task(
+        spec(node="gpu-node1", nodes=("gpu-node1", "gpu-node2"), command=command, milli=1000)
+    )
+    done = wait_for(lambda: finished(driver, handle))
+    assert done.state == TASK_SUCCEEDED
+    logs = wait_for(lambda: driver.task_logs(handle))
+    ranks = {
+        rank: (node, at) for rank, node, at in re.findall(r"rank=(\d) node=(\S+) at=(\S+)", logs)
+    }
+    assert {rank: node for rank, (node, _at) in ranks.items()} == {
+        "0": "gpu-node1",
+        "1": "gpu-node2",
+    }
+    assert len({at for _node, at in ranks.values()}) == 1, logs
+
+
 def test_a_job_that_exits_3_fails_with_exit_code_3(driver):
     handle = driver.submit_task(spec(command="echo bye; exit 3", milli=1000))
     done = wait_for(lambda: finished(driver, handle))
