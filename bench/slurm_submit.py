@@ -1,13 +1,16 @@
 """Time from submitting a training task to Slurm until it runs, through Loam's Slurm driver.
 
-Needs the test cluster (bash deploy/slurm/start.sh). Submits --jobs one-GPU jobs, one at a time
+Needs the test cluster (bash deploy/slurm/start.sh). For each count of --node-counts (default
+"1,2": one-node jobs, then 2-node gang jobs with one GPU on each node), submits --jobs jobs, one
+at a time
 (each waits for the previous to be running, and to be gone once cancelled), round-robin over
 the nodes and over --organizations tenants (each runs as its own Slurm account and Unix user,
 made on its first job; 0: every job as the driver's own user), polls each every --poll seconds,
 cancels it once running, and prints p50/p95/max of submit → running, and of the submit call
 alone for a tenant's first job (its account made) and for the others. No database is needed.
 
-    python bench/slurm_submit.py --jobs 20 [--organizations 2] [--first-organization 9000]
+    python bench/slurm_submit.py --jobs 20 [--node-counts 1,2] [--organizations 2]
+        [--first-organization 9000]
 """
 
 import argparse
@@ -45,6 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20)
     parser.add_argument("--poll", type=float, default=0.1)
+    parser.add_argument("--node-counts", default="1,2", help="comma-separated, e.g. 1,2")
     parser.add_argument("--organizations", type=int, default=2)
     parser.add_argument(
         "--first-organization", type=int, default=9000, help="the tenants' ids start here"
@@ -62,15 +66,23 @@ def main() -> None:
         },
     )
     nodes = sorted(n.hostname for pool in driver.capacity() for n in pool.nodes)
+    made = set()  # organizations whose account exists: their next submit is not a first
+    for count in (int(c) for c in args.node_counts.split(",")):
+        run(driver, args, nodes, count, made)
+
+
+def run(driver, args, nodes: list[str], count: int, made: set) -> None:
     to_running, first_submits, submits = [], [], []
     for i in range(args.jobs):
         # None: every job as the configured user, as before tenants had accounts.
         organization_id = (
             args.first_organization + i % args.organizations if args.organizations else None
         )
+        chosen = tuple(sorted(nodes[(i + k) % len(nodes)] for k in range(count)))
         spec = TaskSpec(
-            name=f"bench-{i}",
-            node=nodes[i % len(nodes)],
+            name=f"bench-{count}n-{i}",
+            node=chosen[0],
+            nodes=chosen if count > 1 else (),
             accelerator_indices=(),
             accelerator_milli=1000,
             vcpu=1,
@@ -81,7 +93,9 @@ def main() -> None:
         )
         start = time.perf_counter()
         handle = driver.submit_task(spec)
-        (first_submits if i < args.organizations else submits).append(time.perf_counter() - start)
+        first = organization_id not in made
+        made.add(organization_id)
+        (first_submits if first else submits).append(time.perf_counter() - start)
         while driver.task_status(handle).state == TASK_PENDING:
             time.sleep(args.poll)
         to_running.append(time.perf_counter() - start)
@@ -91,8 +105,8 @@ def main() -> None:
         while not driver.task_status(handle).finished:
             time.sleep(args.poll)
     print(
-        f"jobs: {len(to_running)} over {len(nodes)} nodes and {args.organizations} "
-        f"organizations, polled every {args.poll:g} s"
+        f"{count}-node jobs: {len(to_running)} over {len(nodes)} nodes and "
+        f"{args.organizations} organizations, polled every {args.poll:g} s"
     )
     print(f"submit -> running: {spread(to_running)}")
     print(f"submit call, an organization's first job: {spread(first_submits)}")

@@ -493,7 +493,7 @@ def task_pool_rejections(task, pools, prices, *, model_ids) -> dict[int, str]:
             refused[pool.pk] = "not_priced"
         elif (
             task.max_hourly_minor is not None
-            and task_hourly_minor(price, task.accelerator_milli) > task.max_hourly_minor
+            and task_hourly_minor(price, task.total_accelerator_milli) > task.max_hourly_minor
         ):
             refused[pool.pk] = "max_price"
     return refused

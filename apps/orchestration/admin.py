@@ -93,6 +93,7 @@ class TaskAdmin(admin.ModelAdmin):
         "organization",
         "accelerator_model",
         "accelerator_milli",
+        "node_count",
         "state",
         "priority",
         "submitted_at",

@@ -6,7 +6,13 @@ from django.utils.translation import gettext_lazy as _
 from apps.catalog.models import AcceleratorModel, Image, Region
 from apps.core.numbers import IdsField
 from apps.orchestration.models import SchedulingPolicy, TaskPreference
-from apps.orchestration.scheduling import MAX_PRIORITY, MAX_RAM_GB, MAX_VCPU, MIN_PRIORITY
+from apps.orchestration.scheduling import (
+    MAX_NODES,
+    MAX_PRIORITY,
+    MAX_RAM_GB,
+    MAX_VCPU,
+    MIN_PRIORITY,
+)
 
 
 class TaskForm(forms.Form):
@@ -34,7 +40,18 @@ class TaskForm(forms.Form):
         max_value=8,
         decimal_places=3,
         initial=1,
-        help_text=_("Whole cards (1, 2, 4, 8), or a share of one card: 0.25, 0.5 …"),
+        help_text=_("On each node: whole cards (1, 2, 4, 8), or a share of one card: 0.25, 0.5 …"),
+    )
+    node_count = forms.IntegerField(
+        label=_("Nodes"),
+        min_value=1,
+        max_value=MAX_NODES,
+        initial=1,
+        required=False,
+        help_text=_(
+            "Above 1: that many nodes of one pool, each with the accelerators, vCPU and RAM "
+            "below, started together (Slurm or simulator pools)."
+        ),
     )
     vcpu = forms.IntegerField(label=_("vCPU"), min_value=1, max_value=MAX_VCPU, initial=8)
     ram_gb = forms.IntegerField(label=_("RAM (GB)"), min_value=1, max_value=MAX_RAM_GB, initial=32)
@@ -83,6 +100,7 @@ class TaskForm(forms.Form):
     def task_data(self) -> dict:
         data = dict(self.cleaned_data)
         data["accelerator_milli"] = int(data.pop("accelerators") * 1000)
+        data["node_count"] = data["node_count"] or 1
         price = data.pop("max_hourly_price")
         data["max_hourly_minor"] = int(price * 100) if price is not None else None
         data["allowed_regions"] = list(data["allowed_regions"])

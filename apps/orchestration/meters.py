@@ -18,7 +18,9 @@ def task_meters(task) -> list[MeterSpec]:
         return []
     units = Decimal(0)
     if task.pool_id:
-        units = task.pool.accelerator_model.compute_units * Decimal(task.accelerator_milli) / 1000
+        units = (
+            task.pool.accelerator_model.compute_units * Decimal(task.total_accelerator_milli) / 1000
+        )
     return [MeterSpec(MeterKind.TASK, 1, Decimal(task.hourly_minor), units)]
 
 

@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Mod
 from django.db.models.lookups import Exact
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import AcceleratorModel, Image, Region
@@ -237,11 +237,12 @@ class Allocation(models.Model):
                 ),
                 name="allocation_share_of_one_card",
             ),
-            # A host or a task holds at most one live allocation at a time.
+            # A host or a task holds at most one live allocation on a node at a time; a
+            # multi-node (gang) task holds one on each of its nodes.
             models.UniqueConstraint(
-                fields=["workload"],
+                fields=["workload", "node"],
                 condition=Q(released_at__isnull=True),
-                name="allocation_one_live_per_workload",
+                name="allocation_one_live_per_workload_node",
             ),
         ]
         indexes = [
@@ -360,6 +361,8 @@ REJECTION_REASONS = {
     "other_region": _("in another region than the one the host was priced in"),
     "reserved": _("held for a task waiting ahead in the queue"),
     "no_nodes": _("the park has no host in service"),
+    "single_node": _("its servers run a task on one server only, not across several nodes"),
+    "gang_nodes": _("too few of its nodes have room for one member each"),
 }
 
 SCORE_PARTS = ("region", "performance", "energy", "price", "fragmentation")
@@ -542,6 +545,11 @@ class Placement(models.Model):
         if self.chosen_node is None:
             return gettext("No host had room for it yet.")
         region = self.chosen_pool.region.name
+        if self.gang:
+            return gettext("%(region)s: %(count)d nodes of one pool, all free for it at once.") % {
+                "region": region,
+                "count": self.gang["node_count"],
+            }
         if self.fitted_count() <= 1:
             return gettext("%(region)s: the only place with free cards for it.") % {
                 "region": region
@@ -604,10 +612,52 @@ class Placement(models.Model):
     def _fitting(self) -> list[dict]:
         return [c for c in self.candidates if c.get("fits")]
 
+    @property
+    def gang(self) -> dict | None:
+        """A gang task's decision (`orchestration.gangs`): {"nodes", "node_count",
+        "cards_per_node", "pool", "pools": [{"pool", "nodes", "fitting", "chosen",
+        "hourly_minor", "left_free", "rejected"}]}; None for one node's."""
+        return (self.weights or {}).get("gang")
+
+    def gang_pools(self) -> list[dict]:
+        """The pools a gang decision weighed, each with `reason` (why not) in the reader's
+        words."""
+        return [
+            {**pool, "reason": str(REJECTION_REASONS.get(pool.get("rejected"), ""))}
+            for pool in (self.gang or {}).get("pools", [])
+        ]
+
+    def _describe_gang(self) -> str:
+        gang = self.gang
+        chosen = next((p for p in gang["pools"] if p.get("chosen")), {})
+        others = sum(1 for p in gang["pools"] if not p.get("chosen") and not p.get("rejected"))
+        text = gettext(
+            "Placed all or nothing on %(count)d nodes of %(pool)s (%(nodes)s), %(cards)d "
+            "accelerators on each, %(price)s/h for all of them; %(left)d accelerators stay "
+            "free on those nodes."
+        ) % {
+            "count": gang["node_count"],
+            "pool": gang["pool"],
+            "nodes": gettext(", ").join(gang["nodes"]),
+            "cards": gang["cards_per_node"],
+            "price": self._hourly(chosen.get("hourly_minor", 0)),
+            "left": chosen.get("left_free", 0),
+        }
+        if others:
+            text += " " + gettext(
+                "Of the %(pools)d pools with enough nodes it is the cheapest, and among equals "
+                "the one leaving the fewest cards idle."
+            ) % {"pools": others + 1}
+        else:
+            text += " " + gettext("It is the only pool with enough nodes free for it now.")
+        return text
+
     def describe(self) -> str:
         """Why here, in the reader's language (so it is built when shown, not when stored)."""
         if self.chosen_node is None:
             return gettext("No host fitted.")
+        if self.gang:
+            return self._describe_gang()
         values = {"node": self.chosen_node.hostname, "region": self.chosen_pool.region.name}
         if not self.is_scored:
             return gettext(
@@ -718,10 +768,16 @@ class Task(models.Model):
         help_text=_("Empty: any model compatible with the image."),
         verbose_name=_("accelerator model"),
     )
-    # Thousandths of an accelerator: 1000 is one whole card, 250 a quarter share.
+    # Thousandths of an accelerator: 1000 is one whole card, 250 a quarter share. On each of its
+    # `node_count` nodes, as its vCPU and RAM are (a gang task: N nodes × M whole cards).
     accelerator_milli = models.PositiveIntegerField(_("accelerators (thousandths)"), default=1000)
     vcpu = models.PositiveIntegerField(_("vCPU"), default=8)
     ram_gb = models.PositiveIntegerField(_("RAM (GB)"), default=32)
+    node_count = models.PositiveSmallIntegerField(
+        _("nodes"),
+        default=1,
+        help_text=_("Above 1: placed all or nothing on that many nodes of one pool."),
+    )
     max_hourly_minor = models.BigIntegerField(
         _("max price per hour (minor units)"), null=True, blank=True
     )
@@ -791,6 +847,11 @@ class Task(models.Model):
                 name="task_accelerators_share_or_whole",
             ),
             models.CheckConstraint(
+                condition=Q(node_count=1)
+                | (Q(node_count__gt=1) & Q(Exact(Mod("accelerator_milli", 1000), 0))),
+                name="task_gang_whole_cards",
+            ),
+            models.CheckConstraint(
                 condition=Q(max_hourly_minor__isnull=True) | Q(max_hourly_minor__gte=0),
                 name="task_max_price_not_negative",
             ),
@@ -803,6 +864,28 @@ class Task(models.Model):
 
     def __str__(self):
         return self.name
+
+    @property
+    def total_accelerator_milli(self) -> int:
+        """What it holds on all its nodes together (quotas and prices count it all)."""
+        return self.accelerator_milli * self.node_count
+
+    @property
+    def is_gang(self) -> bool:
+        return self.node_count > 1
+
+    def shape_display(self) -> str:
+        """ "2 nodes × 2 cards", "1 card", "0.25 card"."""
+        cards = self.accelerator_milli / 1000
+        per_node = ngettext("%(n)s card", "%(n)s cards", 1 if cards <= 1 else 2) % {
+            "n": f"{cards:g}"
+        }
+        if not self.is_gang:
+            return per_node
+        return gettext("%(nodes)d nodes × %(per_node)s") % {
+            "nodes": self.node_count,
+            "per_node": per_node,
+        }
 
 
 class CapacitySample(models.Model):

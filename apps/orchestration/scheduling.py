@@ -8,6 +8,9 @@ it starts: reserves quota, allocates under the node's row lock (whole cards, or 
 card), keeps the decision as a Placement, fixes the price (`Task.hourly_minor`) and moves it
 queued → placed; after commit `run_task` hands it to the backend (placed → running) and the
 backend's report ends it (`finish_task`: succeeded or failed, logs kept, capacity given back).
+A multi-node (gang) task is placed by the same pass, before the engine plans the one-node
+tasks, all or nothing on one pool (`apps.orchestration.gangs`): an allocation on each of its
+nodes, its quota and price counting every card on every node.
 
 Lock order, the same everywhere so two of these never wait on each other: queued task rows,
 then the organizations (quota, by id), then the park where it has quota limits, then the
@@ -17,7 +20,7 @@ organization, then the park, then the node.
 
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -41,6 +44,8 @@ from apps.core.transactions import in_transaction, lock, on_commit_task
 from apps.core.transitions import check_transition, transition
 from apps.orchestration import adapter, selectors
 from apps.orchestration.backends.base import TASK_PENDING, Capability
+from apps.orchestration.backends.registry import drivers_with
+from apps.orchestration.gangs import plan_gang, take_gang
 from apps.orchestration.meters import follow_task
 from apps.orchestration.models import (
     REJECTION_REASONS,
@@ -65,6 +70,7 @@ from apps.tenants.roles import Action
 from apps.workloads.models import Workload, WorkloadKind
 
 MAX_ACCELERATOR_MILLI = 8000
+MAX_NODES = 16  # a gang task's nodes
 MAX_VCPU = 256
 MAX_RAM_GB = 2048
 MAX_COMMAND_CHARS = 10_000
@@ -87,9 +93,10 @@ class TaskInput:
     command: str
     name: str = "task"
     accelerator_model: object = None  # None: any model the image runs on
-    accelerator_milli: int = 1000
+    accelerator_milli: int = 1000  # on each node
     vcpu: int = 8
     ram_gb: int = 32
+    node_count: int = 1
     max_hourly_minor: int | None = None
     deadline: object = None
     allowed_regions: tuple = ()
@@ -137,6 +144,14 @@ def validate_task(organization, task: TaskInput, *, now=None) -> None:
             "Ask for a share of one accelerator (1–999 thousandths) or whole accelerators "
             "(1000, 2000, … up to %(max)d)."
         ) % {"max": MAX_ACCELERATOR_MILLI}
+    nodes = task.node_count
+    if not (isinstance(nodes, int) and 1 <= nodes <= MAX_NODES):
+        errors["node_count"] = _("Ask for 1–%(max)d nodes.") % {"max": MAX_NODES}
+    elif nodes > 1 and "accelerator_milli" not in errors and milli % 1000:
+        errors["node_count"] = _(
+            "A task on several nodes takes whole accelerators on each (1, 2, …), not a share "
+            "of one."
+        )
     if not 1 <= task.vcpu <= MAX_VCPU:
         errors["vcpu"] = _("Ask for 1–%(max)d vCPU.") % {"max": MAX_VCPU}
     if not 1 <= task.ram_gb <= MAX_RAM_GB:
@@ -173,9 +188,27 @@ def _capacity_problems(park, task: TaskInput) -> dict:
         else set(task.image.compatible_accelerators.values_list("pk", flat=True))
     )
     regions = {r.pk for r in task.allowed_regions}
+    if task.node_count > 1:
+        fitting = [
+            p
+            for p in selectors.schedulable_park_pools(park).select_related("backend")
+            if p.accelerator_model_id in models and (not regions or p.region_id in regions)
+        ]
+        gang_drivers = set(drivers_with(Capability.GANG))
+        single = sorted({p.name for p in fitting if p.backend.driver not in gang_drivers})
+        if single and not any(p.backend.driver in gang_drivers for p in fitting):
+            return {
+                "node_count": _(
+                    "The pools that have accelerators this image runs on (%(pools)s) run a task "
+                    "on one server only; a task on several nodes needs a Slurm or simulator "
+                    "pool. Ask for 1 node."
+                )
+                % {"pools": ", ".join(single)}
+            }
+    capability = Capability.GANG if task.node_count > 1 else Capability.BATCH
     pools = [
         p
-        for p in selectors.schedulable_park_pools(park, capability=Capability.BATCH)
+        for p in selectors.schedulable_park_pools(park, capability=capability)
         if p.accelerator_model_id in models and (not regions or p.region_id in regions)
     ]
     if not pools:
@@ -185,7 +218,7 @@ def _capacity_problems(park, task: TaskInput) -> dict:
             % {"where": _(" in the chosen regions") if regions else ""}
         }
     cards = max(1, task.accelerator_milli // 1000)
-    large_enough = set(
+    hosts_in = Counter(
         Node.objects.filter(
             pool__in=pools, vcpu_total__gte=task.vcpu, ram_gb_total__gte=task.ram_gb
         )
@@ -194,7 +227,22 @@ def _capacity_problems(park, task: TaskInput) -> dict:
         .filter(cards__gte=cards)
         .values_list("pool_id", flat=True)
     )
+    large_enough = {pool for pool, hosts in hosts_in.items() if hosts >= task.node_count}
     if not large_enough:
+        if task.node_count > 1:
+            return {
+                "node_count": _(
+                    "No pool of the park has %(nodes)d hosts large enough for %(cards)d "
+                    "accelerators, %(vcpu)d vCPU and %(ram)d GB of RAM each; ask for fewer "
+                    "nodes or less on each."
+                )
+                % {
+                    "nodes": task.node_count,
+                    "cards": cards,
+                    "vcpu": task.vcpu,
+                    "ram": task.ram_gb,
+                }
+            }
         return {
             "accelerator_milli": _(
                 "No host of the park is large enough for %(cards)d accelerators, %(vcpu)d vCPU "
@@ -205,7 +253,7 @@ def _capacity_problems(park, task: TaskInput) -> dict:
     pools = [p for p in pools if p.pk in large_enough]
     prices = adapter.task_prices(pools)
     hourly = [
-        adapter.task_hourly_minor(prices[p.pk], task.accelerator_milli)
+        adapter.task_hourly_minor(prices[p.pk], task.accelerator_milli * task.node_count)
         for p in pools
         if prices[p.pk] is not None
     ]
@@ -260,6 +308,7 @@ def submit_task(*, organization, actor, data) -> Task:
         accelerator_milli=task_input.accelerator_milli,
         vcpu=task_input.vcpu,
         ram_gb=task_input.ram_gb,
+        node_count=task_input.node_count,
         max_hourly_minor=task_input.max_hourly_minor,
         deadline=task_input.deadline,
         preference=task_input.preference,
@@ -273,6 +322,7 @@ def submit_task(*, organization, actor, data) -> Task:
         target=task,
         data={
             "accelerator_milli": task.accelerator_milli,
+            "node_count": task.node_count,
             "accelerator_model": getattr(task.accelerator_model, "slug", None),
             "regions": [r.code for r in task_input.allowed_regions],
             "preference": task.preference,
@@ -369,6 +419,28 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
     prices = adapter.task_prices(pools, at=now)
     views = adapter.node_views(nodes, prices=prices)
     view_of = {view.state.id: view for view in views}
+    views_by_pool = defaultdict(list)
+    for view in views:
+        views_by_pool[view.node.pool_id].append(view)
+    gang_drivers = set(drivers_with(Capability.GANG))
+    gang_pools = {p.pk for p in pools if p.backend.driver in gang_drivers}
+    # Gang tasks first, in the queue's order: each takes its nodes' room off the views before
+    # the engine (which places one task on one node) plans the rest on what is left.
+    gangs, gang_waiting = [], {}
+    for task in sorted(
+        (t for t in tasks.values() if t.is_gang),
+        key=lambda t: (-t.priority, t.submitted_at, t.pk),
+    ):
+        refused = adapter.task_pool_rejections(
+            task, pools, prices, model_ids=adapter.task_model_ids(task)
+        )
+        gang, considered = plan_gang(
+            task, views_by_pool, refused=refused, gang_pools=gang_pools, prices=prices
+        )
+        if gang is None:
+            gang_waiting[task.pk] = considered
+        else:
+            gangs.append((task, gang))
     zoned = []
     for view in views:
         state = view.state.copy()
@@ -380,6 +452,8 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
         states_in[view.node.pool_id].append(view.state.id)
     requests, refusals = {}, {}
     for task in tasks.values():
+        if task.is_gang:
+            continue
         model_ids = adapter.task_model_ids(task)
         refused = adapter.task_pool_rejections(task, pools, prices, model_ids=model_ids)
         refusals[task.pk] = {
@@ -402,10 +476,46 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
     noted = []  # tasks whose log gained a line, written together at the end
     placed = []
     started = [(tasks[int(request.id)], request, decision) for request, decision in plan.started]
-    if started:
+    if started or gangs:
         # The locks reserve() and allocate_task take, in their order, once for the whole pass.
-        quota = PassQuota(park, {task.organization for task, _, _ in started})
-        rooms = NodeRoom.lock({int(decision.node.id) for _, _, decision in started})
+        quota = PassQuota(
+            park, {task.organization for task, _, _ in started} | {t.organization for t, _ in gangs}
+        )
+        rooms = NodeRoom.lock(
+            {int(decision.node.id) for _, _, decision in started}
+            | {view.node.pk for _, gang in gangs for view in gang.views}
+        )
+    for task, gang in gangs:
+        model = gang.pool.accelerator_model
+        try:
+            quota.check(task, model)
+        except QuotaExceeded as exc:
+            if _note(task, exc.message):
+                noted.append(task)
+            result.held_back[task.pk] = "quota"
+            continue
+        members = take_gang(task, gang, rooms)
+        if members is None:
+            result.held_back[task.pk] = "taken"
+            continue
+        quota.take(task, model)
+        first = gang.views[0]
+        record = (
+            {
+                "policy": "gang",
+                "scorer": "gang",
+                "currency": park.currency,
+                "preference": task.preference,
+                "gang": gang.record,
+            },
+            [],  # its nodes and the pools weighed are in "gang"
+        )
+        placed.append(_Placed(task=task, view=first, members=members, record=record))
+        result.placed.append(task.pk)
+    for task_id, considered in gang_waiting.items():
+        result.waiting.append(task_id)
+        if _note(tasks[task_id], _gang_wait_reason(tasks[task_id], considered)):
+            noted.append(tasks[task_id])
     for task, request, decision in started:
         view = view_of[decision.node.id]
         model = view.pool.accelerator_model
@@ -432,15 +542,13 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
             rejections=refusals[task.pk],
         )
         record[0]["left_free"] = room.idle_cards
-        placed.append(
-            _Placed(task=task, view=view, allocation=allocation, cards=cards, record=record)
-        )
+        placed.append(_Placed(task=task, view=view, members=[(allocation, cards)], record=record))
         result.placed.append(task.pk)
         if request.id in plan.backfilled:
             result.backfilled.append(task.pk)
     _write_placements(placed, park=park)
     result.reserved = {int(t): int(n) for t, n in plan.reserved.items()}
-    result.waiting = [int(r.id) for r in plan.waiting] + list(result.held_back)
+    result.waiting += [int(r.id) for r in plan.waiting] + list(result.held_back)
     for task_id in plan.impossible:
         result.waiting.append(int(task_id))
         codes = set()
@@ -460,10 +568,33 @@ class _Placed:
     """A task the pass placed, before it is written."""
 
     task: Task
-    view: adapter.NodeView
-    allocation: Allocation  # unsaved
-    cards: list[int]  # the accelerators whose holder it becomes
+    view: adapter.NodeView  # its (first) node
+    # Per node (several for a gang task): the allocation (unsaved) and the accelerators whose
+    # holder it becomes.
+    members: list[tuple[Allocation, list[int]]]
     record: tuple[dict, list[dict]]  # Placement.weights, Placement.candidates
+
+
+def _gang_wait_reason(task, considered: list[dict]) -> str:
+    """Why a gang task waits, pool by pool: how many of its nodes could take a member now."""
+    parts = []
+    for pool in considered:
+        code = pool.get("rejected")
+        if code == "gang_nodes":
+            parts.append(
+                _("%(pool)s: %(fit)d of the %(need)d nodes have room now")
+                % {"pool": pool["pool"], "fit": pool["fitting"], "need": task.node_count}
+            )
+        elif code:
+            parts.append(f"{pool['pool']}: {REJECTION_REASONS.get(code, code)}")
+    return _(
+        "Waiting for %(nodes)d nodes with %(cards)d free accelerators each on one pool "
+        "(all or nothing): %(pools)s."
+    ) % {
+        "nodes": task.node_count,
+        "cards": task.accelerator_milli // 1000,
+        "pools": "; ".join(parts) or _("the park has no host in service"),
+    }
 
 
 def _write_placements(placed: list[_Placed], *, park) -> None:
@@ -479,10 +610,15 @@ def _write_placements(placed: list[_Placed], *, park) -> None:
 
     if not placed:
         return
-    Allocation.objects.bulk_create([p.allocation for p in placed])
+    Allocation.objects.bulk_create([a for p in placed for a, _cards in p.members])
     update_rows(
         Accelerator,
-        [Accelerator(pk=card, allocation_id=p.allocation.pk) for p in placed for card in p.cards],
+        [
+            Accelerator(pk=card, allocation_id=allocation.pk)
+            for p in placed
+            for allocation, cards in p.members
+            for card in cards
+        ],
         ["allocation"],
     )
     free_room_changed()
@@ -510,7 +646,7 @@ def _write_placements(placed: list[_Placed], *, park) -> None:
         )
         task.pool, task.node, task.state = p.view.pool, p.view.node, TaskState.PLACED
         task.hourly_minor = adapter.task_hourly_minor(
-            p.view.price_per_hour_minor, task.accelerator_milli
+            p.view.price_per_hour_minor, task.total_accelerator_milli
         )
     update_rows(Task, [p.task for p in placed], ["pool", "node", "hourly_minor", "state"])
     AuditEvent.objects.bulk_create(events)
@@ -585,7 +721,14 @@ class HeldByTasks:
     ram_gb: int = 0
 
     def add(self, task, model) -> None:
-        self.add_held(model.pk, model.compute_units, task.accelerator_milli, task.vcpu, task.ram_gb)
+        nodes = task.node_count
+        self.add_held(
+            model.pk,
+            model.compute_units,
+            task.accelerator_milli * nodes,
+            task.vcpu * nodes,
+            task.ram_gb * nodes,
+        )
 
     def add_held(self, model_id: int, compute_units, milli: int, vcpu: int, ram_gb: int) -> None:
         """What one task, or several on one model together, hold."""
@@ -613,7 +756,8 @@ class HeldByTasks:
 
 _HELD_BY_TASKS_SQL = """
 SELECT task.organization_id, pool.accelerator_model_id, model.compute_units,
-    SUM(task.accelerator_milli), SUM(task.vcpu), SUM(task.ram_gb)
+    SUM(task.accelerator_milli * task.node_count), SUM(task.vcpu * task.node_count),
+    SUM(task.ram_gb * task.node_count)
 FROM orders_task task
 JOIN orchestration_pool pool ON pool.id = task.pool_id
 JOIN catalog_acceleratormodel model ON model.id = pool.accelerator_model_id
@@ -713,30 +857,46 @@ def task_allocation(room: NodeRoom, task: Task) -> Allocation:
     )
 
 
-def live_task_allocation(task) -> Allocation | None:
-    return (
+def live_task_allocations(task) -> list[Allocation]:
+    """What the task holds, one allocation per node (several for a gang task), by node name."""
+    return list(
         Allocation.objects.filter(workload_id=task.workload_id, released_at__isnull=True)
         .select_related("node", "shared_accelerator")
-        .first()
+        .order_by("node__hostname")
     )
 
 
 def task_device_indices(task) -> tuple[int, ...]:
-    allocation = live_task_allocation(task)
-    if allocation is None:
+    """The cards the task holds on its (first) node."""
+    allocations = [a for a in live_task_allocations(task) if a.node_id == task.node_id]
+    if not allocations:
         return ()
+    (allocation,) = allocations
     if allocation.is_share:
         return (allocation.shared_accelerator.index,)
     return tuple(allocation.accelerators.order_by("index").values_list("index", flat=True))
 
 
+def task_node_names(task) -> tuple[str, ...]:
+    """The hostnames of every node the task holds room on, by name."""
+    return tuple(a.node.hostname for a in live_task_allocations(task))
+
+
 def release_task_capacity(task) -> bool:
-    """Give back what the task holds, under the node's lock. A share's card passes to another
-    live share of it, or is free with the last one. False when it held nothing."""
-    allocation = live_task_allocation(task)
-    if allocation is None:
-        return False
-    lock(Node, allocation.node_id)
+    """Give back what the task holds, under its nodes' locks (in id order). A share's card
+    passes to another live share of it, or is free with the last one. False when it held
+    nothing."""
+    allocations = sorted(live_task_allocations(task), key=lambda a: a.node_id)
+    for allocation in allocations:
+        lock(Node, allocation.node_id)
+    for allocation in allocations:
+        _release(allocation)
+    if allocations:
+        free_room_changed()
+    return bool(allocations)
+
+
+def _release(allocation: Allocation) -> None:
     allocation.released_at = timezone.now()
     allocation.save(update_fields=["released_at"])
     if allocation.is_share:
@@ -750,8 +910,6 @@ def release_task_capacity(task) -> bool:
             Accelerator.objects.filter(pk=card).update(allocation=heir)
     else:
         Accelerator.objects.filter(allocation=allocation).update(allocation=None)
-    free_room_changed()
-    return True
 
 
 # --- what the backend reports ----------------------------------------------------------------

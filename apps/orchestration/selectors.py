@@ -79,13 +79,17 @@ def recent_usage(park, *, now=None) -> dict[int, float]:
     rows = (
         Task.objects.filter(organization__park=park, started_at__isnull=False)
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
-        .values_list("organization_id", "accelerator_milli", "started_at", "finished_at")
+        .values_list(
+            "organization_id", "accelerator_milli", "node_count", "started_at", "finished_at"
+        )
     )
     usage: dict[int, float] = {}
-    for organization_id, milli, started, finished in rows:
+    for organization_id, milli, nodes, started, finished in rows:
         seconds = (min(finished or now, now) - max(started, since)).total_seconds()
         if seconds > 0:
-            usage[organization_id] = usage.get(organization_id, 0.0) + seconds * milli / MILLI
+            usage[organization_id] = (
+                usage.get(organization_id, 0.0) + seconds * milli * nodes / MILLI
+            )
     return usage
 
 
@@ -115,8 +119,8 @@ def queue_positions_in(park, *, now=None) -> dict[int, int]:
 
 
 def cards(task) -> Decimal:
-    """The accelerators a task asks for, in cards (0.25 for a quarter share)."""
-    return Decimal(task.accelerator_milli) / MILLI
+    """The accelerators a task asks for, in cards (0.25 for a quarter share), on all its nodes."""
+    return Decimal(task.total_accelerator_milli) / MILLI
 
 
 def measure(value, places: int = 3) -> str:
@@ -132,7 +136,7 @@ def task_compute_units(task) -> Decimal | None:
     model = task.pool.accelerator_model if task.pool_id else task.accelerator_model
     if model is None:
         return None
-    return model.compute_units * Decimal(task.accelerator_milli) / MILLI
+    return model.compute_units * Decimal(task.total_accelerator_milli) / MILLI
 
 
 @dataclass(frozen=True)

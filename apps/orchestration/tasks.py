@@ -46,9 +46,11 @@ def task_driver(task: Task) -> BatchDriver:
 
 
 def task_spec(task: Task) -> TaskSpec:
+    nodes = scheduling.task_node_names(task)
     return TaskSpec(
         name=task.name,
         node=task.node.hostname,
+        nodes=nodes if len(nodes) > 1 else (),
         accelerator_indices=scheduling.task_device_indices(task),
         accelerator_milli=task.accelerator_milli,
         vcpu=task.vcpu,

@@ -127,7 +127,7 @@ class TestAllocation:
 
     def test_two_live_allocations_for_one_instance_refused(self):
         allocation = AllocationFactory()
-        with refused("allocation_one_live_per_workload"):
+        with refused("allocation_one_live_per_workload_node"):
             Allocation.objects.create(
                 node=allocation.node, workload=allocation.workload, vcpu=8, ram_gb=32
             )
@@ -143,12 +143,12 @@ class TestAllocation:
     def test_reviving_a_released_allocation_beside_a_live_one_refused(self):
         released = AllocationFactory(released_at=timezone.now())
         AllocationFactory(node=released.node, instance=released.workload.instance)
-        with refused("allocation_one_live_per_workload"):
+        with refused("allocation_one_live_per_workload_node"):
             Allocation.objects.filter(pk=released.pk).update(released_at=None)
 
     def test_two_live_allocations_for_one_task_refused(self):
         allocation = AllocationFactory(for_task=True)
-        with refused("allocation_one_live_per_workload"):
+        with refused("allocation_one_live_per_workload_node"):
             Allocation.objects.create(
                 node=allocation.node, workload=allocation.workload, vcpu=8, ram_gb=32
             )

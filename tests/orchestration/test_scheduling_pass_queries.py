@@ -204,7 +204,7 @@ def test_what_tasks_hold_grows_by_whole_cards_only_when_shares_pass_one():
         pk, compute_units = 1, 10
 
     class Share:
-        accelerator_milli, vcpu, ram_gb = 600, 2, 8
+        accelerator_milli, vcpu, ram_gb, node_count = 600, 2, 8, 1
 
     held = HeldByTasks()
     assert held.growth(Share, Model).accelerators == 1

@@ -8,6 +8,7 @@ from apps.orchestration.scheduling import (
     MAX_ACCELERATOR_MILLI,
     MAX_COMMAND_CHARS,
     MAX_NAME_CHARS,
+    MAX_NODES,
     MAX_PRIORITY,
     MAX_RAM_GB,
     MAX_VCPU,
@@ -35,6 +36,15 @@ class TaskRequestSerializer(InputSerializer):
         default=1000,
         help_text="Thousandths of an accelerator: 1000 is one card, 250 a quarter share of one "
         "card, 2000 two cards (multiples of 1000 above one card).",
+    )
+    node_count = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_NODES,
+        required=False,
+        default=1,
+        help_text="Nodes of one pool the task runs on together (a gang: all start or none); "
+        "accelerator_milli, vcpu and ram_gb are per node, whole cards above one node. Only "
+        "pools whose backend runs multi-node jobs (Slurm, simulator) take more than 1.",
     )
     vcpu = serializers.IntegerField(min_value=1, max_value=MAX_VCPU, required=False, default=8)
     ram_gb = serializers.IntegerField(min_value=1, max_value=MAX_RAM_GB, required=False, default=32)
@@ -97,6 +107,10 @@ class TaskSerializer(serializers.ModelSerializer):
     placement = serializers.SerializerMethodField(
         help_text="Why it runs where it does, in the caller's language; null until placed."
     )
+    nodes = serializers.SerializerMethodField(
+        help_text="Every node it was placed on, by hostname (several for a multi-node task); "
+        "empty until placed."
+    )
 
     class Meta:
         model = Task
@@ -108,6 +122,8 @@ class TaskSerializer(serializers.ModelSerializer):
             "command",
             "accelerator_model",
             "accelerator_milli",
+            "node_count",
+            "nodes",
             "vcpu",
             "ram_gb",
             "max_hourly_minor",
@@ -132,6 +148,16 @@ class TaskSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_queue_position(self, task) -> int | None:
         return self.context.get("queue_positions", {}).get(task.pk)
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_nodes(self, task) -> list[str]:
+        placements = sorted(task.workload.placements.all(), key=lambda p: (p.created_at, p.pk))
+        if not placements:
+            return []
+        gang = placements[-1].gang
+        if gang:
+            return list(gang["nodes"])
+        return [task.node.hostname] if task.node_id else []
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_placement(self, task) -> str | None:

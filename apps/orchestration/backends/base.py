@@ -27,6 +27,7 @@ class Capability(StrEnum):
     NETWORK = "network"  # hosts' forwarded ports, private networks and ingress rules
     METRICS = "metrics"  # each host's figures for its monitoring charts, asked every minute
     TERMINAL = "terminal"  # its hosts trust the portal's host CA: the web terminal logs in
+    GANG = "gang"  # a BATCH driver that runs one task across several nodes at once
 
 
 # The transport protocols a forwarded port or an ingress rule names.
@@ -239,10 +240,11 @@ class HostRequestStatus:
 @dataclass(frozen=True)
 class TaskSpec:
     """What to run: one training task on the node and the devices (or the share of one) the
-    portal allocated."""
+    portal allocated; a gang task (a GANG driver's) on every node of `nodes`, with
+    `accelerator_milli` whole cards, `vcpu` and `ram_gb` on each."""
 
     name: str
-    node: str
+    node: str  # the first of `nodes`
     accelerator_indices: tuple[int, ...]
     accelerator_milli: int  # thousandths of a card: < 1000 is a share of the one device
     vcpu: int
@@ -255,6 +257,11 @@ class TaskSpec:
     # backend enforces too (None: no limit).
     organization_id: int | None = None
     accelerator_limit: int | None = None
+    nodes: tuple[str, ...] = ()  # every node, by name; empty: `node` alone
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return self.nodes or (self.node,)
 
 
 TASK_PENDING = "pending"

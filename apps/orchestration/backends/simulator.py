@@ -91,6 +91,7 @@ class SimulatorDriver:
             Capability.INVENTORY,
             Capability.HOSTS,
             Capability.BATCH,
+            Capability.GANG,
             Capability.NETWORK,
             Capability.METRICS,
         }
@@ -313,9 +314,10 @@ class SimulatorDriver:
     # --- training tasks --------------------------------------------------------------------------
     # The handle carries what a later look needs (drivers are built per call and keep nothing):
     # "simtask-<digest>-<start, epoch seconds>-<run seconds>", and "-x<exit code>" after it for a
-    # scripted run (`tasks`).
+    # scripted run (`tasks`); a gang task's (several nodes) ends in "/<node>,<node>,…".
 
     TASK_STEPS = 3
+    RENDEZVOUS_PORT = 29500
 
     def submit_task(self, spec: TaskSpec) -> str:
         self._call("submit_task")
@@ -328,11 +330,13 @@ class SimulatorDriver:
             exit_code = "" if script is None else f"-x{int(script.get('exit_code', 0))}"
         except (AttributeError, TypeError, ValueError) as exc:
             raise BackendError(f"Simulator config is invalid: {exc!r}") from exc
-        return f"simtask-{digest}-{int(_now())}-{seconds:g}{exit_code}"
+        gang = f"/{','.join(spec.nodes)}" if len(spec.nodes) > 1 else ""
+        return f"simtask-{digest}-{int(_now())}-{seconds:g}{exit_code}{gang}"
 
     def _run_of(self, handle: str) -> tuple[str, float, float, int, int | None]:
         """(digest, start and run seconds, steps printed, exit code once done) of a simulated
         run, read off its handle."""
+        handle = handle.partition("/")[0]
         try:
             _, digest, started, seconds, *scripted = handle.split("-")
             started, seconds = int(started), float(seconds)
@@ -370,6 +374,13 @@ class SimulatorDriver:
         digest, _started, _seconds, steps, exit_code = self._run_of(handle)
         done = exit_code is not None
         lines = [f"[simulator] task {digest} started"]
+        nodes = handle.partition("/")[2]
+        if nodes:
+            # What a batch system gives a multi-node job to find its peers (Slurm's names).
+            lines.append(
+                f"[simulator] SLURM_JOB_NODELIST={nodes} NNODES={len(nodes.split(','))} "
+                f"MASTER_ADDR={nodes.split(',')[0]} MASTER_PORT={self.RENDEZVOUS_PORT}"
+            )
         for step in range(1, steps + 1):
             loss = 2.0 / (step + int(digest[4:6], 16) / 255)
             lines.append(f"[simulator] step {step}/{self.TASK_STEPS} loss={loss:.4f}")

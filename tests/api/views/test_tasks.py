@@ -8,7 +8,13 @@ from apps.orchestration.models import Placement, Task, TaskState
 from apps.orchestration.scheduling import schedule_queue_pass
 from apps.tenants.models import ApiKeyScope
 from tests.api.conftest import ENGLISH, assert_field_errors, assert_problem, bearer, results
-from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
+from tests.factories import (
+    BackendFactory,
+    MembershipFactory,
+    OrganizationFactory,
+    PoolFactory,
+    UserFactory,
+)
 from tests.orchestration.conftest import TaskWorld
 from tests.orchestration.conftest import task_world as task_world  # the fixture, shared
 
@@ -80,6 +86,27 @@ def test_a_created_task_is_placed_and_runs(api, task_world, django_capture_on_co
     assert task["placement"] == Placement.objects.get(workload__task=task_id).describe()
     assert task["placement"].startswith("Placed on h1 in East")
     assert "started" in task["logs"]
+
+
+def test_a_gang_task_runs_on_two_nodes_and_an_agent_only_model_refuses_it(
+    api, task_world, django_capture_on_commit_callbacks
+):
+    task_world.node("h2", pool="east-h100")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post("/api/v1/tasks/", body(accelerator_milli=2000, node_count=2))
+    assert response.status_code == 201, response.content
+
+    task = api.get(f"/api/v1/tasks/{response.json()['id']}/").json()
+
+    assert (task["state"], task["node_count"], task["nodes"]) == ("running", 2, ["h1", "h2"])
+    assert task["hourly_minor"] == 8000  # 4 cards
+    assert task["placement"].startswith("Placed all or nothing on 2 nodes of east-h100")
+
+    agents = BackendFactory(park=task_world.park, name="servers", driver="agent", config={})
+    PoolFactory(backend=agents, region=task_world.east, accelerator_model=task_world.a10)
+    refused = api.post("/api/v1/tasks/", body(accelerator_model="a10", node_count=2))
+    errors = assert_field_errors(refused, "node_count")["errors"]["node_count"]
+    assert "run a task on one server only" in str(errors)
 
 
 def test_the_same_idempotency_key_creates_one_task(api, task_world):

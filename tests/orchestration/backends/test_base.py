@@ -21,6 +21,7 @@ PROTOCOLS = {
     Capability.BATCH: BatchDriver,
     Capability.NETWORK: NetworkDriver,
     Capability.METRICS: MetricsDriver,
+    Capability.GANG: BatchDriver,
 }
 
 

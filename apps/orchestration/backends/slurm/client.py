@@ -272,7 +272,8 @@ class SlurmNode:
 
 @dataclass(frozen=True)
 class JobRequest:
-    """A batch job for POST /job/submit. `gpus` GPUs on one node (gres ``gpu[:model]:N``)."""
+    """A batch job for POST /job/submit: `nodes` nodes (one task on each), with `gpus` GPUs
+    (gres ``gpu[:model]:N``), `cpus_per_task` CPUs and `memory_mb` on each of them."""
 
     script: str
     working_dir: str
@@ -281,6 +282,7 @@ class JobRequest:
     cpus_per_task: int = 1
     memory_mb: int | None = None  # per node; None: Slurm's DefMemPerCPU
     gpus: int = 0
+    nodes: int = 1
     gpu_model: str | None = None
     time_limit_min: int | None = None
     constraints: str | None = None  # node features, e.g. a node's own name to pin the job
@@ -293,12 +295,16 @@ class JobRequest:
         """The request body, with the key names v0.0.38 accepts (it rejects unknown ones)."""
         job: dict[str, Any] = {
             "name": self.name,
-            "tasks": 1,
+            "tasks": self.nodes,
             "cpus_per_task": self.cpus_per_task,
             "current_working_directory": self.working_dir,
             # v0.0.38 requires an environment; the job gets exactly this one.
             "environment": dict(self.environment),
         }
+        if self.nodes > 1:
+            # sbatch's --nodes=N --ntasks-per-node=1: all N or none (Slurm starts a job whole).
+            job["nodes"] = [self.nodes, self.nodes]
+            job["tasks_per_node"] = 1
         if self.partition:
             job["partition"] = self.partition
         if self.memory_mb is not None:

@@ -33,7 +33,16 @@ Config (a Backend row's JSON):
                    on the head node); false: the site's directory provides them
 
 A job is pinned to the node Loam's scheduler chose with `constraints` naming the node: v0.0.38
-rejects `required_nodes`, so every node carries a feature named after itself.
+rejects `required_nodes`, so every node carries a feature named after itself. A multi-node
+(gang) task is one job on all its nodes (`--nodes=N --ntasks-per-node=1`, N × M GPUs), pinned
+with the constraint "node1|node2|…": every node must carry one of those features, so Slurm can
+only take the nodes Loam chose, and starts the job on all of them or waits.
+
+The job sees its peers the way torchrun wants them (`RENDEZVOUS`): Slurm's SLURM_JOB_NODELIST
+and SLURM_JOB_NUM_NODES, and MASTER_ADDR (the batch script runs on the job's first node: its
+host) with MASTER_PORT (from the job id, so two jobs sharing a first node differ) and NNODES.
+The command runs once, on the first node; `srun torchrun --nnodes=$NNODES
+--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT train.py` starts it on each.
 """
 
 import os
@@ -66,6 +75,12 @@ from apps.orchestration.backends.slurm.client import (
 from apps.orchestration.backends.slurm.commands import slurm_command
 
 MILLI = 1000
+# The rendezvous a job's nodes meet at, set before its command (see the module docstring).
+RENDEZVOUS = (
+    "export MASTER_ADDR=$(hostname)\n"
+    "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))\n"
+    "export NNODES=${SLURM_JOB_NUM_NODES:-1}\n"
+)
 LOG_LIMIT_BYTES = 256 * 1024  # the tail of a job's output the portal keeps
 # Slurm states that end a job without it having exited by itself (or that it failed).
 _FAILED = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
@@ -75,7 +90,7 @@ _UNHEALTHY = {"DOWN", "FAIL", "FAILING", "UNKNOWN", "NOT_RESPONDING", "FUTURE"}
 class SlurmDriver:
     name = "slurm"
     is_simulator = False
-    capabilities = frozenset({Capability.INVENTORY, Capability.BATCH})
+    capabilities = frozenset({Capability.INVENTORY, Capability.BATCH, Capability.GANG})
     config_example = {
         "url": "http://slurm-head:6820",
         "user": "loam",
@@ -206,16 +221,18 @@ class SlurmDriver:
                 slurm_conf=self.config.get("slurm_conf"),
             )
         jobs_dir = self._jobs_dir(tenant.name if tenant else None)
+        nodes = spec.node_names
         job = JobRequest(
-            script=f"#!/bin/bash\n{spec.command}\n",
+            script=f"#!/bin/bash\n{RENDEZVOUS}{spec.command}\n",
             working_dir=jobs_dir,
             name=spec.name,
             partition=self.config.get("partition"),
             cpus_per_task=spec.vcpu,
             memory_mb=spec.ram_gb * 1024,
             gpus=spec.accelerator_milli // MILLI,
+            nodes=len(nodes),
             time_limit_min=spec.time_limit_min,
-            constraints=spec.node,
+            constraints="|".join(nodes),
             standard_output=f"{jobs_dir}/loam-%j.out",
             account=tenant.name if tenant else None,
             environment={

@@ -102,6 +102,47 @@ def test_a_job_runs_on_the_chosen_node_with_its_gpus(driver):
     assert f"CUDA={','.join(map(str, running.device_indices))}" in logs
 
 
+def test_a_gang_job_runs_on_both_chosen_nodes_and_sees_its_peers(driver):
+    """2 nodes × 2 GPUs: one job on exactly the two nodes Loam chose, each with its 2 GPUs, and
+    the rendezvous a torchrun launch needs in its environment."""
+    command = (
+        "echo NODELIST=$SLURM_JOB_NODELIST NNODES=$NNODES; echo MASTER=$MASTER_ADDR:$MASTER_PORT;"
+        " echo GPUS=$SLURM_GPUS_ON_NODE"
+    )
+    handle = driver.submit_task(
+        spec(node="gpu-node1", nodes=("gpu-node1", "gpu-node3"), command=command)
+    )
+    done = wait_for(lambda: finished(driver, handle))
+    assert (done.state, done.exit_code) == (TASK_SUCCEEDED, 0)
+    assert done.node == "gpu-node[1,3]"
+    logs = wait_for(lambda: driver.task_logs(handle))
+    assert "NODELIST=gpu-node[1,3] NNODES=2" in logs
+    master = re.search(r"MASTER=(\S+):(\d+)", logs)
+    assert master and master[1] == os.uname().nodename and 20000 <= int(master[2]) < 40000
+
+
+def test_srun_in_a_gang_job_starts_one_rank_per_node_that_share_the_rendezvous(driver):
+    """What `srun torchrun …` relies on: one process on each node, each with its rank and the
+    same MASTER_ADDR:MASTER_PORT."""
+    command = (
+        "srun bash -c 'echo rank=$SLURM_NODEID node=$SLURMD_NODENAME at=$MASTER_ADDR:$MASTER_PORT'"
+    )
+    handle = driver.submit_task(
+        spec(node="gpu-node1", nodes=("gpu-node1", "gpu-node2"), command=command, milli=1000)
+    )
+    done = wait_for(lambda: finished(driver, handle))
+    assert done.state == TASK_SUCCEEDED
+    logs = wait_for(lambda: driver.task_logs(handle))
+    ranks = {
+        rank: (node, at) for rank, node, at in re.findall(r"rank=(\d) node=(\S+) at=(\S+)", logs)
+    }
+    assert {rank: node for rank, (node, _at) in ranks.items()} == {
+        "0": "gpu-node1",
+        "1": "gpu-node2",
+    }
+    assert len({at for _node, at in ranks.values()}) == 1, logs
+
+
 def test_a_job_that_exits_3_fails_with_exit_code_3(driver):
     handle = driver.submit_task(spec(command="echo bye; exit 3", milli=1000))
     done = wait_for(lambda: finished(driver, handle))
@@ -271,6 +312,57 @@ def test_a_job_ending_while_slurmrestd_is_unreachable_is_billed_sacct_s_seconds(
     assert 20 <= elapsed <= 25
     assert abs(billed - elapsed) <= 1
     assert "unreachable_since" not in task.backend_status
+
+
+def hostnames(cluster, nodelist: str) -> list[str]:
+    """Slurm's hostlist ("gpu-node[1-2]") as names, by Slurm's own reading."""
+    answer = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist],
+        env={**os.environ, "SLURM_CONF": cluster.slurm_conf},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return answer.stdout.split()
+
+
+def test_a_two_node_task_runs_on_both_nodes_with_a_rendezvous_and_bills_four_cards(
+    slurm_world, slurm_cluster, organization, owner, client, django_capture_on_commit_callbacks
+):
+    """2 nodes × 2 cards through the portal: Loam's scheduler chooses two nodes of the Slurm
+    pool, Slurm runs one job on exactly those, the job's output names both and the rendezvous,
+    and the bill is sacct's elapsed seconds × 4 cards."""
+    command = (
+        "echo NODELIST=$SLURM_JOB_NODELIST NNODES=$NNODES; "
+        "echo RENDEZVOUS=$MASTER_ADDR:$MASTER_PORT; sleep 5"
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        task = submit(slurm_world, organization, owner, node_count=2, command=command)
+    task.refresh_from_db()
+    assert task.state in (TaskState.PLACED, TaskState.RUNNING)
+    [placement] = task.workload.placements.all()
+    chosen = placement.gang["nodes"]
+    assert len(chosen) == 2 and task.hourly_minor == 4 * 3600
+
+    follow_until(task, {TaskState.SUCCEEDED})
+    nodelist = re.search(r"NODELIST=(\S+) NNODES=2", task.logs)
+    assert nodelist, task.logs
+    assert hostnames(slurm_cluster, nodelist[1]) == chosen
+    rendezvous = re.search(r"RENDEZVOUS=(\S+):(\d+)", task.logs)
+    assert rendezvous and rendezvous[1] == os.uname().nodename  # the first node's host
+    assert not task.workload.allocations.filter(released_at__isnull=True).exists()
+
+    meter_organization(organization.pk, until=timezone.now())
+    records = UsageRecord.objects.filter(workload__task=task)
+    elapsed = sacct_elapsed_seconds(slurm_cluster, job_id(task))
+    billed = sum(r.seconds for r in records)
+    print(f"\nsacct elapsed {elapsed} s, billed {billed} s for 4 cards")
+    assert abs(billed - elapsed) <= 1
+    assert sum(r.amount_minor for r in records) == billed * 4  # 4 cards × 1 minor unit / s
+
+    client.force_login(owner)
+    page = client.get(reverse("tasks:task_detail", args=[task.pk]), HTTP_ACCEPT_LANGUAGE="en")
+    assert "2 nodes × 2 cards" in page.content.decode()
 
 
 def test_a_failing_task_shows_slurms_exit_code(
