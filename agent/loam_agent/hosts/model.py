@@ -5,6 +5,10 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from loam_agent.hosts.volumes import HostVolume
 
 MAX_MESSAGE = 2000
 PROTOCOLS = ("tcp", "udp")
@@ -156,9 +160,13 @@ class DesiredHost:
     ssh_user_ca_keys: tuple[str, ...] = ()
     services: tuple[HostService, ...] = ()
     network: HostNetwork = HostNetwork()
+    volumes: tuple[HostVolume, ...] = ()
 
     @classmethod
     def from_json(cls, value: dict) -> DesiredHost:
+        # Here: volumes.py raises this module's HostError.
+        from loam_agent.hosts.volumes import host_volumes
+
         try:
             host = cls(
                 id=str(value["id"]),
@@ -175,6 +183,7 @@ class DesiredHost:
                 ssh_user_ca_keys=tuple(str(key) for key in value.get("ssh_user_ca_keys") or ()),
                 services=_services(value.get("services")),
                 network=HostNetwork.from_json(value.get("network")),
+                volumes=host_volumes(value.get("volumes")),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise HostError(f"the portal sent an unusable host {value!r}: {error}") from None

@@ -45,6 +45,7 @@ from loam_agent.hosts.image import is_built, rootfs
 from loam_agent.hosts.model import HOST_ID, ActualHost, DesiredHost, HostError, HostNetwork
 from loam_agent.hosts.network import AttachedHost, Firewall, ServerNetwork, resolv_conf
 from loam_agent.hosts.usage import host_usage
+from loam_agent.hosts.volumes import DesiredVolume, VolumeStore
 
 STOP_TIMEOUT_S = 10.0
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -213,6 +214,7 @@ class HostRuntime:
         # The driver's libraries and tools; read when a host with cards starts (upgrades count).
         self._gpu_userspace = gpu_userspace
         self._index_lock = threading.Lock()
+        self.volumes = VolumeStore(state_dir)
 
     # -- paths and state -------------------------------------------------------------------
 
@@ -430,6 +432,9 @@ class HostRuntime:
                 _run("mount", "-o", "loop,nosuid,nodev", str(folder / "data.img"), str(data))
             # Id-mapped: root inside owns what the disk's uid 0 owns, whatever the range.
             binds.append(f"--bind={data}:/data:idmap")
+        state["volumes"] = [volume.id for volume in host.volumes]  # released by a failed start
+        self._save(host.id, state)
+        binds += self.volumes.binds(host.volumes)
         device_files = []
         for uuid in sorted(host.card_uuids):
             # At its own name, /dev/nvidia<minor>, as nvidia-container-toolkit binds it: the
@@ -645,6 +650,21 @@ class HostRuntime:
                 _run("umount", str(mount))
         (self.folder(host_id) / "pid").unlink(missing_ok=True)
         self.cgroups(host_id).remove()
+        state = self._state(host_id) or {}
+        self.volumes.release(state.get("volumes", []), self._volumes_in_use())
+
+    def _volumes_in_use(self) -> set[str]:
+        """The volumes the running hosts have."""
+        return {
+            volume_id
+            for host_id in self.list()
+            if self._pid(host_id) and (state := self._state(host_id))
+            for volume_id in state.get("volumes", ())
+        }
+
+    def apply_volumes(self, volumes: list[DesiredVolume]) -> list[dict]:
+        """The server's volumes as the portal lists them (`volumes.VolumeStore.apply`)."""
+        return self.volumes.apply(volumes, self._volumes_in_use())
 
     def set_limits(self, host_id: str, vcpu: int, memory_mib: int) -> None:
         self.cgroups(host_id).set(vcpu, memory_mib)
