@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "apps.workloads",
     "apps.quotas",
     "apps.orchestration",
+    "apps.storage",
     "apps.orders",
     "apps.billing",
     "apps.operations",

@@ -27,6 +27,7 @@ from apps.agents.serializers import (
 from apps.api.exceptions import flatten_errors, problem
 from apps.api.parsers import DepthLimitedJSONParser
 from apps.core.web import client_ip
+from apps.storage.selectors import server_volumes
 
 
 class AgentCredentialAuthentication(BaseAuthentication):
@@ -139,7 +140,10 @@ class HostsView(AgentView):
         if _matches(request.headers.get("If-None-Match", ""), etag):
             return Response(status=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
         return Response(
-            {"hosts": selectors.desired_hosts(server)},
+            {
+                "hosts": selectors.desired_hosts(server),
+                "volumes": server_volumes(server.node),
+            },
             headers={"ETag": etag, "Cache-Control": "no-cache"},
         )
 
@@ -152,6 +156,11 @@ class HostReportView(AgentView):
         serializer = HostReportsSerializer(data=request.data)
         if not serializer.is_valid():
             return invalid(serializer.errors)
+        if "volumes" in serializer.validated_data:
+            services.record_volume_reports(
+                server=request.auth,
+                reports=[dict(report) for report in serializer.validated_data["volumes"]],
+            )
         services.record_host_reports(
             server=request.auth,
             sequence=serializer.validated_data["sequence"],

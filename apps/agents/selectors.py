@@ -24,6 +24,8 @@ from apps.catalog.models import Image
 from apps.orchestration.backends.base import Capability
 from apps.orchestration.models import Allocation, Pool
 from apps.orchestration.selectors import schedulable_park_pools
+from apps.orders.models import Instance
+from apps.storage.selectors import volumes_version, workload_volumes
 
 CHART_MINUTES = 15
 MAX_CHART_MINUTES = 60
@@ -112,7 +114,8 @@ def missing_images(park) -> dict[int, list[Image]]:
 def hosts_etag(server: AgentServer) -> str:
     """Changes whenever the hosts wanted on the server do (`services.bump_hosts_version`), and
     with the host CA's key, which every host's spec carries."""
-    return f'"{server.public_id}.{server.hosts_version}.{host_ca.ca_tag()}"'
+    version = f"{server.hosts_version}.{volumes_version(server.node)}"
+    return f'"{server.public_id}.{version}.{host_ca.ca_tag()}"'
 
 
 def desired_hosts(server: AgentServer) -> list[dict]:
@@ -125,6 +128,13 @@ def desired_hosts(server: AgentServer) -> list[dict]:
         .order_by("created_at", "pk")
     )
     ca_keys = [host_ca.ca_public_key()]
+    hosts = list(hosts)
+    workloads = dict(
+        Instance.objects.filter(
+            node_id=server.node_id, backend_handle__in=[host.handle for host in hosts]
+        ).values_list("backend_handle", "workload_id")
+    )
+    volumes = workload_volumes(workloads.values())
     return [
         {
             "id": host.handle,
@@ -141,6 +151,7 @@ def desired_hosts(server: AgentServer) -> list[dict]:
             "ssh_user_ca_keys": ca_keys,
             "network": host_network(host),
             "services": [{**service, "token": host.service_token} for service in host.services],
+            "volumes": volumes.get(workloads.get(host.handle), []),
         }
         for host in hosts
     ]

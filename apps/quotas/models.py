@@ -14,6 +14,7 @@ class QuotaResource(models.TextChoices):
     RAM_GB = "ram_gb", _("RAM (GB)")
     DISK_GB = "disk_gb", _("Disk (GB)")
     INSTANCES = "instances", _("Instances")
+    STORAGE_GB = "storage_gb", _("Cloud disks (GB)")
     MONTHLY_SPEND = "monthly_spend", _("Monthly spend (minor units)")
 
 

@@ -124,9 +124,6 @@ class VolumeStore:
         has it mounted) is never deleted."""
         # Only root may enter: the volumes' files are owned by the hosts' id ranges.
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        wanted = {volume.id for volume in desired}
-        for volume_id in set(self.sizes()) - wanted - in_use:
-            self.delete(volume_id)
         # Copies first: a snapshot is taken before its source grows or goes.
         ordered = sorted(desired, key=lambda volume: not volume.source)
         reports = []
@@ -138,6 +135,9 @@ class VolumeStore:
                 reports.append({"id": volume.id, "state": state, "size_gb": size_gb})
             except HostError as error:
                 reports.append({"id": volume.id, "state": "failed", "message": str(error)[:2000]})
+        wanted = {volume.id for volume in desired}
+        for volume_id in set(self.sizes()) - wanted - in_use:
+            self.delete(volume_id)
         return sorted(reports, key=lambda report: report["id"])
 
     def ensure(self, volume: DesiredVolume) -> None:
