@@ -27,6 +27,8 @@ class FakePortal:
         self._queued: dict[str, deque] = defaultdict(deque)
         # The desired hosts, once a test sets them; None: a portal without the hosts API (404).
         self.hosts: list[dict] | None = None
+        # The server's volumes listed with them; None: a portal that lists none.
+        self.volumes: list[dict] | None = None
 
     def answer(self, path: str, *answers: tuple) -> None:
         """Answer the next requests to `path` with these (status, JSON body[, headers]) in turn."""
@@ -54,11 +56,13 @@ class FakePortal:
         if request.path == "/api/v1/agent/hosts/report":
             return HEARTBEAT_ACCEPTED
         if request.path == "/api/v1/agent/hosts":
-            hosts = self.hosts
-            etag = '"' + hashlib.sha256(json.dumps(hosts).encode()).hexdigest()[:16] + '"'
+            body = {"hosts": self.hosts}
+            if self.volumes is not None:
+                body["volumes"] = self.volumes
+            etag = '"' + hashlib.sha256(json.dumps(body).encode()).hexdigest()[:16] + '"'
             if request.headers.get("if-none-match") == etag:
                 return 304, None, {"ETag": etag}
-            return 200, {"hosts": hosts}, {"ETag": etag}
+            return 200, body, {"ETag": etag}
         return 404, {"detail": "not found"}
 
 

@@ -42,6 +42,7 @@ class HostsPoller:
         self.reconciler = Reconciler(runtime, self._report_change, next_sequence=sequence.next)
         # The server's volumes as last applied (None until the portal lists them).
         self.volume_reports: list[dict] | None = None
+        self._desired_volumes: list[DesiredVolume] | None = None
         self.rejected: Rejected | None = None
 
     def run(self) -> None:
@@ -58,6 +59,10 @@ class HostsPoller:
                 if hosts is not None:
                     self.reconciler.apply(self._parse(hosts))
                 if time.monotonic() - last_full_report >= self._full_report_s:
+                    if self._desired_volumes is not None:
+                        # Again: a volume unlisted while a host had it is deleted once the
+                        # host is gone, one grown while mounted grows once it is not.
+                        self.volume_reports = self._runtime.apply_volumes(self._desired_volumes)
                     self._client.report_hosts(*self._full_report())
                     last_full_report = time.monotonic()
                 if failing:
@@ -82,6 +87,7 @@ class HostsPoller:
                 desired.append(DesiredVolume.from_json(value))
             except (KeyError, TypeError, ValueError) as error:
                 logger.error("the portal sent an unusable volume %r: %s", value, error)
+        self._desired_volumes = desired
         self.volume_reports = self._runtime.apply_volumes(desired)
         for report in self.volume_reports:
             if report["state"] == "failed":
