@@ -90,10 +90,9 @@ class VolumeViewSet(
     def grow(self, request, pk=None):
         """Grow the volume (it never shrinks). Its server grows it while no running host has
         it mounted: `growing` says it waits for its host to stop."""
+        volume = self.get_object()  # another organization's: a 404 whatever the body
         data = valid(VolumeGrowSerializer, request.data)
-        volume = services.grow_volume(
-            volume=self.get_object(), actor=current_actor(request), **data
-        )
+        volume = services.grow_volume(volume=volume, actor=current_actor(request), **data)
         return self._answer(volume)
 
     @extend_schema(request=VolumeSnapshotSerializer, responses={201: VolumeSerializer})
@@ -101,10 +100,9 @@ class VolumeViewSet(
     def snapshot(self, request, pk=None):
         """A new volume, a copy of this one on the same server (of a running host's: what a
         power cut would leave)."""
+        volume = self.get_object()
         data = valid(VolumeSnapshotSerializer, request.data)
-        snapshot = services.snapshot_volume(
-            volume=self.get_object(), actor=current_actor(request), **data
-        )
+        snapshot = services.snapshot_volume(volume=volume, actor=current_actor(request), **data)
         return self._answer(snapshot, status.HTTP_201_CREATED)
 
     @extend_schema(request=VolumeAttachSerializer, responses=VolumeAttachedSerializer)
