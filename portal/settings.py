@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "apps.quotas",
     "apps.sharedfs",
     "apps.orchestration",
+    "apps.storage",
     "apps.orders",
     "apps.billing",
     "apps.operations",

@@ -97,6 +97,7 @@ from apps.orders.models import (
     SecurityGroupRule,
 )
 from apps.quotas.models import QuotaLimit, QuotaResource
+from apps.storage.models import Volume
 from apps.tenants.credit_code import check_character
 from apps.tenants.models import (
     ApiKey,
@@ -465,6 +466,17 @@ class WorkloadFactory(Factory):
 
     organization = factory.SubFactory(OrganizationFactory)
     kind = WorkloadKind.HOST
+
+
+class VolumeFactory(Factory):
+    class Meta:
+        model = Volume
+
+    organization = factory.SubFactory(OrganizationFactory)
+    node = factory.SubFactory(NodeFactory)
+    region = factory.LazyAttribute(lambda volume: volume.node.pool.region)
+    name = factory.Sequence(lambda n: f"volume-{n}")
+    size_gb = 20
 
 
 def workload_of(subject_names=("instance", "task")):

@@ -32,6 +32,7 @@ from tests.factories import (
     TaskFactory,
     UsageRecordFactory,
     UserFactory,
+    VolumeFactory,
     WebhookDeliveryFactory,
     WebhookEndpointFactory,
 )
@@ -102,7 +103,9 @@ def foreign_objects(foreign_org):
     task = TaskFactory(organization=foreign_org)
     mapping = PortMappingFactory(instance=instance)
     rule = SecurityGroupRuleFactory(group=SecurityGroupFactory(organization=foreign_org))
+    volume = VolumeFactory(organization=foreign_org)
     by_param = {
+        "volume_id": volume.pk,
         "task_id": task.pk,
         "invoice_id": invoice.pk,
         "membership_id": membership.pk,
@@ -131,6 +134,10 @@ def foreign_objects(foreign_org):
         "api:instance-port-mapping": {"pk": instance.pk, "mapping_id": mapping.pk},
         **{f"api:security-group-{name}": {"pk": rule.group_id} for name in ("detail", "rules")},
         "api:security-group-rule": {"pk": rule.group_id, "rule_id": rule.pk},
+        **{
+            f"api:volume-{name}": {"pk": volume.pk}
+            for name in ("detail", "attach", "detach", "grow", "snapshot")
+        },
         **{
             f"api:instance-{name}": {"pk": instance.pk}
             for name in (

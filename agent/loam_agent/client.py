@@ -116,28 +116,37 @@ class PortalClient:
             ),
         )
 
-    def desired_hosts(self, etag: str | None) -> tuple[str | None, list[dict] | None]:
-        """The hosts the portal wants and the ETag for next time; hosts None while unchanged."""
+    def desired_hosts(
+        self, etag: str | None
+    ) -> tuple[str | None, list[dict] | None, list[dict] | None]:
+        """The hosts and the volumes the portal wants, and the ETag for next time; both None
+        while unchanged (volumes None too from a portal that lists none: an older one)."""
         headers = self._bearer()
         if etag:
             headers["If-None-Match"] = etag
         response = self._send("GET", HOSTS_PATH, None, headers=headers, refused=_REFUSED)
         if response.status_code == 304:
-            return etag, None
+            return etag, None, None
         try:
-            hosts = response.json()["hosts"]
-        except (ValueError, KeyError, TypeError):
+            body = response.json()
+            hosts, volumes = body["hosts"], body.get("volumes")
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise ProtocolError(f"{HOSTS_PATH} answered a body without a hosts list") from None
-        if not isinstance(hosts, list):
-            raise ProtocolError(f"{HOSTS_PATH} answered hosts that are not a list")
-        kept = response.json().get("saved_images")
+        if not isinstance(hosts, list) or not isinstance(volumes, list | None):
+            raise ProtocolError(f"{HOSTS_PATH} answered hosts or volumes that are not a list")
+        kept = body.get("saved_images")
         # None from a portal that sends none: then nothing saved here is removed.
         self.saved_images = [str(name) for name in kept] if isinstance(kept, list) else None
-        return response.headers.get("ETag"), hosts
+        return response.headers.get("ETag"), hosts, volumes
 
-    def report_hosts(self, sequence: int, hosts: list[dict]) -> None:
-        """What `hosts` are, in the report numbered `sequence` (a retry keeps its number)."""
+    def report_hosts(
+        self, sequence: int, hosts: list[dict], volumes: list[dict] | None = None
+    ) -> None:
+        """What `hosts` (and the server's `volumes`) are, in the report numbered `sequence`
+        (a retry keeps its number)."""
         body = {"sequence": sequence, "hosts": hosts}
+        if volumes is not None:
+            body["volumes"] = volumes
         self._send("POST", HOSTS_REPORT_PATH, body, headers=self._bearer(), refused=_REFUSED)
 
     def _bearer(self) -> dict:

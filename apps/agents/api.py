@@ -27,6 +27,7 @@ from apps.agents.serializers import (
 from apps.api.exceptions import flatten_errors, problem
 from apps.api.parsers import DepthLimitedJSONParser
 from apps.core.web import client_ip
+from apps.storage.selectors import server_volumes
 
 
 class AgentCredentialAuthentication(BaseAuthentication):
@@ -142,6 +143,7 @@ class HostsView(AgentView):
             {
                 "hosts": selectors.desired_hosts(server),
                 "saved_images": selectors.kept_saved_images(server),
+                "volumes": server_volumes(server.node),
             },
             headers={"ETag": etag, "Cache-Control": "no-cache"},
         )
@@ -155,6 +157,11 @@ class HostReportView(AgentView):
         serializer = HostReportsSerializer(data=request.data)
         if not serializer.is_valid():
             return invalid(serializer.errors)
+        if "volumes" in serializer.validated_data:
+            services.record_volume_reports(
+                server=request.auth,
+                reports=[dict(report) for report in serializer.validated_data["volumes"]],
+            )
         services.record_host_reports(
             server=request.auth,
             sequence=serializer.validated_data["sequence"],

@@ -29,6 +29,7 @@ from apps.orchestration.selectors import schedulable_park_pools
 from apps.orders.hosts import network_group
 from apps.orders.models import Instance, InstanceState
 from apps.sharedfs import selectors as sharedfs_selectors
+from apps.storage.selectors import volumes_version, workload_volumes
 
 CHART_MINUTES = 15
 MAX_CHART_MINUTES = 60
@@ -115,11 +116,12 @@ def missing_images(park) -> dict[int, list[Image]]:
 
 
 def hosts_etag(server: AgentServer) -> str:
-    """Changes whenever the hosts wanted on the server do (`services.bump_hosts_version`), with
-    the host CA's key, which every host's spec carries, and with the region's shared file
-    systems and their quotas (`shared_fs`)."""
+    """Changes whenever the hosts wanted on the server do (`services.bump_hosts_version`) or
+    its volumes do, with the host CA's key, which every host's spec carries, and with the
+    region's shared file systems and their quotas (`shared_fs`)."""
     shared = sharedfs_selectors.region_tag(*_region_and_park(server))
-    return f'"{server.public_id}.{server.hosts_version}.{host_ca.ca_tag()}.{shared}"'
+    version = f"{server.hosts_version}.{volumes_version(server.node)}"
+    return f'"{server.public_id}.{version}.{host_ca.ca_tag()}.{shared}"'
 
 
 def _region_and_park(server: AgentServer) -> tuple[int, int]:
@@ -146,6 +148,13 @@ def desired_hosts(server: AgentServer) -> list[dict]:
             *_region_and_park(server)
         ).items()
     }
+    hosts = list(hosts)
+    workloads = dict(
+        Instance.objects.filter(
+            node_id=server.node_id, backend_handle__in=[host.handle for host in hosts]
+        ).values_list("backend_handle", "workload_id")
+    )
+    volumes = workload_volumes(workloads.values())
     return [
         {
             "id": host.handle,
@@ -164,6 +173,7 @@ def desired_hosts(server: AgentServer) -> list[dict]:
             "services": [{**service, "token": host.service_token} for service in host.services],
             "shared_fs": shared.get(host.network_group),
             **({"save_image": host.save_image} if host.state == WantedState.STOPPED else {}),
+            "volumes": volumes.get(workloads.get(host.handle), []),
         }
         for host in hosts
     ]

@@ -15,6 +15,7 @@ INT63 = 2**63 - 1
 MAX_CARDS = 256
 MAX_READERS = 16
 MAX_HOSTS = 1000
+MAX_VOLUMES = 10000
 MAX_IMAGES = 100
 
 
@@ -232,8 +233,22 @@ class HostReportSerializer(serializers.Serializer):
     saved_image = SavedImageReportSerializer(required=False, allow_null=True, default=None)
 
 
+class VolumeReportSerializer(serializers.Serializer):
+    id = serializers.CharField(max_length=40)
+    state = serializers.ChoiceField(choices=["ready", "growing", "failed"])
+    size_gb = serializers.IntegerField(min_value=0, max_value=INT32, required=False)
+    message = serializers.CharField(
+        max_length=2000, allow_blank=True, required=False, default="", trim_whitespace=True
+    )
+
+
 class HostReportsSerializer(serializers.Serializer):
     # Grows with every report the server sends (docs/agent-protocol.md); an agent too old to
     # send one gets a 400 naming it, since its reports could undo newer ones.
     sequence = serializers.IntegerField(min_value=1, max_value=INT63)
     hosts = serializers.ListField(child=HostReportSerializer(), max_length=MAX_HOSTS)
+    # The server's volumes as its agent last applied them (docs/agent-protocol.md, "Volumes");
+    # agents that keep none send none.
+    volumes = serializers.ListField(
+        child=VolumeReportSerializer(), max_length=MAX_VOLUMES, required=False
+    )

@@ -47,6 +47,7 @@ from apps.orchestration.models import (
     Pool,
 )
 from apps.orders.models import Instance, InstanceState
+from apps.storage.services import record_volume_reports as record_volumes
 from apps.tenants.access import require_operator
 from apps.tenants.models import Park
 
@@ -561,6 +562,12 @@ def mark_silent_servers(*, now=None) -> list[int]:
 
 
 # --- host reports ------------------------------------------------------------------------------
+
+
+@transaction.atomic(durable=True)
+def record_volume_reports(*, server: AgentServer, reports: list[dict]) -> None:
+    """What the agent says of its server's volumes (before the server's lock: LOCK_ORDER)."""
+    record_volumes(node=server.node, reports=reports)
 
 
 @transaction.atomic  # may join a caller that already holds the server (it locks the server first)

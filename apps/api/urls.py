@@ -2,7 +2,16 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from apps.api.views import billing, catalog, networking, operators, orders, sharedfs, tasks
+from apps.api.views import (
+    billing,
+    catalog,
+    networking,
+    operators,
+    orders,
+    sharedfs,
+    storage,
+    tasks,
+)
 from apps.api.views import tenants as views
 from apps.api.views.webhooks import WebhookEndpointViewSet
 
@@ -15,6 +24,7 @@ router.register("prices", catalog.PriceViewSet, basename="price")
 router.register("orders", orders.OrderViewSet, basename="order")
 router.register("instances", orders.InstanceViewSet, basename="instance")
 router.register("security-groups", networking.SecurityGroupViewSet, basename="security-group")
+router.register("volumes", storage.VolumeViewSet, basename="volume")
 router.register("invoices", billing.InvoiceViewSet, basename="invoice")
 router.register("tasks", tasks.TaskViewSet, basename="task")
 router.register("usage", billing.UsageRecordViewSet, basename="usage-record")

@@ -39,6 +39,7 @@ LOCK_ORDER = (
     "orders.Instance",
     "orchestration.Task",
     "orders.Order",
+    "storage.Volume",
     "tenants.Organization",
     "tenants.Park",
     "quotas.QuotaLimit",

@@ -62,6 +62,7 @@ from apps.orders.models import (
 from apps.orders.networking import sync_provisioned
 from apps.orders.validation import validate_hostname, validate_ssh_public_key
 from apps.quotas.services import demand_for, lock_quota_scope, quota_refusal, reserve
+from apps.storage import services as storage
 from apps.tenants.access import authorize, require_operator
 from apps.tenants.models import Organization
 from apps.tenants.roles import Action
@@ -98,6 +99,8 @@ def move_instance(
         changes["released_at"] = timezone.now()
         # Its backend freed their public ports with the host.
         PortMapping.objects.filter(instance_id=instance.pk).delete()
+        # Its volumes are kept, detached, for another host.
+        storage.detach_from_released(workload_id=instance.workload_id)
     if to in SCHEDULE_ENDS_IN:
         changes["stop_at"] = None
     if to == InstanceState.STARTING:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.orders import network_views, views
+from apps.orders import network_views, views, volume_views
 
 app_name = "orders"
 urlpatterns = [
@@ -59,6 +59,12 @@ urlpatterns = [
         network_views.security_group_delete,
         name="security_group_delete",
     ),
+    path("volumes/", volume_views.volume_list, name="volume_list"),
+    path("volumes/<int:volume_id>/grow/", volume_views.volume_grow, name="volume_grow"),
+    path("volumes/<int:volume_id>/snapshot/", volume_views.volume_snapshot, name="volume_snapshot"),
+    path("volumes/<int:volume_id>/attach/", volume_views.volume_attach, name="volume_attach"),
+    path("volumes/<int:volume_id>/detach/", volume_views.volume_detach, name="volume_detach"),
+    path("volumes/<int:volume_id>/delete/", volume_views.volume_delete, name="volume_delete"),
     path("orders/", views.order_list, name="order_list"),
     path("orders/<int:order_id>/cancel/", views.order_cancel, name="order_cancel"),
 ]

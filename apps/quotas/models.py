@@ -14,6 +14,7 @@ class QuotaResource(models.TextChoices):
     RAM_GB = "ram_gb", _("RAM (GB)")
     DISK_GB = "disk_gb", _("Disk (GB)")
     INSTANCES = "instances", _("Instances")
+    STORAGE_GB = "storage_gb", _("Cloud disks (GB)")
     MONTHLY_SPEND = "monthly_spend", _("Monthly spend (minor units)")
     # The capacity of the organization's shared file storage in each region (apps/sharedfs),
     # which the file system itself enforces: no order holds any of it.

@@ -61,6 +61,7 @@ class Usage:
     ram_gb: int = 0
     disk_gb: int = 0
     instances: int = 0
+    storage_gb: int = 0
     by_model: dict = field(default_factory=dict)
     hourly_minor: int = field(default=0, compare=False)
     flavors: dict = field(default_factory=dict, compare=False)
@@ -73,6 +74,7 @@ class Usage:
             ram_gb=self.ram_gb + other.ram_gb,
             disk_gb=self.disk_gb + other.disk_gb,
             instances=self.instances + other.instances,
+            storage_gb=self.storage_gb + other.storage_gb,
             by_model=_merged(self.by_model, other.by_model),
             hourly_minor=self.hourly_minor + other.hourly_minor,
             flavors=_merged(self.flavors, other.flavors),
@@ -86,6 +88,7 @@ class Usage:
             ram_gb=-other.ram_gb,
             disk_gb=-other.disk_gb,
             instances=-other.instances,
+            storage_gb=-other.storage_gb,
             by_model={k: -v for k, v in other.by_model.items()},
             hourly_minor=-other.hourly_minor,
             flavors={k: -v for k, v in other.flavors.items()},
@@ -101,6 +104,7 @@ class Usage:
             ram_gb=max(0, self.ram_gb),
             disk_gb=max(0, self.disk_gb),
             instances=max(0, self.instances),
+            storage_gb=max(0, self.storage_gb),
             by_model={k: v for k, v in self.by_model.items() if v > 0},
             # The price of a resize is the difference of its sizes' prices: kept whole, and
             # never below zero once priced (`spend_minor`).
@@ -116,6 +120,7 @@ class Usage:
             self.ram_gb,
             self.disk_gb,
             self.instances,
+            self.storage_gb,
         )
         return any(value > 0 for value in counted) or any(
             count > 0 for count in self.by_model.values()
@@ -144,6 +149,7 @@ class Usage:
             QuotaResource.RAM_GB: self.ram_gb,
             QuotaResource.DISK_GB: self.disk_gb,
             QuotaResource.INSTANCES: self.instances,
+            QuotaResource.STORAGE_GB: self.storage_gb,
         }.get(limit.resource)
 
 

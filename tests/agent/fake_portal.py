@@ -29,6 +29,8 @@ class FakePortal:
         self.hosts: list[dict] | None = None
         # The saved images it keeps on the server (the hosts list's `saved_images`), if it says.
         self.saved_images: list[str] | None = None
+        # The server's volumes listed with them; None: a portal that lists none.
+        self.volumes: list[dict] | None = None
 
     def answer(self, path: str, *answers: tuple) -> None:
         """Answer the next requests to `path` with these (status, JSON body[, headers]) in turn."""
@@ -59,6 +61,8 @@ class FakePortal:
             body = {"hosts": self.hosts}
             if self.saved_images is not None:
                 body["saved_images"] = self.saved_images
+            if self.volumes is not None:
+                body["volumes"] = self.volumes
             etag = '"' + hashlib.sha256(json.dumps(body).encode()).hexdigest()[:16] + '"'
             if request.headers.get("if-none-match") == etag:
                 return 304, None, {"ETag": etag}

@@ -15,6 +15,7 @@ from loam_agent.hosts.reconcile import ssh_answers
 from loam_agent.hosts.runtime import HostRuntime, host_key
 
 from tests.agent.test_cli import wait_for
+from tests.agent.test_runtime import ssh
 
 pytestmark = pytest.mark.containers
 
@@ -150,6 +151,68 @@ def test_run_saves_a_stopped_host_reports_the_image_and_removes_it_when_unkept(
         # Deleted at the portal: the files go once no host here has it as its image.
         portal.hosts, portal.saved_images = [], []
         wait_for(lambda: not (saved / "saved-run").exists())
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=10) == 0
+    finally:
+        agent.kill()
+        agent.stderr.read()
+
+
+def volume_reports(portal) -> list[list[dict]]:
+    return [
+        request.body["volumes"]
+        for request in portal.requests(HOSTS_REPORT_PATH)
+        if "volumes" in request.body
+    ]
+
+
+def test_run_carries_a_volume_from_a_released_host_to_the_next(
+    tmp_path, state_dir, host_images, portal, ssh_key, network_config
+):
+    """The protocol end to end with a real agent: the server's volume made and reported, bound
+    into host A, written there; A unlisted (released), the volume kept; B lists it and reads
+    A's file; the volume unlisted is deleted from the server."""
+    credential = tmp_path / "credential.json"
+    save_credential(credential, Credential(portal.url, "srv-1", "s3cret"))
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'credential_path = "{credential}"\nstate_dir = "{state_dir}"\n'
+        "sample_interval_s = 0.5\nhosts_poll_interval_s = 0.2\n" + network_config
+    )
+    env = {**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    env["LOAM_AGENT_IMAGE_DIR"] = str(host_images)
+    env["LOAM_AGENT_CARD_DEVICES"] = "{}"
+
+    def host(host_id: str, mount_path: str) -> dict:
+        return {"id": host_id, "generation": 1, "state": "running", "vcpu": 1,
+                "memory_mib": 256, "data_disk_gb": 0, "image": "debian-12",
+                "ssh_public_keys": [ssh_key.with_suffix(".pub").read_text()],
+                "volumes": [{"id": "vol-carried", "mount_path": mount_path}]}  # fmt: skip
+
+    first, second = f"h-va-{uuid.uuid4().hex[:8]}", f"h-vb-{uuid.uuid4().hex[:8]}"
+    portal.volumes = [{"id": "vol-carried", "size_gb": 1}]
+    portal.hosts = [host(first, "/mnt/work")]
+    command = [sys.executable, "-m", "loam_agent", "--config", str(config), "run"]
+    agent = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: {"running", "failed"} & set(reported(portal, first)))
+        assert last_report(portal, first)["state"] == "running", last_report(portal, first)
+        assert volume_reports(portal)[0] == [{"id": "vol-carried", "state": "ready", "size_gb": 1}]
+        address = last_report(portal, first)["address"]
+        assert ssh_answers(address, wait_s=5)
+        ssh(ssh_key, address, "echo 'written on A' > /mnt/work/proof && sync")
+
+        portal.hosts = []  # A released: the volume stays on the server
+        wait_for(lambda: "removed" in reported(portal, first))
+        assert (state_dir / "volumes" / "vol-carried.img").exists()
+        portal.hosts = [host(second, "/data/work")]
+        wait_for(lambda: {"running", "failed"} & set(reported(portal, second)), timeout_s=60)
+        address = last_report(portal, second)["address"]
+        assert ssh_answers(address, wait_s=5)
+        assert ssh(ssh_key, address, "cat /data/work/proof").strip() == "written on A"
+
+        portal.hosts, portal.volumes = [], []
+        wait_for(lambda: not (state_dir / "volumes" / "vol-carried.img").exists())
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=10) == 0
     finally:

@@ -120,11 +120,11 @@ def test_desired_hosts_polls_with_the_etag_and_gets_none_while_unchanged(portal)
 
     portal.hosts = [{"id": "h-1", "generation": 1, "state": "running"}]
     with client_for(portal) as client:
-        etag, hosts = client.desired_hosts(None)
+        etag, hosts, volumes = client.desired_hosts(None)
         assert hosts == portal.hosts and etag
-        assert client.desired_hosts(etag) == (etag, None)
+        assert client.desired_hosts(etag) == (etag, None, None)
         portal.hosts = []
-        new_etag, hosts = client.desired_hosts(etag)
+        new_etag, hosts, _volumes = client.desired_hosts(etag)
 
     assert hosts == [] and new_etag != etag
     first, second, _ = portal.requests(HOSTS_PATH)

@@ -254,7 +254,11 @@ def test_hosts_with_etag_and_304(client, agent_world, enrolled):
 
     first = get_hosts(client, credential)
 
-    assert first.status_code == 200 and first.json() == {"hosts": [], "saved_images": []}
+    assert first.status_code == 200 and first.json() == {
+        "hosts": [],
+        "saved_images": [],
+        "volumes": [],
+    }
     etag = first["ETag"]
     unchanged = get_hosts(client, credential, HTTP_IF_NONE_MATCH=etag)
     assert unchanged.status_code == 304 and unchanged.content == b""
@@ -274,7 +278,11 @@ def test_hosts_of_another_server_are_not_listed(client, agent_world, enrolled):
     _other, other_credential = agent_world.enrol("gpu-08", cards=2)
     driver_of(agent_world.backend).provision(spec(node=server.node.hostname))
 
-    assert get_hosts(client, other_credential).json() == {"hosts": [], "saved_images": []}
+    assert get_hosts(client, other_credential).json() == {
+        "hosts": [],
+        "saved_images": [],
+        "volumes": [],
+    }
 
 
 def test_hosts_needs_a_credential(client, enrolled):

@@ -126,6 +126,7 @@ def test_provision_writes_the_desired_host(server, driver):
         },
         "services": [],  # its image starts no web service
         "shared_fs": None,  # its organization has no shared file storage in the region
+        "volumes": [],  # none attached
     }
     server.refresh_from_db()
     assert server.hosts_version == before + 1

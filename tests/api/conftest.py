@@ -119,6 +119,9 @@ def api(client, write_key):
                 **{**ENGLISH, **bearer(write_key), **extra},
             )
 
+        def delete(self, path, **extra):
+            return client.delete(path, **{**ENGLISH, **bearer(write_key), **extra})
+
     return Api()
 
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from loam_agent.hosts.volumes import HostVolume
 
 MAX_MESSAGE = 2000
 PROTOCOLS = ("tcp", "udp")
@@ -190,9 +194,13 @@ class DesiredHost:
     network: HostNetwork = HostNetwork()
     shared_fs: SharedFs | None = None
     save_image: str = ""  # a stopped host's root saved as this image (saved_images.py)
+    volumes: tuple[HostVolume, ...] = ()
 
     @classmethod
     def from_json(cls, value: dict) -> DesiredHost:
+        # Here: volumes.py raises this module's HostError.
+        from loam_agent.hosts.volumes import host_volumes
+
         try:
             host = cls(
                 id=str(value["id"]),
@@ -211,6 +219,7 @@ class DesiredHost:
                 network=HostNetwork.from_json(value.get("network")),
                 shared_fs=SharedFs.from_json(value.get("shared_fs")),
                 save_image=str(value.get("save_image") or ""),
+                volumes=host_volumes(value.get("volumes")),
             )
         except (KeyError, TypeError, ValueError) as error:
             # The shared file system's URLs carry its credentials: never in a host's message.

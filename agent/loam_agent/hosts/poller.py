@@ -16,6 +16,7 @@ from loam_agent.client import HostsNotSupported, PortalClient, PortalError, Reje
 from loam_agent.hosts.model import DesiredHost, HostError, HostStatus
 from loam_agent.hosts.reconcile import Reconciler, Runtime
 from loam_agent.hosts.sequence import ReportSequence
+from loam_agent.hosts.volumes import DesiredVolume
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,11 @@ class HostsPoller:
         self._poll_interval_s = poll_interval_s
         self._full_report_s = full_report_s
         self._stop = stop
+        self._runtime = runtime
         self.reconciler = Reconciler(runtime, self._report_change, next_sequence=sequence.next)
+        # The server's volumes as last applied (None until the portal lists them).
+        self.volume_reports: list[dict] | None = None
+        self._desired_volumes: list[DesiredVolume] | None = None
         self.rejected: Rejected | None = None
 
     def run(self) -> None:
@@ -49,12 +54,19 @@ class HostsPoller:
         while not self._stop.is_set():
             started = time.monotonic()
             try:
-                etag, hosts = self._client.desired_hosts(etag)
+                etag, hosts, volumes = self._client.desired_hosts(etag)
+                if volumes is not None:
+                    # First: a host may start only with its volumes made.
+                    self._apply_volumes(volumes)
                 if hosts is not None:
                     self.reconciler.apply(self._parse(hosts))
                 # Each poll: one kept for a host that was still here goes once the host has.
                 self._remove_saved_images()
                 if time.monotonic() - last_full_report >= self._full_report_s:
+                    if self._desired_volumes is not None:
+                        # Again: a volume unlisted while a host had it is deleted once the
+                        # host is gone, one grown while mounted grows once it is not.
+                        self.volume_reports = self._runtime.apply_volumes(self._desired_volumes)
                     self._client.report_hosts(*self._full_report())
                     last_full_report = time.monotonic()
                 if failing:
@@ -71,8 +83,25 @@ class HostsPoller:
                 failing = True
             self._stop.wait(max(0.0, self._poll_interval_s - (time.monotonic() - started)))
 
-    def _full_report(self) -> tuple[int, list[dict]]:
-        """The full list, each running host with its `usage` (CPU, memory, disk, network)."""
+    def _apply_volumes(self, values: list[dict]) -> None:
+        """The server's volumes made, grown, copied and deleted as listed; reported at once."""
+        desired = []
+        for value in values:
+            try:
+                desired.append(DesiredVolume.from_json(value))
+            except (KeyError, TypeError, ValueError) as error:
+                logger.error("the portal sent an unusable volume %r: %s", value, error)
+        self._desired_volumes = desired
+        self.volume_reports = self._runtime.apply_volumes(desired)
+        for report in self.volume_reports:
+            if report["state"] == "failed":
+                logger.warning("volume %s: %s", report["id"], report["message"])
+        sequence, _hosts = self.reconciler.full_report()
+        self._client.report_hosts(sequence, [], self.volume_reports)
+
+    def _full_report(self) -> tuple[int, list[dict], list[dict] | None]:
+        """The full list, each running host with its `usage` (CPU, memory, disk, network),
+        and the server's volumes as they were last applied."""
         sequence, hosts = self.reconciler.full_report()
         if self._usage is not None:
             for host in hosts:
@@ -85,7 +114,7 @@ class HostsPoller:
                     continue
                 if usage is not None:
                     host["usage"] = usage
-        return sequence, hosts
+        return sequence, hosts, self.volume_reports
 
     def _remove_saved_images(self) -> None:
         kept = self._client.saved_images

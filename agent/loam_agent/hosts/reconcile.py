@@ -17,6 +17,7 @@ from typing import Protocol
 
 from loam_agent.hosts.image import BuiltImage
 from loam_agent.hosts.model import ActualHost, DesiredHost, HostError, HostNetwork, HostStatus
+from loam_agent.hosts.volumes import DesiredVolume
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class Runtime(Protocol):
     def set_network(self, host_id: str, network: HostNetwork) -> None: ...
     def expect_networks(self, networks: dict[str, HostNetwork]) -> None: ...
     def remove(self, host_id: str) -> None: ...
+    def apply_volumes(self, volumes: list[DesiredVolume]) -> list[dict]: ...
 
 
 def ssh_answers(address: str, port: int = 22, wait_s: float = SSH_WAIT_S) -> bool:

@@ -47,6 +47,7 @@ from loam_agent.hosts.network import AttachedHost, Firewall, ServerNetwork, reso
 from loam_agent.hosts.saved_images import HostLayers, find_image, save_host
 from loam_agent.hosts.shared_fs import SharedFileSystems
 from loam_agent.hosts.usage import host_usage
+from loam_agent.hosts.volumes import DesiredVolume, VolumeStore
 
 STOP_TIMEOUT_S = 10.0
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -218,6 +219,7 @@ class HostRuntime:
         # The driver's libraries and tools; read when a host with cards starts (upgrades count).
         self._gpu_userspace = gpu_userspace
         self._index_lock = threading.Lock()
+        self.volumes = VolumeStore(state_dir)
 
     # -- paths and state -------------------------------------------------------------------
 
@@ -437,9 +439,11 @@ class HostRuntime:
             # Id-mapped: root inside owns what the disk's uid 0 owns, whatever the range.
             binds.append(f"--bind={data}:/data:idmap")
         state["shared_fs"] = host.shared_fs.name if host.shared_fs else ""
+        state["volumes"] = [volume.id for volume in host.volumes]  # released by a failed start
         self._save(host.id, state)
         if host.shared_fs:
             binds.append(f"--bind={self.shared_fs.mount(host.shared_fs)}:/shared")
+        binds += self.volumes.binds(host.volumes)
         device_files = []
         for uuid in sorted(host.card_uuids):
             # At its own name, /dev/nvidia<minor>, as nvidia-container-toolkit binds it: the
@@ -667,6 +671,21 @@ class HostRuntime:
                 _run("umount", str(mount))
         (self.folder(host_id) / "pid").unlink(missing_ok=True)
         self.cgroups(host_id).remove()
+        state = self._state(host_id) or {}
+        self.volumes.release(state.get("volumes", []), self._volumes_in_use())
+
+    def _volumes_in_use(self) -> set[str]:
+        """The volumes the running hosts have."""
+        return {
+            volume_id
+            for host_id in self.list()
+            if self._pid(host_id) and (state := self._state(host_id))
+            for volume_id in state.get("volumes", ())
+        }
+
+    def apply_volumes(self, volumes: list[DesiredVolume]) -> list[dict]:
+        """The server's volumes as the portal lists them (`volumes.VolumeStore.apply`)."""
+        return self.volumes.apply(volumes, self._volumes_in_use())
 
     def save_image(self, host_id: str, name: str) -> BuiltImage:
         """The stopped host's root as the saved image `name` (`saved_images.py`)."""
