@@ -3,6 +3,7 @@ running host (at its next start) or a stopped one, named in the host's spec and 
 list; kept, detached, when the host is released, and attached to the next host; refusals."""
 
 import pytest
+from django.utils import translation
 
 from apps.core.models import AuditEvent
 from apps.orders.models import InstanceState
@@ -18,6 +19,8 @@ from tests.orders.agent_hosts import agent_world as agent_world
 from tests.orders.agent_hosts import converging as converging
 from tests.orders.agent_hosts import fake_agent as fake_agent
 from tests.orders.agent_hosts import order_host as order_host
+
+pytestmark = pytest.mark.usefixtures("english_messages")
 
 
 @pytest.fixture
@@ -40,7 +43,9 @@ def listed(agent, host_id: str) -> dict:
 
 
 def server_list(agent) -> list[dict]:
-    response = agent.client.get("/api/v1/agent/hosts", **agent.headers())
+    # A request through the test client activates the language it negotiates, for good.
+    with translation.override(translation.get_language()):
+        response = agent.client.get("/api/v1/agent/hosts", **agent.headers())
     return response.json()["volumes"]
 
 
