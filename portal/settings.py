@@ -344,6 +344,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "OrderKindEnum": "apps.orders.models.OrderKind",
         "UsageKindEnum": "apps.billing.models.MeterKind",
+        "VolumeStateEnum": "apps.storage.models.VolumeState",
+        "SavedImageStateEnum": "apps.agents.models.SavedImageState",
     },
 }
 
