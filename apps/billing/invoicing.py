@@ -138,6 +138,7 @@ def _lines(invoice: Invoice, records) -> list[InvoiceLine]:
             "workload__instance__name",
             "workload__task__name",
             "workload__image__image__name",  # a saved image's storage (agents.SavedImage)
+            "workload__billed_volume__name",  # a cloud disk's (storage.Volume)
             "meter__quantity",
             "hourly_minor",
         )
@@ -152,12 +153,12 @@ def _lines(invoice: Invoice, records) -> list[InvoiceLine]:
     return [
         InvoiceLine(
             invoice=invoice,
-            # A host's or a task's name; what has none (shared file storage) by its kind.
-            # A host's, a task's or a saved image's name; what has none (shared file storage)
-            # by its kind.
+            # A host's, a task's, a saved image's or a cloud disk's name; what has none
+            # (shared file storage) by its kind.
             description=row["workload__instance__name"]
             or row["workload__task__name"]
             or row["workload__image__image__name"]
+            or row["workload__billed_volume__name"]
             or str(WorkloadKind(row["workload__kind"]).label),
             kind=row["kind"],
             workload_id=row["workload"],

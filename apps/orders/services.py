@@ -691,8 +691,9 @@ def _end_unprovisioned(order: Order, *, to: str, reason: str = "", actor=None) -
 
 def lock_host(instance_id: int, *, related=()) -> Instance:
     """A host's use case starts here: the host (read with its `related` rows), then what it may
-    change, in LOCK_ORDER (apps.core.transactions): its open orders, its organization and park
-    (reserve's locks: `lock_quota_scope`), its money (wallet, hold, open meters:
+    change, in LOCK_ORDER (apps.core.transactions): its open orders, its volumes (a release
+    detaches them), its organization and park (reserve's locks: `lock_quota_scope`), its money
+    (wallet, hold, open meters:
     `billing.lock_money_of`). The node, shared with other hosts, comes after them all, when
     cards are taken or given back."""
     instance = locked(Instance, instance_id, related=related)
@@ -700,6 +701,7 @@ def lock_host(instance_id: int, *, related=()) -> Instance:
         Order,
         instance.orders.exclude(state__in=ORDER_TERMINAL_STATES).values_list("pk", flat=True),
     )
+    storage.lock_volumes_of(instance.workload_id)
     organization = instance.organization
     lock_quota_scope(park_id=organization.park_id, organization_ids=[organization.pk])
     billing.lock_money_of(instance)

@@ -76,6 +76,15 @@ class Volume(models.Model):
         verbose_name=_("attached to"),
     )
     mount_path = models.CharField(_("mount path"), max_length=200, blank=True)
+    # What its GB are metered on (a workload of kind `volume`, made with it): billing's meters
+    # point at workloads, never up at volumes.
+    billed_as = models.OneToOneField(
+        Workload,
+        on_delete=models.PROTECT,
+        null=True,
+        related_name="billed_volume",
+        verbose_name=_("billed as"),
+    )
     # What the server's agent reported last: its size there (smaller than size_gb while a grow
     # waits for its host to stop) and why it failed.
     reported_size_gb = models.PositiveIntegerField(_("size on the server (GB)"), null=True)

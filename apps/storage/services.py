@@ -8,19 +8,25 @@ hosts (`storage.selectors.server_volumes`, `storage.selectors.workload_volumes`)
 """
 
 import re
+from decimal import Decimal
 
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from apps.billing.metering import HOURS_PER_MONTH, MeterSpec, reconcile
+from apps.billing.models import Meter, MeterKind
+from apps.catalog.models import PriceKind
+from apps.catalog.selectors import price_in_force
 from apps.core.audit import record_event
 from apps.core.errors import DomainError, InvalidTransition
-from apps.core.transactions import locked
+from apps.core.transactions import lock_all, locked
 from apps.core.transitions import transition
 from apps.orchestration.models import Node, NodeHealth
 from apps.quotas.services import Usage, reserve
 from apps.storage.models import VOLUME_TRANSITIONS, Volume, VolumeState
 from apps.tenants.access import authorize
+from apps.workloads.models import Workload, WorkloadKind
 
 MAX_VOLUME_GB = 16384
 # The drivers whose servers keep volumes: an agent's keeps each as an ext4 image.
@@ -88,8 +94,14 @@ def create_volume(*, organization, actor, region, name: str, size_gb: int, node=
     with transaction.atomic():
         reserve(organization=organization, demand=Usage(storage_gb=size_gb))
         volume = Volume.objects.create(
-            organization=organization, region=region, node=node, name=name, size_gb=size_gb
+            organization=organization,
+            region=region,
+            node=node,
+            name=name,
+            size_gb=size_gb,
+            billed_as=Workload.objects.create(organization=organization, kind=WorkloadKind.VOLUME),
         )
+        bill(volume)
         record_event(
             action="volume.created",
             actor=actor,
@@ -123,7 +135,11 @@ def snapshot_volume(*, volume: Volume, actor, name: str) -> Volume:
         name=name,
         size_gb=volume.size_gb,
         source=volume,
+        billed_as=Workload.objects.create(
+            organization=volume.organization, kind=WorkloadKind.VOLUME
+        ),
     )
+    bill(snapshot)
     record_event(
         action="volume.snapshotted",
         actor=actor,
@@ -149,6 +165,7 @@ def grow_volume(*, volume: Volume, actor, size_gb: int) -> Volume:
         before = volume.size_gb
         volume.size_gb = size_gb
         volume.save(update_fields=["size_gb", "updated_at"])
+        bill(volume)
         record_event(
             action="volume.grown",
             actor=actor,
@@ -228,7 +245,7 @@ def delete_volume(*, volume: Volume, actor) -> Volume:
     volume = _locked_usable(volume)
     if volume.attached:
         raise VolumeRefused(_("This volume is attached to a host: detach it first."))
-    return transition(
+    deleted = transition(
         volume,
         VolumeState.DELETED,
         table=VOLUME_TRANSITIONS,
@@ -236,6 +253,26 @@ def delete_volume(*, volume: Volume, actor) -> Volume:
         held=True,
         changes={"deleted_at": timezone.now(), "source": None},
         audit_data={"volume": volume.public_id},
+    )
+    bill(deleted)
+    return deleted
+
+
+def bill(volume: Volume) -> None:
+    """The volume's meter as it is now (under its row lock, in the caller's transaction): its
+    GB at the region's price of a GB of cloud disk a month while it exists, metered per second
+    like a host's disk; none once deleted, or where the region sells no disk."""
+    price = price_in_force(region=volume.region, kind=PriceKind.DISK_GB_MONTH)
+    specs = []
+    if price is not None and price.amount_minor and volume.state != VolumeState.DELETED:
+        monthly = Decimal(price.amount_minor) * volume.size_gb
+        specs.append(MeterSpec(MeterKind.DISK, volume.size_gb, monthly / HOURS_PER_MONTH))
+    reconcile(
+        Meter.objects.filter(workload_id=volume.billed_as_id),
+        specs=specs,
+        new={"organization_id": volume.organization_id, "workload_id": volume.billed_as_id},
+        currency=price.currency if price else volume.organization.park.currency,
+        at=timezone.now(),
     )
 
 
@@ -271,6 +308,12 @@ def record_volume_reports(*, node, reports: list[dict]) -> None:
             )
         except InvalidTransition:
             continue
+
+
+def lock_volumes_of(workload_id: int) -> None:
+    """The row locks of a host's volumes, taken where its use cases start (`orders.services
+    .lock_host`: before its organization's, as LOCK_ORDER has them)."""
+    lock_all(Volume, Volume.objects.filter(workload_id=workload_id).values_list("pk", flat=True))
 
 
 def detach_from_released(*, workload_id: int) -> None:

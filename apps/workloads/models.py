@@ -13,12 +13,14 @@ class WorkloadKind(models.TextChoices):
     TASK = "task", _("Training task")
     SHAREDFS = "sharedfs", _("Shared file storage")
     IMAGE = "image", _("Saved image")
+    VOLUME = "volume", _("Cloud disk")
 
 
 class Workload(models.Model):
     """One host's or one task's reservations: each `orders.Instance` and each
     `orchestration.Task` owns exactly one (its `workload`), made with it; so does each
-    `agents.SavedImage`, whose storage is metered."""
+    `agents.SavedImage`, `sharedfs.SharedFileSystem` and `storage.Volume`, whose storage is
+    metered."""
 
     organization = models.ForeignKey(
         Organization,
