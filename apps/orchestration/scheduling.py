@@ -487,12 +487,7 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
         )
     for task, gang in gangs:
         model = gang.pool.accelerator_model
-        try:
-            quota.check(task, model)
-        except QuotaExceeded as exc:
-            if _note(task, exc.message):
-                noted.append(task)
-            result.held_back[task.pk] = "quota"
+        if _over_quota(quota, task, model, noted, result):
             continue
         members = take_gang(task, gang, rooms)
         if members is None:
@@ -519,12 +514,7 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
     for task, request, decision in started:
         view = view_of[decision.node.id]
         model = view.pool.accelerator_model
-        try:
-            quota.check(task, model)
-        except QuotaExceeded as exc:
-            if _note(task, exc.message):
-                noted.append(task)
-            result.held_back[task.pk] = "quota"
+        if _over_quota(quota, task, model, noted, result):
             continue
         room = rooms[view.node.pk]
         allocation = task_allocation(room, task)
@@ -1097,6 +1087,19 @@ def _append_logs(task: Task, line: str) -> None:
     """Add a line to the task's log (in memory: the caller saves it)."""
     text = f"{task.logs}\n[loam] {line}" if task.logs else f"[loam] {line}"
     task.logs = _clip(text)
+
+
+def _over_quota(quota, task, model, noted: list, result) -> bool:
+    """Whether the pass's quota refuses `task` on `model`: then it is held back this pass and
+    its log says why (once)."""
+    try:
+        quota.check(task, model)
+    except QuotaExceeded as exc:
+        if _note(task, exc.message):
+            noted.append(task)
+        result.held_back[task.pk] = "quota"
+        return True
+    return False
 
 
 def _note(task: Task, line: str) -> bool:
