@@ -38,6 +38,17 @@ def missing_for_hosts(image: str = IMAGE) -> str:
     return ""
 
 
+def require_hosts(image: str = IMAGE) -> None:
+    """Skip the calling test where real hosts of `image` can't run here, but fail it in CI
+    (LOAM_REQUIRE_SERVICES=1): CI must not pass by skipping the real thing."""
+    import pytest
+
+    if missing := missing_for_hosts(image):
+        if os.environ.get("LOAM_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"CI must run real container hosts: {missing}")
+        pytest.skip(missing)
+
+
 @dataclass
 class AgentPark:
     organization: object

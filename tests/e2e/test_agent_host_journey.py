@@ -9,7 +9,6 @@ it again, resizes it to two cards, releases it, and nothing is left on the serve
 eagerly in the live server, so the order's request waits while the agent creates the host.
 """
 
-import os
 import re
 import shlex
 import subprocess
@@ -24,7 +23,7 @@ from apps.orchestration.models import Accelerator
 from apps.orders.models import Instance
 from tests.agent_server import (
     build_agent_park,
-    missing_for_hosts,
+    require_hosts,
     ssh_answers,
     start_agent_server,
 )
@@ -39,10 +38,7 @@ TIMEOUT_MS = 30_000
 
 @pytest.fixture
 def can_run_hosts():
-    if missing := missing_for_hosts():
-        if os.environ.get("LOAM_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"CI must run real container hosts: {missing}")
-        pytest.skip(missing)
+    require_hosts()
 
 
 def wait_until(check, seconds: float = 30):

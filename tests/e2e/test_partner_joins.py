@@ -33,8 +33,8 @@ from apps.quotas.models import QuotaLimit
 from tests.agent_server import (
     AgentServer,
     fake_cards,
-    missing_for_hosts,
     network_config,
+    require_hosts,
     ssh_answers,
 )
 from tests.agent_wheels import offline_pip
@@ -57,10 +57,7 @@ CARDS = 2
 
 @pytest.fixture
 def can_run_hosts():
-    if missing := missing_for_hosts():
-        if os.environ.get("LOAM_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"CI must run real container hosts: {missing}")
-        pytest.skip(missing)
+    require_hosts()
 
 
 def wait_until(check, seconds: float = 30):

@@ -6,7 +6,6 @@ log has the session. Another organization's owner gets a 404. And on a real host
 `containers`; run under `flock /tmp/agent-hosts.lock`): the terminal of a host ordered in the
 browser is a shell in that host, its sshd trusting the CA its spec carries."""
 
-import os
 import re
 import subprocess
 import time
@@ -21,7 +20,7 @@ from apps.agents import host_ca, terminal
 from apps.core.models import AuditEvent
 from apps.orchestration.models import Accelerator
 from apps.orders.models import Instance, InstanceState
-from tests.agent_server import build_agent_park, missing_for_hosts, start_agent_server
+from tests.agent_server import build_agent_park, require_hosts, start_agent_server
 from tests.asgi_server import daphne_portal, database_url
 from tests.e2e.conftest import ARTIFACTS
 from tests.factories import InstanceFactory, PoolFactory
@@ -116,10 +115,7 @@ def test_the_terminal_of_a_host_ordered_in_the_browser_is_a_shell_in_that_host(
     portal's CA from its spec, and the terminal opened from its page runs in it. The order goes
     through pytest-django's live server (Celery eager there); the terminal through Daphne on the
     same database, as production's nginx splits / and /ws/."""
-    if missing := missing_for_hosts():
-        if os.environ.get("LOAM_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"CI must run real container hosts: {missing}")
-        pytest.skip(missing)
+    require_hosts()
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     park = build_agent_park(quota=1)
     server = start_agent_server(

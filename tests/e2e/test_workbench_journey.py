@@ -9,14 +9,13 @@ of the `pytorch` image behind the server's public address (tests/outside_world.p
 built in the stack's own database (tests/e2e/stack_world.py).
 """
 
-import os
 from pathlib import Path
 
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.agent_server import missing_for_hosts, run_agent_server
+from tests.agent_server import require_hosts, run_agent_server
 from tests.e2e import stack as stack_client
 from tests.e2e.stack_world import build_in_stack
 from tests.e2e.workbench import open_notebook, open_terminal, order_host, release, sign_in
@@ -27,10 +26,7 @@ IMAGE = "pytorch"
 
 @pytest.fixture
 def can_run_hosts():
-    if missing := missing_for_hosts(IMAGE):
-        if os.environ.get("LOAM_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"CI must run real container hosts: {missing}")
-        pytest.skip(missing)
+    require_hosts(IMAGE)
 
 
 def test_a_tenant_works_in_the_browser_terminal_and_jupyterlab(

@@ -4,7 +4,6 @@ in a pool of the live portal, its hosts systemd-nspawn containers reached from t
 does); run them under `flock /tmp/agent-hosts.lock`. Celery is eager, so each use case returns
 once the agent reports the host as asked."""
 
-import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from apps.orchestration.models import Accelerator
 from apps.orders.models import Instance, InstanceState
 from apps.orders.operations import request_operation
 from apps.orders.services import HostRequest, submit_create
-from tests.agent_server import AgentPark, build_agent_park, missing_for_hosts, start_agent_server
+from tests.agent_server import AgentPark, build_agent_park, require_hosts, start_agent_server
 
 
 def wait_until(check, seconds: float = 30, what: str = "the condition"):
@@ -58,10 +57,7 @@ class RealAgent:
 def real_agent(live_server, settings, tmp_path, outside_world):
     """A park with an agent pool whose one server (one card) runs real hosts for the live
     portal; stopped, and its hosts removed, afterwards."""
-    if missing := missing_for_hosts():
-        if os.environ.get("LOAM_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"CI must run real container hosts: {missing}")
-        pytest.skip(missing)
+    require_hosts()
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     park = build_agent_park(quota=2)
     server = start_agent_server(
