@@ -169,9 +169,9 @@ def test_the_full_report_carries_usage_for_running_hosts_only(tmp_path):
     ):
         poller.reconciler.statuses[status.id] = status
 
-    sequence, hosts = poller._full_report()
+    sequence, hosts, volumes = poller._full_report()
 
-    assert sequence == 7
+    assert (sequence, volumes) == (7, None)  # no volume list applied yet
     by_id = {host["id"]: host for host in hosts}
     assert by_id["h-run"]["usage"] == {"cpu_usage_usec": 1}
     assert "usage" not in by_id["h-stop"] and "usage" not in by_id["h-broken"]
