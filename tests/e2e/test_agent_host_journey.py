@@ -180,7 +180,7 @@ def journey(page: Page, live_server, screenshot, park, key: Path) -> str:
     screenshot("agent-host-stopped")
 
     # Start again: a card again, SSH again.
-    page.locator("#instance-actions button", has_text="Start").click()
+    page.locator("#start-button").click()
     expect(page.locator(".state-badge").first).to_have_attribute("data-state", "running")
     instance.refresh_from_db()
     assert instance.access == access  # the same port after a stop and a start

@@ -196,7 +196,7 @@ def test_the_demo_tenant_finds_a_working_park_and_its_cost_never_runs_backwards(
     costs.append(cost_so_far(page))
 
     # Start it and resize it within the family.
-    page.locator('#instance-actions form[action$="/start/"] button').click()
+    page.locator("#start-button").click()
     expect(page.locator(".state-badge").first).to_have_attribute("data-state", "running")
     costs.append(cost_so_far(page))
     page.select_option("#resize-form select[name=flavor]", "a100.2x")

@@ -2,7 +2,7 @@
 
 from rest_framework import serializers
 
-from apps.api.serializers.fields import InputSerializer
+from apps.api.serializers.fields import InputSerializer, IntegerField
 from apps.catalog.models import Region
 from apps.storage.models import Volume
 from apps.storage.services import MAX_VOLUME_GB
@@ -67,7 +67,7 @@ class VolumeSnapshotSerializer(InputSerializer):
 
 
 class VolumeAttachSerializer(InputSerializer):
-    instance = serializers.IntegerField(min_value=1, help_text="The id of one of your hosts.")
+    instance = IntegerField(min_value=1, help_text="The id of one of your hosts.")
     mount_path = serializers.CharField(max_length=200, help_text="Where it appears: /mnt/data.")
 
 
