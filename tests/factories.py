@@ -28,6 +28,7 @@ from apps.agents.models import (
     AgentServer,
     CardSample,
     JoinToken,
+    SavedImage,
     WantedState,
 )
 from apps.agents.services import secret_hash
@@ -1129,6 +1130,29 @@ class AgentHostFactory(Factory):
     memory_mib = 131072
     system_disk_gb = 100
     image = "ubuntu-cuda"
+
+
+class SavedImageFactory(Factory):
+    """A stopped host's root saved as a private image of its organization, on its server."""
+
+    class Meta:
+        model = SavedImage
+
+    server = factory.SubFactory(AgentServerFactory)
+    organization = factory.SubFactory(
+        OrganizationFactory, park=factory.SelfAttribute("..server.node.pool.backend.park")
+    )
+    image = factory.SubFactory(
+        ImageFactory,
+        park=factory.SelfAttribute("..organization.park"),
+        organization=factory.SelfAttribute("..organization"),
+    )
+    workload = factory.SubFactory(
+        WorkloadFactory,
+        organization=factory.SelfAttribute("..organization"),
+        kind=WorkloadKind.IMAGE,
+    )
+    generation = 1
 
 
 class AgentHostPortFactory(Factory):

@@ -29,6 +29,7 @@ from tests.factories import (
     RegionFactory,
     SecurityGroupFactory,
     SecurityGroupRuleFactory,
+    SharedFileSystemFactory,
     TaskFactory,
     UsageRecordFactory,
     UserFactory,
@@ -104,6 +105,7 @@ def foreign_objects(foreign_org):
     mapping = PortMappingFactory(instance=instance)
     rule = SecurityGroupRuleFactory(group=SecurityGroupFactory(organization=foreign_org))
     volume = VolumeFactory(organization=foreign_org)
+    file_system = SharedFileSystemFactory(organization=foreign_org)
     by_param = {
         "volume_id": volume.pk,
         "task_id": task.pk,
@@ -134,6 +136,7 @@ def foreign_objects(foreign_org):
         "api:instance-port-mapping": {"pk": instance.pk, "mapping_id": mapping.pk},
         **{f"api:security-group-{name}": {"pk": rule.group_id} for name in ("detail", "rules")},
         "api:security-group-rule": {"pk": rule.group_id, "rule_id": rule.pk},
+        "api:shared-file-system-detail": {"pk": file_system.pk},
         **{
             f"api:volume-{name}": {"pk": volume.pk}
             for name in ("detail", "attach", "detach", "grow", "snapshot")

@@ -79,9 +79,10 @@ def jupyter_journey(page: Page, stack, instance_url: str, screenshot) -> None:
         # Into the cell itself, checked before it runs: JupyterLab's first-launch toast (news?)
         # may take the keyboard's focus meanwhile.
         code = "import torch; print(torch.tensor([6]) * 7)"
-        editor = lab.locator(".jp-Cell .cm-content").first
-        editor.fill(code)
-        expect(editor).to_have_text(code)
+        # The cell's editor once its language is loaded: JupyterLab makes it again then, with
+        # what was typed before lost (seen in CI).
+        editor = lab.locator(".jp-Cell .cm-content[data-language='python']").first
+        fill_until_held(editor, code)
         run_until_output(editor, lab.locator(".jp-OutputArea-output").first, "tensor([42])")
     finally:
         shot(lab, screenshot, "workbench-jupyterlab")
@@ -100,6 +101,20 @@ def others_get_404(stack, world: dict, instance_url: str) -> None:
         answer = anonymous.get(jupyter)
         assert answer.status_code == 302
         assert answer.headers["Location"] == f"{stack.url}/accounts/login/?next={instance_path}"
+
+
+def fill_until_held(editor, code: str, attempts: int = 3) -> None:
+    """Types `code` into the cell until the cell shows it, as a user would type it again."""
+    for attempt in range(1, attempts + 1):
+        editor.click()
+        editor.fill(code)
+        try:
+            expect(editor).to_have_text(code, timeout=10_000)
+            return
+        except AssertionError:
+            if attempt == attempts:
+                raise
+            print(f"the cell lost what was typed ({attempt}); typing it again")
 
 
 def run_until_output(editor, output, text: str, attempts: int = 3) -> None:

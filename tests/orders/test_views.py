@@ -432,7 +432,6 @@ INVALID_CHOICE = "Select a valid choice. That choice is not one of the available
 @pytest.mark.parametrize(
     ("field", "value", "error"),
     [
-        ("ssh_public_key", "", REQUIRED),
         ("name", "", REQUIRED),
         ("name", "x" * 61, "Ensure this value has at most 60 characters (it has 61)."),
         ("system_disk_gb", 10, "Ensure this value is greater than or equal to 20."),
@@ -449,9 +448,19 @@ def test_quote_names_the_field_with_bad_input(tenant, field, value, error):
     html = quote(tenant, **{field: value})
 
     # Priced once the fields that set the price are right; the others are named below it.
-    priced = field in ("ssh_public_key", "name")
+    priced = field == "name"
     assert ('id="quote-figures"' in html) is priced
     assert f"{label(InstanceOrderForm, field)}: {error}" in problems(html)
+
+
+def test_quote_asks_for_a_key_where_only_ssh_reaches_the_host(tenant):
+    """The demo's pools are the simulator's, which no web terminal reaches."""
+    html = quote(tenant, ssh_public_key="")
+
+    assert 'id="quote-figures"' in html
+    assert problems(html) == [
+        "Hosts of this flavor are reached over SSH only: paste the public key you will log in with."
+    ]
 
 
 def test_quote_says_where_a_flavor_is_not_sold(tenant):

@@ -13,6 +13,7 @@ from apps.orchestration.backends.base import (
     InventoryDriver,
     MetricsDriver,
     NetworkDriver,
+    TerminalDriver,
 )
 
 PROTOCOLS = {
@@ -22,6 +23,7 @@ PROTOCOLS = {
     Capability.NETWORK: NetworkDriver,
     Capability.METRICS: MetricsDriver,
     Capability.GANG: BatchDriver,
+    Capability.TERMINAL: TerminalDriver,
 }
 
 
