@@ -11,6 +11,7 @@ from apps.agents import saved_images, selectors
 from apps.agents.models import SavedImage
 from apps.api.base import LoamAPIMixin
 from apps.api.permissions import current_actor, current_organization
+from apps.api.serializers.fields import IntegerField
 from apps.tenants.roles import Action
 
 
@@ -57,9 +58,7 @@ class SavedImageSerializer(serializers.ModelSerializer):
 
 
 class SaveImageInputSerializer(serializers.Serializer):
-    instance = serializers.IntegerField(
-        min_value=1, max_value=2**63 - 1, help_text="A stopped host of yours (its id)."
-    )
+    instance = IntegerField(min_value=1, help_text="A stopped host of yours (its id).")
     name = serializers.CharField(max_length=saved_images.NAME_MAX)
     description = serializers.CharField(max_length=2000, required=False, default="")
 

@@ -1,34 +1,12 @@
+from importlib import import_module
+
 from django.db import migrations, models
 
 # SQLite changes a check constraint by rebuilding the table, which it refuses while a trigger
 # names the table: orchestration's allocation_share_is_a_tasks (its migration 0011_workloads)
-# is dropped for the rebuild and made again after it, exactly as that migration makes it.
-SQLITE_SHARE_TRIGGERS = [
-    f"""
-CREATE TRIGGER allocation_share_is_a_tasks_on_{event.split()[0].lower()}
-BEFORE {event} ON orchestration_allocation
-WHEN NEW.share_milli > 0 AND NOT EXISTS (
-    SELECT 1 FROM workloads_workload WHERE id = NEW.workload_id AND kind = 'task'
-)
-BEGIN
-    SELECT RAISE(ABORT, 'allocation_share_is_a_tasks: only a training task holds a share');
-END
-"""
-    for event in ("INSERT", "UPDATE OF share_milli, workload_id")
-]
-SQLITE_DROP_SHARE_TRIGGERS = [
-    "DROP TRIGGER IF EXISTS allocation_share_is_a_tasks_on_insert",
-    "DROP TRIGGER IF EXISTS allocation_share_is_a_tasks_on_update",
-]
-
-
-def _on_sqlite(statements):
-    def run(apps, schema_editor):
-        if schema_editor.connection.vendor == "sqlite":
-            for statement in statements:
-                schema_editor.execute(statement, params=None)
-
-    return run
+# is dropped for the rebuild and made again after it, as 0002_sharedfs_kind does.
+_sharedfs_kind = import_module("apps.workloads.migrations.0002_sharedfs_kind")
+_triggers, _on_sqlite = _sharedfs_kind._triggers, _sharedfs_kind._on_sqlite
 
 
 class Migration(migrations.Migration):
@@ -38,7 +16,7 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RunPython(
-            _on_sqlite(SQLITE_DROP_SHARE_TRIGGERS), _on_sqlite(SQLITE_SHARE_TRIGGERS)
+            _on_sqlite(_triggers.DROP_SHARE_IS_A_TASKS), _on_sqlite(_triggers.SHARE_IS_A_TASKS)
         ),
         migrations.RemoveConstraint(
             model_name="workload",
@@ -66,6 +44,6 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.RunPython(
-            _on_sqlite(SQLITE_SHARE_TRIGGERS), _on_sqlite(SQLITE_DROP_SHARE_TRIGGERS)
+            _on_sqlite(_triggers.SHARE_IS_A_TASKS), _on_sqlite(_triggers.DROP_SHARE_IS_A_TASKS)
         ),
     ]
