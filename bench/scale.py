@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections import Counter
 from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal
@@ -433,6 +434,9 @@ class World:
     def _orders_meters_usage(self, instances):
         """Each instance's create order (pending ones wait for an operator), its host meter and
         a usage record per day it ran."""
+        from django.utils import timezone
+
+        from apps.billing.metering import add_monthly_spend
         from apps.billing.models import Meter, MeterKind, UsageRecord
         from apps.orders.models import Order, OrderKind, OrderState
 
@@ -497,6 +501,11 @@ class World:
                     )
                 start = end
         UsageRecord.objects.bulk_create(records, batch_size=2000)
+        spent = Counter()  # added up as metering adds its records up
+        for record in records:
+            month = timezone.localtime(record.started_at).date().replace(day=1)
+            spent[record.organization_id, month] += record.amount_minor
+        add_monthly_spend(spent)
 
     def _placements(self, instances):
         """The decisions that placed the demo enterprise's hosts, each with every node of the

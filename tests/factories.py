@@ -33,6 +33,7 @@ from apps.agents.models import (
 )
 from apps.agents.services import secret_hash
 from apps.api.models import IdempotencyRecord
+from apps.billing.metering import add_monthly_spend
 from apps.billing.models import (
     BankTransfer,
     BankTransferState,
@@ -937,6 +938,13 @@ class UsageRecordFactory(Factory):
                 started_at=factory.LazyFunction(timezone.now),
             ),
         )
+
+    @factory.post_generation
+    def monthly_spend(record, create, extracted, **kwargs):
+        """Added to its organization's month as metering adds what it records."""
+        if create:
+            month = timezone.localtime(record.started_at).date().replace(day=1)
+            add_monthly_spend({(record.organization_id, month): record.amount_minor})
 
 
 # --- operations ------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ often metering runs, and an invoice's total (tax included) is the sum of its rec
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
 from typing import NamedTuple
@@ -20,7 +20,7 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from apps.billing.models import Meter, UsageRecord
+from apps.billing.models import Meter, MonthlySpend, UsageRecord
 from apps.core.bulk import insert_rows, update_rows
 from apps.core.sql import fetch_all
 from apps.core.transactions import in_transaction
@@ -333,7 +333,32 @@ def _measure_in_python(due_meters, *, until: datetime, tally: Tally, burn_rates:
             tally.burn_rates[meter.organization_id] += meter.hourly_minor
     update_rows(Meter, advanced, ["metered_until", "metered_seconds", "metered_minor"])
     insert_rows(UsageRecord, records, fields=UsageRow._fields)
+    spent = defaultdict(int)
+    for record in records:  # a record lies within one month (_slices)
+        month = timezone.localtime(record.started_at, zone).date().replace(day=1)
+        spent[record.organization_id, month] += record.amount_minor
+    add_monthly_spend(spent)
     tally.records += len(records)
+
+
+def add_monthly_spend(amounts: dict[tuple[int, date], int]) -> None:
+    """Add `amounts` (minor units by organization id and month's first day) to MonthlySpend, in
+    one statement; in order, as two passes over the same organizations lock its rows."""
+    if not amounts:
+        return
+    table = MonthlySpend._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (organization_id, month, amount_minor) "
+            f"VALUES {', '.join(['(%s, %s, %s)'] * len(amounts))} "
+            "ON CONFLICT (organization_id, month) DO UPDATE "
+            f"SET amount_minor = {table}.amount_minor + excluded.amount_minor",
+            [
+                value
+                for (organization_id, month), amount in sorted(amounts.items())
+                for value in (organization_id, month, amount)
+            ],
+        )
 
 
 # `_measure` in one PostgreSQL statement, over meters already locked (`ids`), of which it
@@ -344,6 +369,7 @@ def _measure_in_python(due_meters, *, until: datetime, tally: Tally, burn_rates:
 # The arithmetic is _measure's, exact in numeric: whole seconds since the meter opened, its
 # running total rounded half up (floor((2 × rate × seconds + 3600) / 7200)), each record the
 # increase of that total; a fraction of a second moves the watermark and waits for the next.
+# Each organization's MonthlySpend grows by what its records add up to.
 MEASURE_SQL = """
 WITH due AS MATERIALIZED (
     SELECT id, organization_id, workload_id, kind, hourly_minor, compute_units,
@@ -383,6 +409,15 @@ WITH due AS MATERIALIZED (
         minor_total - metered_minor, currency
     FROM measured
     WHERE seconds > 0
+), spent AS (
+    INSERT INTO billing_monthlyspend (organization_id, month, amount_minor)
+    SELECT organization_id, %s, SUM(minor_total - metered_minor)
+    FROM measured
+    WHERE seconds > 0
+    GROUP BY organization_id
+    ORDER BY organization_id
+    ON CONFLICT (organization_id, month) DO UPDATE
+    SET amount_minor = billing_monthlyspend.amount_minor + EXCLUDED.amount_minor
 )
 SELECT due.organization_id, due.workload_id,
     COALESCE(SUM(measured.minor_total - measured.metered_minor)
@@ -395,7 +430,9 @@ GROUP BY due.organization_id, due.workload_id
 
 
 def _measure_in_sql(ids: list[int], *, until: datetime, month: datetime, tally: Tally):
-    rows = fetch_all(Meter, MEASURE_SQL, [ids, until, until, month])
+    rows = fetch_all(
+        Meter, MEASURE_SQL, [ids, until, until, month, timezone.localtime(month).date()]
+    )
     for organization_id, workload_id, amount, records, burn_rate in rows:
         tally.amounts[organization_id] += amount
         if amount:

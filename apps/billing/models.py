@@ -393,6 +393,35 @@ class UsageRecord(models.Model):
         return f"{self.workload}: {self.seconds}s"
 
 
+class MonthlySpend(models.Model):
+    """What an organization was charged in a month of the park's calendar: its usage records'
+    amounts, added up as metering writes them, so that the operators' revenue by month and top
+    tenants read a row per organization and month instead of every record of the year (metering
+    writes one per meter each pass)."""
+
+    organization = models.ForeignKey(
+        Organization,
+        on_delete=models.PROTECT,
+        related_name="monthly_spend",
+        verbose_name=_("organization"),
+    )
+    month = models.DateField(_("month"))  # its first day
+    amount_minor = models.BigIntegerField(_("amount (minor units)"))
+
+    class Meta:
+        verbose_name = _("monthly spend")
+        verbose_name_plural = _("monthly spend")
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "month"], name="monthly_spend_once"),
+            models.CheckConstraint(
+                condition=Q(amount_minor__gte=0), name="monthly_spend_not_negative"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.organization_id} {self.month:%Y-%m}: {self.amount_minor}"
+
+
 class Hold(models.Model):
     """The first hour's cost of an order, held on the wallet until usage has drawn it down or
     the host is gone."""

@@ -125,7 +125,7 @@ def park_billing(request):
             "series": [{"name": _("Revenue"), "data": [row["amount"] for row in revenue]}],
         },
         "outstanding": selectors.outstanding_wallets(park)[:50],
-        "top_tenants": selectors.top_tenants(park, since=month_start(timezone.now())),
+        "top_tenants": selectors.top_tenants(park, month=month_start(timezone.now()).date()),
         # What waits on the finance team; matched and issued on the receivables page.
         "awaiting_transfers": BankTransfer.objects.filter(
             organization__park=park, state=BankTransferState.AWAITING

@@ -6,7 +6,7 @@ in early April, against `_measure`, the rule stated once.
 """
 
 import random
-from datetime import timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 
 import pytest
@@ -14,7 +14,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from apps.billing import metering
-from apps.billing.models import LedgerEntry, Meter, MeterKind, UsageRecord, Wallet
+from apps.billing.models import LedgerEntry, Meter, MeterKind, MonthlySpend, UsageRecord, Wallet
 from tests.billing.conftest import local
 from tests.factories import MeterFactory, OrganizationFactory
 
@@ -143,8 +143,28 @@ def test_a_large_pass_records_what_each_meter_owes_alone_to_the_fen():
             "s": -owes
         }
 
+    # Each organization's month adds up its records of that month: March's (measured one by
+    # one) and April's (on PostgreSQL, in the pass's statement).
+    spent = {}
+    for m in meters:
+        for started_at, *_rest, amount in expected[m.pk][0]:
+            month = timezone.localtime(started_at).date().replace(day=1)
+            spent[m.organization_id, month] = spent.get((m.organization_id, month), 0) + amount
+    assert {month for _organization, month in spent} == {date(2026, 3, 1), date(2026, 4, 1)}
+    assert spent_by_month() == spent
+
     again = metering.meter_organizations([o.pk for o in organizations], until=UNTIL)
     assert (again.charged_minor, again.records) == (0, 0)  # nothing is billed twice
+    assert spent_by_month() == spent
+
+
+def spent_by_month() -> dict:
+    return {
+        (organization_id, month): amount
+        for organization_id, month, amount in MonthlySpend.objects.values_list(
+            "organization_id", "month", "amount_minor"
+        )
+    }
 
 
 def test_the_burn_rate_counts_every_open_meter_of_a_pass(monkeypatch):

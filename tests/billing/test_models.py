@@ -1,16 +1,21 @@
 """The billing tables refuse bad rows themselves: no form or full_clean() runs here."""
 
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
+from importlib import import_module
+from types import SimpleNamespace
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.apps import apps as django_apps
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from apps.billing.models import (
     BillingMode,
     EntryKind,
     Invoice,
     LedgerEntry,
+    MonthlySpend,
     Payment,
     UsageRecord,
     Wallet,
@@ -269,3 +274,32 @@ class TestUsageRecord:
         record = UsageRecordFactory()
         UsageRecordFactory(organization=record.organization, started_at=record.started_at)
         assert UsageRecord.objects.filter(started_at=record.started_at).count() == 2
+
+
+def test_monthly_spend_is_once_per_organization_and_month_and_never_negative():
+    record = UsageRecordFactory(amount_minor=70)
+    month = MonthlySpend.objects.get(organization=record.organization)
+    assert month.amount_minor == 70
+    with refused("monthly_spend_once"):
+        MonthlySpend.objects.create(
+            organization=record.organization, month=month.month, amount_minor=1
+        )
+    with refused("monthly_spend_not_negative"):
+        MonthlySpend.objects.filter(pk=month.pk).update(amount_minor=-1)
+
+
+def test_the_migration_adds_up_the_usage_recorded_before_it():
+    """Months of the park's time zone: a record at 23:30 on 31 March UTC is April's in Shanghai."""
+    first = UsageRecordFactory(amount_minor=5, started_at=EPOCH)
+    UsageRecordFactory(organization=first.organization, amount_minor=7, started_at=EPOCH)
+    late = datetime(2026, 3, 31, 23, 30, tzinfo=UTC)
+    other = UsageRecordFactory(amount_minor=11, started_at=late)
+    MonthlySpend.objects.all().delete()
+
+    migration = import_module("apps.billing.migrations.0012_monthly_spend")
+    migration.add_up_usage(django_apps, SimpleNamespace(connection=connection))
+
+    assert set(MonthlySpend.objects.values_list("organization", "month", "amount_minor")) == {
+        (first.organization_id, timezone.localtime(EPOCH).date().replace(day=1), 12),
+        (other.organization_id, date(2026, 4, 1), 11),
+    }

@@ -137,9 +137,9 @@ def test_revenue_by_month_sums_each_month_and_counts_its_tenants_once(park):
     rows = revenue_by_month(park, now=now)
     assert [(row["amount"], row["tenants"]) for row in rows] == [(157, 2), (900, 3)]
     assert rows[0]["month"] < rows[1]["month"]
-    top = top_tenants(park, since=this_month)
+    top = top_tenants(park, month=this_month.date())
     assert [(o.name, o.spent) for o in top] == [("alpha", 300), ("beta", 300), ("gamma", 300)]
-    assert [o.name for o in top_tenants(park, since=this_month, limit=1)] == ["alpha"]
+    assert [o.name for o in top_tenants(park, month=this_month.date(), limit=1)] == ["alpha"]
 
 
 # --- A task's cost so far --------------------------------------------------------------------
