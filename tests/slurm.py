@@ -28,6 +28,7 @@ class SlurmCluster:
     key_path: Path
     jobs_dir: Path
     slurm_conf: str  # for Slurm's command-line tools (scontrol), as SLURM_CONF
+    images_dir: str | None  # the OCI bundles of the images jobs run in (None: the bare node)
 
     def client(self, **kwargs) -> SlurmClient:
         return SlurmClient(self.url, self.user, key=self.key, **kwargs)
@@ -71,6 +72,7 @@ def slurm_cluster() -> SlurmCluster:
         key_path=key_path,
         jobs_dir=Path(settings.get("LOAM_SLURM_JOBS_DIR") or run_dir / "jobs"),
         slurm_conf=settings.get("SLURM_CONF") or str(run_dir / "etc" / "slurm.conf"),
+        images_dir=settings.get("LOAM_SLURM_IMAGES_DIR") or None,
     )
     with cluster.client(timeout=10) as client:
         try:
@@ -99,6 +101,7 @@ def driver_config(cluster: SlurmCluster) -> dict:
         "jobs_dir": str(cluster.jobs_dir),
         "gpu_models": {"a100": A100},
         "slurm_conf": cluster.slurm_conf,
+        **({"images_dir": cluster.images_dir} if cluster.images_dir else {}),
     }
 
 
