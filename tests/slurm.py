@@ -7,6 +7,7 @@ Without a reachable cluster the tests that use it are skipped, except in CI
 (LOAM_REQUIRE_SERVICES=1), where they fail: CI must not pass by skipping them.
 """
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,24 @@ def slurm(slurm_cluster):
     """A client for the test cluster, closed after the test."""
     with slurm_cluster.client() as client:
         yield client
+
+
+def require_images(cluster: SlurmCluster, *names: str) -> dict[str, str]:
+    """{name: digest} of the images the cluster's bundles hold (deploy/slurm/bundles.sh makes
+    them from `loam-agent image build`'s): skipped without them, failed in CI."""
+    if not cluster.images_dir:
+        _unavailable("LOAM_SLURM_IMAGES_DIR is not set (start.sh of an older deploy?)")
+    digests = {}
+    for name in names:
+        try:
+            built = json.loads((Path(cluster.images_dir) / name / "image.json").read_text())
+        except (OSError, ValueError) as exc:
+            _unavailable(
+                f"no bundle of the image {name} (loam-agent image build --name {name}, "
+                f"then deploy/slurm/bundles.sh): {exc}"
+            )
+        digests[name] = built["digest"]
+    return digests
 
 
 A100 = "a100-sxm-80gb"  # the catalog's model the test cluster's GRES "a100" maps to

@@ -17,14 +17,15 @@ chmod 755 "$target"
 # Rootless: a user namespace (oci-run maps the job's own user into it), its own mount, PID and
 # IPC namespaces; the node's network and host name, so a multi-node job's ranks meet at
 # MASTER_ADDR as on the bare node. The image stays read-only: /tmp is the job's scratch space.
-# Slurm replaces process.args and adds the job's environment and its own mounts.
+# Slurm replaces process.args and adds the job's environment and its own mounts. HOME is the
+# scratch space too (the image's /root is not the job's user's), unless the job sets its own.
 config='{
   "ociVersion": "1.0.2-dev",
   "process": {
     "terminal": false,
     "user": {"uid": 0, "gid": 0},
     "args": ["/bin/sh"],
-    "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+    "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp"],
     "cwd": "/",
     "noNewPrivileges": true
   },

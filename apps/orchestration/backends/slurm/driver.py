@@ -98,8 +98,10 @@ RENDEZVOUS = (
     "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))\n"
     "export NNODES=${SLURM_JOB_NUM_NODES:-1}\n"
 )
-# Starts the command in its image on each of the job's nodes (see the module docstring).
+# Starts the command in its image on each of the job's nodes (see the module docstring), with
+# the job's nodes in order, from which deploy/slurm/oci-run gives each its SLURM_NODEID.
 IN_IMAGE = (
+    'export LOAM_NODES="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)"\n'
     "exec srun --container={bundle} --nodes=$SLURM_JOB_NUM_NODES --ntasks-per-node=1 "
     "--kill-on-bad-exit=1 /bin/bash -lc {command}\n"
 )
