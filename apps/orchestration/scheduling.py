@@ -223,8 +223,8 @@ def _capacity_problems(park, task: TaskInput) -> dict:
         held = sorted({code for p in pools for code in p.images})
         return {
             "image": _(
-                "Pool %(pools)s cannot run the image %(image)s: it runs tasks only in "
-                "%(images)s. Choose one of those images."
+                "The pools that could run this task (%(pools)s) cannot run the image "
+                "%(image)s: they run tasks only in %(images)s. Choose one of those images."
             )
             % {
                 "pools": ", ".join(sorted(p.name for p in pools)),

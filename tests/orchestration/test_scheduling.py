@@ -221,8 +221,8 @@ def test_a_task_of_an_image_no_pool_runs_is_refused_naming_the_image_and_the_poo
         task_world.submit()
 
     assert excinfo.value.message_dict["image"] == [
-        "Pool east-h100 cannot run the image pytorch: it runs tasks only in debian-12. Choose "
-        "one of those images."
+        "The pools that could run this task (east-h100) cannot run the image pytorch: they run "
+        "tasks only in debian-12. Choose one of those images."
     ]
     assert not Task.objects.exists()
 

@@ -9,6 +9,7 @@ import subprocess
 import time
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
@@ -29,6 +30,7 @@ from tests.factories import (
     AcceleratorModelFactory,
     FlavorFactory,
     FlavorFamilyFactory,
+    ImageFactory,
     ParkFactory,
     ParkOperatorFactory,
     PriceFactory,
@@ -323,6 +325,35 @@ def test_a_task_runs_as_a_slurm_job_and_is_billed_from_accounting(
     page = client.get(reverse("tasks:task_detail", args=[task.pk])).content.decode()
     assert task.backend_handle in page and task.node.hostname in page
     assert ", ".join(map(str, status["devices"])) in page
+
+
+def test_a_task_runs_in_its_image_and_its_page_says_which_build(
+    slurm_world, images, organization, owner, client, django_capture_on_commit_callbacks
+):
+    """Through the portal: the pool reports the cluster's images, the pytorch task imports torch
+    (the bare node has none) as the organization's user, and its page names the build's digest;
+    an image the cluster has no bundle of is refused at submit, naming the pool."""
+    backend, image = slurm_world
+    [pool] = backend.pools.all()
+    assert pool.images["pytorch"] == images["pytorch"]
+    command = "python -c 'import torch; print(\"torch\", torch.__version__)'"
+    with django_capture_on_commit_callbacks(execute=True):
+        task = submit(slurm_world, organization, owner, command=command, accelerator_milli=1000)
+
+    follow_until(task, {TaskState.SUCCEEDED, TaskState.FAILED})
+    assert task.state == TaskState.SUCCEEDED, task.logs
+    assert re.search(r"^torch \d+\.\d+", task.logs, re.M)
+    assert task.image_digest == images["pytorch"]
+    client.force_login(owner)
+    page = client.get(reverse("tasks:task_detail", args=[task.pk])).content.decode()
+    assert f'title="{images["pytorch"]}"' in page
+
+    cuda = ImageFactory(
+        park=image.park, code="cuda-99", compatible_accelerators=[pool.accelerator_model]
+    )
+    with pytest.raises(ValidationError) as excinfo:
+        submit(slurm_world, organization, owner, image=cuda)
+    assert "(slurm-a100) cannot run the image cuda-99" in str(excinfo.value)
 
 
 def job_id(task) -> int:
