@@ -15,8 +15,9 @@ mkdir -p "$target"
 chmod 755 "$target"
 
 # Rootless: a user namespace (oci-run maps the job's own user into it), its own mount, PID and
-# IPC namespaces; the node's network and host name, so a multi-node job's ranks meet at
-# MASTER_ADDR as on the bare node. The image stays read-only: /tmp is the job's scratch space.
+# IPC namespaces (killing the PID namespace's first process ends every process of the job: how
+# oci-run ends a cancelled one); the node's network and host name, so a multi-node job's ranks
+# meet at MASTER_ADDR as on the bare node. The image stays read-only: /tmp is the job's scratch space.
 # Slurm replaces process.args and adds the job's environment and its own mounts. HOME is the
 # scratch space too (the image's /root is not the job's user's), unless the job sets its own.
 config='{
