@@ -7,6 +7,7 @@ Without a reachable cluster the tests that use it are skipped, except in CI
 (LOAM_REQUIRE_SERVICES=1), where they fail: CI must not pass by skipping them.
 """
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ class SlurmCluster:
     key_path: Path
     jobs_dir: Path
     slurm_conf: str  # for Slurm's command-line tools (scontrol), as SLURM_CONF
+    images_dir: str | None  # the OCI bundles of the images jobs run in (None: the bare node)
 
     def client(self, **kwargs) -> SlurmClient:
         return SlurmClient(self.url, self.user, key=self.key, **kwargs)
@@ -71,6 +73,7 @@ def slurm_cluster() -> SlurmCluster:
         key_path=key_path,
         jobs_dir=Path(settings.get("LOAM_SLURM_JOBS_DIR") or run_dir / "jobs"),
         slurm_conf=settings.get("SLURM_CONF") or str(run_dir / "etc" / "slurm.conf"),
+        images_dir=settings.get("LOAM_SLURM_IMAGES_DIR") or None,
     )
     with cluster.client(timeout=10) as client:
         try:
@@ -87,6 +90,24 @@ def slurm(slurm_cluster):
         yield client
 
 
+def require_images(cluster: SlurmCluster, *names: str) -> dict[str, str]:
+    """{name: digest} of the images the cluster's bundles hold (deploy/slurm/bundles.sh makes
+    them from `loam-agent image build`'s): skipped without them, failed in CI."""
+    if not cluster.images_dir:
+        _unavailable("LOAM_SLURM_IMAGES_DIR is not set (start.sh of an older deploy?)")
+    digests = {}
+    for name in names:
+        try:
+            built = json.loads((Path(cluster.images_dir) / name / "image.json").read_text())
+        except (OSError, ValueError) as exc:
+            _unavailable(
+                f"no bundle of the image {name} (loam-agent image build --name {name}, "
+                f"then deploy/slurm/bundles.sh): {exc}"
+            )
+        digests[name] = built["digest"]
+    return digests
+
+
 A100 = "a100-sxm-80gb"  # the catalog's model the test cluster's GRES "a100" maps to
 
 
@@ -99,6 +120,7 @@ def driver_config(cluster: SlurmCluster) -> dict:
         "jobs_dir": str(cluster.jobs_dir),
         "gpu_models": {"a100": A100},
         "slurm_conf": cluster.slurm_conf,
+        **({"images_dir": cluster.images_dir} if cluster.images_dir else {}),
     }
 
 

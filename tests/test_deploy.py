@@ -4,6 +4,7 @@ the nginx template's variables are the ones every caller sets. (deploy/stack/sta
 real thing; tests/e2e/test_production_stack.py checks it from the outside.)"""
 
 import gc
+import json
 import os
 import re
 import runpy
@@ -535,3 +536,28 @@ def test_slurm_start_refuses_a_run_dir_its_daemon_users_cannot_reach(tmp_path):
     assert match, done.stderr
     assert Path(match[1]) in run_dir.parents
     assert not (run_dir / "munge").exists() and not (run_dir / "pids").exists()
+
+
+def test_slurm_bundles_are_made_of_the_built_images_only(tmp_path):
+    """deploy/slurm/bundles.sh: a bundle per image built (image.json and rootfs), whose rootfs
+    is a link to the image's, never a copy; an image still being built is left out and a bundle
+    whose image is gone is removed."""
+    source, target = tmp_path / "images", tmp_path / "bundles"
+    for name in ("debian-12", "pytorch"):
+        (source / name / "rootfs" / "etc").mkdir(parents=True)
+        (source / name / "image.json").write_text(f'{{"name": "{name}", "digest": "sha256:1"}}')
+    (source / "half-built" / "rootfs.partial").mkdir(parents=True)
+    (target / "removed-image").mkdir(parents=True)
+
+    subprocess.run(
+        ["bash", str(DEPLOY / "slurm" / "bundles.sh"), str(target), str(source)], check=True
+    )
+
+    assert sorted(path.name for path in target.iterdir()) == ["debian-12", "pytorch"]
+    bundle = target / "pytorch"
+    assert (bundle / "rootfs").resolve() == source / "pytorch" / "rootfs"
+    assert (bundle / "image.json").read_text() == (source / "pytorch" / "image.json").read_text()
+    config = json.loads((bundle / "config.json").read_text())
+    assert config["root"] == {"path": "rootfs", "readonly": True}
+    assert {"type": "user"} in config["linux"]["namespaces"]
+    assert "network" not in {space["type"] for space in config["linux"]["namespaces"]}

@@ -480,13 +480,16 @@ def zone(pool) -> str:
 
 def task_pool_rejections(task, pools, prices, *, model_ids) -> dict[int, str]:
     """{pool id: why the task may not use it} for the pools it may not use ("gpu_model",
-    "region", "not_priced", "max_price"); the others are missing from the answer."""
+    "image": its backend can't run the task's image, "region", "not_priced", "max_price"); the
+    others are missing from the answer."""
     allowed_regions = {r.pk for r in task.allowed_regions.all()}
     refused = {}
     for pool in pools:
         price = prices.get(pool.pk)
         if pool.accelerator_model_id not in model_ids:
             refused[pool.pk] = "gpu_model"
+        elif pool.images is not None and task.image.code not in pool.images:
+            refused[pool.pk] = "image"
         elif allowed_regions and pool.region_id not in allowed_regions:
             refused[pool.pk] = "region"
         elif price is None:

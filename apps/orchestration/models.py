@@ -80,6 +80,10 @@ class Pool(models.Model):
         _("grid carbon intensity (gCO₂/kWh)"), default=550
     )
     is_schedulable = models.BooleanField(_("schedulable"), default=True)
+    # {image code: digest} of the images its backend runs tasks in, as it last reported them
+    # (`ReportedPool.images`): a task of another image is refused at submit and never placed
+    # here. None: the backend brings no images of its own (any image's tasks may come).
+    images = models.JSONField(_("images it runs"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("pool")
@@ -350,6 +354,7 @@ class SchedulingPolicy(models.Model):
 REJECTION_REASONS = {
     "drained": _("drained for maintenance"),
     "gpu_model": _("the task does not run on this accelerator model"),
+    "image": _("its backend cannot run the task's image"),
     "region": _("outside the allowed regions"),
     "cpu": _("not enough free vCPU"),
     "memory": _("not enough free RAM"),
@@ -814,6 +819,9 @@ class Task(models.Model):
         verbose_name=_("node"),
     )
     backend_handle = models.CharField(_("backend handle"), max_length=200, blank=True)
+    # The digest of the image it was handed to its backend to run in, as the pool reported it
+    # (`Pool.images`); empty where the pool runs no images (the command ran on the bare node).
+    image_digest = models.CharField(_("image digest"), max_length=80, blank=True)
     # What the backend said last: {"state", "message", "node", "devices", "exit_code"}.
     backend_status = models.JSONField(_("backend status"), default=dict, blank=True)
     logs = models.TextField(_("logs"), blank=True)

@@ -55,6 +55,7 @@ from apps.orchestration.models import (
     Node,
     NodeHealth,
     Placement,
+    Pool,
     SchedulingPolicy,
     Task,
     TaskPreference,
@@ -217,6 +218,21 @@ def _capacity_problems(park, task: TaskInput) -> dict:
             field_name: _("No pool of the park has accelerators this image runs on%(where)s.")
             % {"where": _(" in the chosen regions") if regions else ""}
         }
+    running_it = [p for p in pools if p.images is None or task.image.code in p.images]
+    if not running_it:
+        held = sorted({code for p in pools for code in p.images})
+        return {
+            "image": _(
+                "The pools that could run this task (%(pools)s) cannot run the image "
+                "%(image)s: they run tasks only in %(images)s. Choose one of those images."
+            )
+            % {
+                "pools": ", ".join(sorted(p.name for p in pools)),
+                "image": task.image.code,
+                "images": ", ".join(held) or _("no image yet"),
+            }
+        }
+    pools = running_it
     cards = max(1, task.accelerator_milli // 1000)
     hosts_in = Counter(
         Node.objects.filter(
@@ -908,12 +924,19 @@ def _release(allocation: Allocation) -> None:
 @transaction.atomic(durable=True)
 def task_submitted(*, task_id: int, handle: str) -> Task | None:
     """The backend took the task and named it; it stays placed until the backend runs it.
-    None if it is no longer placed (cancelled meanwhile)."""
+    Which build of its image it runs in is kept (`Task.image_digest`). None if it is no longer
+    placed (cancelled meanwhile)."""
     task = Task.objects.select_for_update(no_key=True).get(pk=task_id)
     if task.state != TaskState.PLACED:
         return None
-    Task.objects.filter(pk=task_id).update(backend_handle=handle)
+    Task.objects.filter(pk=task_id).update(backend_handle=handle, image_digest=ran_digest(task))
     return task
+
+
+def ran_digest(task: Task) -> str:
+    """The digest of the task's image as its pool reported it ("" where the pool runs none)."""
+    images = Pool.objects.filter(pk=task.pool_id).values_list("images", flat=True).first()
+    return (images or {}).get(task.image.code, "")
 
 
 @transaction.atomic(durable=True)

@@ -706,6 +706,7 @@ def register_backend(
             region=region,
             name=reported_pool.name,
             accelerator_model=models[reported_pool.accelerator_model],
+            images=_images_of(reported_pool),
         )
         for reported_node in reported_pool.nodes:
             register_node(
@@ -758,8 +759,10 @@ def probe_backend(*, backend: Backend, operator=None, now=None) -> Backend:
     except BackendError as exc:
         _nodes_unknown(backend, nodes)
         return _backend_checked(backend, error=str(exc), now=now)
-    # The backend asked with no row locked; now its nodes, in id order as placement takes
-    # them (registering them one by one in the report's order deadlocked with an order).
+    # The backend asked with no row locked; now its pools (the images they run), then its
+    # nodes, in id order as placement takes them (registering them one by one in the report's
+    # order deadlocked with an order).
+    _record_pool_images(backend, reported)
     lock_all(Node, [node.pk for node in nodes])
     problems = _sync_reported_nodes(backend, reported)
     if readings is not None:
@@ -778,6 +781,25 @@ def _held_devices(nodes) -> dict[str, frozenset[int]]:
     for node_id, index in pairs:
         held[names[node_id]].add(index)
     return {hostname: frozenset(indices) for hostname, indices in held.items()}
+
+
+def _images_of(reported_pool: ReportedPool) -> dict | None:
+    return dict(reported_pool.images) if reported_pool.images is not None else None
+
+
+def _record_pool_images(backend: Backend, reported: list[ReportedPool]) -> None:
+    """Each registered pool runs the images its backend reports now (`Pool.images`)."""
+    images = {pool.name: _images_of(pool) for pool in reported}
+    changed = [
+        pool
+        for pool in backend.pools.order_by("pk")
+        if pool.name in images and pool.images != images[pool.name]
+    ]
+    if not changed:
+        return
+    lock_all(Pool, [pool.pk for pool in changed])
+    for pool in changed:
+        Pool.objects.filter(pk=pool.pk).update(images=images[pool.name])
 
 
 def _sync_reported_nodes(backend: Backend, reported: list[ReportedPool]) -> list[str]:

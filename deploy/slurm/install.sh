@@ -6,9 +6,10 @@
 set -euo pipefail
 
 # slurm-wlm-jwt-plugin holds auth_jwt.so (slurmrestd's token auth); slurmdbd pulls in the
-# MySQL storage plugin. The slurm-wlm metapackage would pull in much more than we use.
+# MySQL storage plugin. The slurm-wlm metapackage would pull in much more than we use. runc runs
+# jobs in their image (Slurm's --container, rootless: see oci-run), python3 rewrites its config.
 packages=(slurmctld slurmd slurmdbd slurmrestd slurm-client slurm-wlm-jwt-plugin munge
-  mariadb-server mariadb-client curl)
+  mariadb-server mariadb-client curl runc python3)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -76,6 +76,8 @@ def test_a_task_ordered_in_the_browser_runs_on_slurm(
     assert task.state == TaskState.SUCCEEDED
     page.reload()
     expect(page.locator("#task-logs")).to_contain_text("done")
+    if slurm_cluster.images_dir:  # it ran in its image: the page names the build
+        expect(page.locator("#task-image-ran")).to_contain_text(f"{image.code} sha256:")
     devices = ", ".join(map(str, task.backend_status["devices"]))
     expect(page.locator("#backend-devices")).to_have_text(devices)
     expect(page.locator("#task-logs")).to_contain_text("GPUS=" + devices.replace(", ", ","))

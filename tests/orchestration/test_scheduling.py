@@ -15,7 +15,7 @@ from apps.core.models import AuditEvent
 from apps.orchestration import selectors, tasks
 from apps.orchestration.backends.base import BackendError
 from apps.orchestration.backends.simulator import SimulatorDriver
-from apps.orchestration.models import Accelerator, Allocation, Placement, Task, TaskState
+from apps.orchestration.models import Accelerator, Allocation, Placement, Pool, Task, TaskState
 from apps.orchestration.scheduling import cancel_task
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.tenants.models import ApiKeyScope
@@ -208,6 +208,46 @@ def test_submitting_runs_a_queue_pass_after_commit(task_world, django_capture_on
         callback()
 
     assert reload(task).state == TaskState.PLACED
+
+
+def test_a_task_of_an_image_no_pool_runs_is_refused_naming_the_image_and_the_pool(task_world):
+    """A pool whose backend runs tasks in images of its own (Slurm's containers) reports which:
+    a task of another image is refused at submit, not left to fail when it runs."""
+    Pool.objects.filter(pk=task_world.pools["east-h100"].pk).update(
+        images={"debian-12": "sha256:d3ef"}
+    )
+
+    with pytest.raises(ValidationError) as excinfo:
+        task_world.submit()
+
+    assert excinfo.value.message_dict["image"] == [
+        "The pools that could run this task (east-h100) cannot run the image pytorch: they run "
+        "tasks only in debian-12. Choose one of those images."
+    ]
+    assert not Task.objects.exists()
+
+
+def test_a_task_is_placed_only_where_its_image_runs_and_keeps_the_digest_it_ran_in(
+    task_world, django_capture_on_commit_callbacks
+):
+    """The other pool runs only debian-12: the pytorch task goes to the one that runs pytorch,
+    the other's node is refused for its image, and the task keeps the build's digest that pool
+    reported once it is handed over."""
+    other = task_world.pool("east-h100-other", region=task_world.east, model=task_world.h100)
+    task_world.node("h2", pool=other)
+    Pool.objects.filter(pk=other.pk).update(images={"debian-12": "sha256:d3ef"})
+    Pool.objects.filter(pk=task_world.pools["east-h100"].pk).update(
+        images={"debian-12": "sha256:d3ef", "pytorch": "sha256:70c4"}
+    )
+
+    with django_capture_on_commit_callbacks(execute=True):
+        task = task_world.submit()
+
+    task = reload(task)
+    assert task.pool == task_world.pools["east-h100"]
+    assert task.image_digest == "sha256:70c4"
+    placement = Placement.objects.get(workload__task=task)
+    assert placement.weights["considered"]["rejected"] == {"image": 1}
 
 
 # --- placing ---------------------------------------------------------------------------------

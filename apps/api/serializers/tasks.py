@@ -107,6 +107,12 @@ class TaskSerializer(serializers.ModelSerializer):
     placement = serializers.SerializerMethodField(
         help_text="Why it runs where it does, in the caller's language; null until placed."
     )
+    image_digest = serializers.CharField(
+        read_only=True,
+        help_text="The digest of the build of `image` it was handed to its backend to run in, "
+        "as its pool reported it; empty until then, and where its pool runs no images of its "
+        "own (the command runs as the backend runs it).",
+    )
     nodes = serializers.SerializerMethodField(
         help_text="Every node it was placed on, by hostname (several for a multi-node task); "
         "empty until placed."
@@ -119,6 +125,7 @@ class TaskSerializer(serializers.ModelSerializer):
             "name",
             "state",
             "image",
+            "image_digest",
             "command",
             "accelerator_model",
             "accelerator_milli",

@@ -62,6 +62,11 @@ class ReportedPool:
     name: str
     accelerator_model: str
     nodes: tuple[NodeCapacity, ...]
+    # {image code: digest} of the images its nodes run tasks in, for a backend that runs each
+    # task in its image itself (Slurm's containers): a task of another image is refused. None:
+    # the backend brings no images of its own (the simulator, agents' hosts, a Slurm cluster
+    # that runs commands on the bare node).
+    images: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ and another organization's task a 404."""
 
 import pytest
 
-from apps.orchestration.models import Placement, Task, TaskState
+from apps.orchestration.models import Placement, Pool, Task, TaskState
 from apps.orchestration.scheduling import schedule_queue_pass
 from apps.tenants.models import ApiKeyScope
 from tests.api.conftest import ENGLISH, assert_field_errors, assert_problem, bearer, results
@@ -107,6 +107,22 @@ def test_a_gang_task_runs_on_two_nodes_and_an_agent_only_model_refuses_it(
     refused = api.post("/api/v1/tasks/", body(accelerator_model="a10", node_count=2))
     errors = assert_field_errors(refused, "node_count")["errors"]["node_count"]
     assert "run a task on one server only" in str(errors)
+
+
+def test_an_image_its_pool_cannot_run_is_a_400_naming_both_and_a_run_says_its_digest(
+    api, task_world, django_capture_on_commit_callbacks
+):
+    pool = task_world.pools["east-h100"]
+    Pool.objects.filter(pk=pool.pk).update(images={"debian-12": "sha256:d3ef"})
+    refused = api.post("/api/v1/tasks/", body(), **ENGLISH)
+    errors = assert_field_errors(refused, "image")["errors"]["image"]
+    assert "(east-h100) cannot run the image pytorch" in str(errors)
+
+    Pool.objects.filter(pk=pool.pk).update(images={"pytorch": "sha256:70c4"})
+    with django_capture_on_commit_callbacks(execute=True):
+        created = api.post("/api/v1/tasks/", body())
+    task = api.get(f"/api/v1/tasks/{created.json()['id']}/").json()
+    assert (task["image"], task["image_digest"]) == ("pytorch", "sha256:70c4")
 
 
 def test_the_same_idempotency_key_creates_one_task(api, task_world):

@@ -31,6 +31,21 @@ Config (a Backend row's JSON):
                    (default "loam_o")
     create_users   add a missing Unix user with useradd (default true: the worker runs as root
                    on the head node); false: the site's directory provides them
+    images_dir     OCI bundles of the images tasks run in, a folder per image named by its code,
+                   each with the runtime's config.json, its rootfs and the agent's image.json
+                   (name, digest): deploy/slurm/bundles.sh makes them from the host images built
+                   by `loam-agent image build`; the same path on every node and here. Unset:
+                   the pools run no images, and a task's command runs on the bare node
+
+Jobs in their image (issue 32): where `images_dir` is set, the pools report the images it holds
+(`ReportedPool.images`, {code: digest}: the portal refuses a task of another image at submit and
+never places one there), and the batch script, on the node as the organization's user, starts
+the command in the image with Slurm's own `srun --container=<bundle>` (oci.conf: rootless runc
+as that same user; see deploy/slurm/oci-run), once on each of the job's nodes, in a login shell
+(the image's PATH, its /opt/venv first) with NODE_RANK set. The image is read-only; /tmp is the
+job's scratch space and its output goes where the bare node's did. `srun` is not in the images:
+a multi-node command is already running on every node, torchrun-style (`torchrun
+--nnodes=$NNODES --node_rank=$NODE_RANK --master_addr=$MASTER_ADDR …`).
 
 A job is pinned to the node Loam's scheduler chose with `constraints` naming the node: v0.0.38
 rejects `required_nodes`, so every node carries a feature named after itself. A multi-node
@@ -45,7 +60,9 @@ The command runs once, on the first node; `srun torchrun --nnodes=$NNODES
 --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT train.py` starts it on each.
 """
 
+import json
 import os
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -80,6 +97,13 @@ RENDEZVOUS = (
     "export MASTER_ADDR=$(hostname)\n"
     "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))\n"
     "export NNODES=${SLURM_JOB_NUM_NODES:-1}\n"
+)
+# Starts the command in its image on each of the job's nodes (see the module docstring), with
+# the job's nodes in order, from which deploy/slurm/oci-run gives each its SLURM_NODEID.
+IN_IMAGE = (
+    'export LOAM_NODES="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)"\n'
+    "exec srun --container={bundle} --nodes=$SLURM_JOB_NUM_NODES --ntasks-per-node=1 "
+    "--kill-on-bad-exit=1 /bin/bash -lc {command}\n"
 )
 LOG_LIMIT_BYTES = 256 * 1024  # the tail of a job's output the portal keeps
 # Slurm states that end a job without it having exited by itself (or that it failed).
@@ -123,6 +147,8 @@ class SlurmDriver:
         self.jobs_dir = str(config["jobs_dir"]).rstrip("/")
         self.gpu_models: Mapping[str, str] = config.get("gpu_models") or {}
         self.pool_prefix = str(config.get("pool_prefix", "slurm-"))
+        images_dir = config.get("images_dir")
+        self.images_dir = str(images_dir).rstrip("/") if images_dir else None
 
     # --- the client ------------------------------------------------------------------------------
 
@@ -159,6 +185,7 @@ class SlurmDriver:
         """A pool per GPU model; a node's GPUs of one model are its accelerators. Nodes without
         GPUs are left out (Loam schedules GPU work)."""
         by_model: dict[str, list[NodeCapacity]] = {}
+        images = self.images()
         for node in self._call("nodes"):
             for gres_type, count in node.gpus.items():
                 by_model.setdefault(gres_type, []).append(
@@ -176,9 +203,37 @@ class SlurmDriver:
                 name=f"{self.pool_prefix}{gres_type}",
                 accelerator_model=self._model(gres_type),
                 nodes=tuple(nodes),
+                images=images,
             )
             for gres_type, nodes in sorted(by_model.items())
         ]
+
+    def images(self) -> dict[str, str] | None:
+        """{image code: digest} of the bundles in `images_dir` (None where it is not set)."""
+        if self.images_dir is None:
+            return None
+        try:
+            folders = sorted(os.scandir(self.images_dir), key=lambda entry: entry.name)
+        except OSError as exc:
+            raise BackendError(f"cannot list the Slurm images in {self.images_dir}: {exc}") from exc
+        images = {}
+        for folder in folders:
+            digest = self._bundle_digest(folder.path)
+            if digest:
+                images[folder.name] = digest
+        return images
+
+    @staticmethod
+    def _bundle_digest(bundle: str) -> str | None:
+        """The digest of the image a bundle runs; None where it is no complete bundle."""
+        if not os.path.isfile(f"{bundle}/config.json"):
+            return None
+        try:
+            with open(f"{bundle}/image.json") as built:
+                digest = json.load(built).get("digest")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return digest if isinstance(digest, str) and digest else None
 
     def telemetry(
         self, hosts: Mapping[str, int], held: Mapping[str, frozenset[int]] | None = None
@@ -223,7 +278,7 @@ class SlurmDriver:
         jobs_dir = self._jobs_dir(tenant.name if tenant else None)
         nodes = spec.node_names
         job = JobRequest(
-            script=f"#!/bin/bash\n{RENDEZVOUS}{spec.command}\n",
+            script=f"#!/bin/bash\n{RENDEZVOUS}{self._run(spec)}\n",
             working_dir=jobs_dir,
             name=spec.name,
             partition=self.config.get("partition"),
@@ -243,6 +298,18 @@ class SlurmDriver:
         )
         job_id = self._call("submit", job, user=tenant.name if tenant else None)
         return f"{tenant.name}/{job_id}" if tenant else str(job_id)
+
+    def _run(self, spec: TaskSpec) -> str:
+        """The batch script's last line: the command on the bare node, or in its image."""
+        if self.images_dir is None:
+            return spec.command
+        bundle = f"{self.images_dir}/{spec.image}"
+        if "/" in spec.image or self._bundle_digest(bundle) is None:
+            raise BackendError(
+                f"this Slurm cluster has no image {spec.image!r} (no bundle in {self.images_dir})"
+            )
+        in_image = f"export NODE_RANK=$SLURM_NODEID\n{spec.command}"
+        return IN_IMAGE.format(bundle=shlex.quote(bundle), command=shlex.quote(in_image))
 
     def set_tenant_limit(self, organization_id: int, gpu_limit: int | None) -> None:
         """The organization's accelerator quota changed: its account's GrpTRES follows."""

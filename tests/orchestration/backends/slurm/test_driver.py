@@ -3,11 +3,13 @@ operator, its GPU nodes synced as a pool, training tasks run as Slurm jobs on th
 scheduler chose, followed to the end, cancelled, failed, and billed from Slurm's accounting."""
 
 import os
+import pwd
 import re
 import subprocess
 import time
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
@@ -28,12 +30,13 @@ from tests.factories import (
     AcceleratorModelFactory,
     FlavorFactory,
     FlavorFamilyFactory,
+    ImageFactory,
     ParkFactory,
     ParkOperatorFactory,
     PriceFactory,
     RegionFactory,
 )
-from tests.slurm import A100, driver_config, slurm_park
+from tests.slurm import A100, driver_config, require_images, slurm_park
 from tests.worlds import SSH_KEY
 
 pytestmark = pytest.mark.slurm
@@ -67,7 +70,7 @@ def spec(node="gpu-node2", command="echo CUDA=$CUDA_VISIBLE_DEVICES", milli=2000
         accelerator_milli=milli,
         vcpu=fields.pop("vcpu", 2),
         ram_gb=fields.pop("ram_gb", 2),
-        image="pytorch",
+        image=fields.pop("image", "pytorch"),
         command=command,
         **fields,
     )
@@ -121,26 +124,106 @@ def test_a_gang_job_runs_on_both_chosen_nodes_and_sees_its_peers(driver):
     assert master and master[1] == os.uname().nodename and 20000 <= int(master[2]) < 40000
 
 
-def test_srun_in_a_gang_job_starts_one_rank_per_node_that_share_the_rendezvous(driver):
-    """What `srun torchrun …` relies on: one process on each node, each with its rank and the
-    same MASTER_ADDR:MASTER_PORT."""
+def test_srun_in_a_gang_job_on_the_bare_node_starts_one_rank_per_node_that_share_the_rendezvous(
+    bare_driver,
+):
+    """What `srun torchrun …` relies on where the cluster runs no images: one process on each
+    node, each with its rank and the same MASTER_ADDR:MASTER_PORT."""
     command = (
         "srun bash -c 'echo rank=$SLURM_NODEID node=$SLURMD_NODENAME at=$MASTER_ADDR:$MASTER_PORT'"
     )
-    handle = driver.submit_task(
+    handle = bare_driver.submit_task(
         spec(node="gpu-node1", nodes=("gpu-node1", "gpu-node2"), command=command, milli=1000)
     )
-    done = wait_for(lambda: finished(driver, handle))
+    done = wait_for(lambda: finished(bare_driver, handle))
     assert done.state == TASK_SUCCEEDED
-    logs = wait_for(lambda: driver.task_logs(handle))
+    assert_one_rank_per_node(wait_for(lambda: bare_driver.task_logs(handle)))
+
+
+def assert_one_rank_per_node(logs):
     ranks = {
         rank: (node, at) for rank, node, at in re.findall(r"rank=(\d) node=(\S+) at=(\S+)", logs)
     }
     assert {rank: node for rank, (node, _at) in ranks.items()} == {
         "0": "gpu-node1",
         "1": "gpu-node2",
-    }
+    }, logs
     assert len({at for _node, at in ranks.values()}) == 1, logs
+
+
+# --- jobs in their image (Slurm's --container, rootless runc as the job's user) --------------
+
+
+@pytest.fixture
+def images(slurm_cluster):
+    return require_images(slurm_cluster, "debian-12", "pytorch")
+
+
+@pytest.fixture
+def bare_driver(slurm_cluster):
+    """The test cluster where it runs no images: commands run on the bare node."""
+    config = {k: v for k, v in driver_config(slurm_cluster).items() if k != "images_dir"}
+    return get_driver("slurm", config)
+
+
+def test_capacity_reports_the_images_of_the_clusters_bundles(driver, bare_driver, images):
+    [pool] = driver.capacity()
+    assert {name: pool.images[name] for name in images} == images
+    [bare_pool] = bare_driver.capacity()
+    assert bare_pool.images is None
+
+
+def test_a_job_runs_in_its_image_as_the_organizations_own_user(driver, images, slurm_cluster):
+    """debian-12's os-release, the image read-only, and the process the organization's Unix
+    user on the node: root only inside its own user namespace, whose one mapping is that uid."""
+    command = (
+        "grep PRETTY_NAME /etc/os-release; cat /proc/self/uid_map; "
+        "touch /etc/x 2>/dev/null || echo image-read-only; echo rank=$NODE_RANK"
+    )
+    handle = driver.submit_task(
+        spec(command=command, milli=1000, image="debian-12", organization_id=9101)
+    )
+    done = wait_for(lambda: finished(driver, handle))
+    logs = driver.task_logs(handle)
+    assert (done.state, done.exit_code) == (TASK_SUCCEEDED, 0), logs
+    assert 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"' in logs
+    tenant = pwd.getpwnam("loam_o9101")
+    assert re.search(rf"^\s*0\s+{tenant.pw_uid}\s+1\s*$", logs, re.M), logs
+    assert "image-read-only" in logs and "rank=0" in logs
+    output = slurm_cluster.jobs_dir / "loam_o9101" / f"loam-{handle.split('/')[1]}.out"
+    assert output.stat().st_uid == tenant.pw_uid
+
+
+def test_torch_imports_in_the_pytorch_image_where_the_bare_node_has_none(
+    driver, bare_driver, images
+):
+    command = "python -c 'import torch; print(\"torch\", torch.__version__)'"
+    in_image = driver.submit_task(spec(command=command, milli=1000, image="pytorch"))
+    on_node = bare_driver.submit_task(spec(command=command, milli=1000, image="pytorch"))
+
+    done = wait_for(lambda: finished(driver, in_image))
+    assert (done.state, done.exit_code) == (TASK_SUCCEEDED, 0), driver.task_logs(in_image)
+    assert re.search(r"^torch \d+\.\d+", driver.task_logs(in_image), re.M)
+    bare = wait_for(lambda: finished(bare_driver, on_node))
+    assert bare.state == TASK_FAILED  # no python, or no torch, on the bare node
+
+
+def test_a_gang_job_in_its_image_runs_the_command_once_on_each_node(driver, images):
+    """In an image there is no srun: the command itself runs on every node, with its rank, and
+    every rank meets at the same rendezvous."""
+    command = "echo rank=$NODE_RANK node=$SLURMD_NODENAME at=$MASTER_ADDR:$MASTER_PORT"
+    handle = driver.submit_task(
+        spec(node="gpu-node1", nodes=("gpu-node1", "gpu-node2"), command=command, milli=1000)
+    )
+    done = wait_for(lambda: finished(driver, handle))
+    assert done.state == TASK_SUCCEEDED
+    assert_one_rank_per_node(wait_for(lambda: driver.task_logs(handle)))
+
+
+def test_an_image_the_cluster_has_no_bundle_of_is_refused_before_submitting(driver, images):
+    with pytest.raises(BackendError, match="no image 'cuda-99'") as excinfo:
+        driver.submit_task(spec(image="cuda-99"))
+    assert not excinfo.value.transient
 
 
 def test_a_job_that_exits_3_fails_with_exit_code_3(driver):
@@ -242,6 +325,36 @@ def test_a_task_runs_as_a_slurm_job_and_is_billed_from_accounting(
     page = client.get(reverse("tasks:task_detail", args=[task.pk])).content.decode()
     assert task.backend_handle in page and task.node.hostname in page
     assert ", ".join(map(str, status["devices"])) in page
+
+
+def test_a_task_runs_in_its_image_and_its_page_says_which_build(
+    slurm_world, images, organization, owner, client, django_capture_on_commit_callbacks
+):
+    """Through the portal: the pool reports the cluster's images, the pytorch task imports torch
+    (the bare node has none) as the organization's user, and its page names the build's digest;
+    an image the cluster has no bundle of is refused at submit, naming the pool."""
+    backend, image = slurm_world
+    [pool] = backend.pools.all()
+    assert pool.images["pytorch"] == images["pytorch"]
+    command = "python -c 'import torch; print(\"torch\", torch.__version__)'"
+    with django_capture_on_commit_callbacks(execute=True):
+        task = submit(slurm_world, organization, owner, command=command, accelerator_milli=1000)
+
+    follow_until(task, {TaskState.SUCCEEDED, TaskState.FAILED})
+    assert task.state == TaskState.SUCCEEDED, task.logs
+    assert re.search(r"^torch \d+\.\d+", task.logs, re.M)
+    assert task.image_digest == images["pytorch"]
+    client.force_login(owner)
+    page = client.get(reverse("tasks:task_detail", args=[task.pk])).content.decode()
+    assert f'title="{images["pytorch"]}"' in page
+
+    cuda = ImageFactory(
+        park=image.park, code="cuda-99", compatible_accelerators=[pool.accelerator_model]
+    )
+    with pytest.raises(ValidationError) as excinfo:
+        submit(slurm_world, organization, owner, image=cuda)
+    [refusal] = excinfo.value.message_dict["image"]
+    assert "slurm-a100" in refusal and "cuda-99" in refusal
 
 
 def job_id(task) -> int:

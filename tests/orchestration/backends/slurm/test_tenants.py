@@ -4,6 +4,7 @@ users, and through slurmrestd with its own token), and an organization's acceler
 the account's GrpTRES, which holds for a job submitted around the portal too."""
 
 import os
+import pwd
 import subprocess
 import time
 from pathlib import Path
@@ -106,7 +107,10 @@ def test_neither_organization_reaches_the_others_job_or_output(
     other_owner,
     django_capture_on_commit_callbacks,
 ):
-    command = "echo {secret}; id -un; sleep 60"
+    # The uid the job has on the node, in its image too (root there only in a user namespace
+    # whose one mapping is that uid), from its user namespace's map of its own id.
+    host_uid = "awk -v me=$(id -u) '$1 <= me && me < $1 + $3 {{print \"uid=\" $2 + me - $1}}' "
+    command = "echo {secret}; " + host_uid + "/proc/self/uid_map; sleep 60"
     mine = run(
         two_tenants,
         organization,
@@ -128,8 +132,8 @@ def test_neither_organization_reaches_the_others_job_or_output(
         f"loam_o{other_organization.pk}",
     )
     # Each job runs as its organization's own Unix user.
-    assert f"\n{my_account}\n" in f"\n{mine.logs}"
-    assert f"\n{their_account}\n" in f"\n{theirs.logs}"
+    assert f"\nuid={pwd.getpwnam(my_account).pw_uid}\n" in f"\n{mine.logs}"
+    assert f"\nuid={pwd.getpwnam(their_account).pw_uid}\n" in f"\n{theirs.logs}"
 
     # As Unix users: the other's folder cannot be entered, its output read or written.
     my_output = Path(slurm_cluster.jobs_dir) / my_account / f"loam-{my_job}.out"
