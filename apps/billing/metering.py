@@ -21,7 +21,7 @@ from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from apps.billing.models import Meter, MonthlySpend, UsageRecord
-from apps.core.bulk import insert_rows, update_rows
+from apps.core.bulk import update_rows
 from apps.core.sql import fetch_all
 from apps.core.transactions import in_transaction
 
@@ -112,18 +112,23 @@ def next_month_start(moment: datetime) -> datetime:
     return month_start(start + timedelta(days=32))
 
 
+def day_start(moment: datetime) -> datetime:
+    """Midnight before `moment` in the current time zone (the park's)."""
+    return timezone.localtime(moment).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
 @lru_cache(maxsize=64)
-def _month_after(moment: datetime, zone: tzinfo) -> datetime:
-    """next_month_start in `zone`, remembered: a pass asks it of the same few watermarks for
-    every meter."""
+def _day_after(moment: datetime, zone: tzinfo) -> datetime:
+    """The midnight after `moment` in `zone`, remembered: a pass asks it of the same few
+    watermarks for every meter."""
     with timezone.override(zone):
-        return next_month_start(moment)
+        return day_start(day_start(moment) + timedelta(hours=36))
 
 
 def _slices(start: datetime, end: datetime, zone: tzinfo):
-    """[start, end) cut at month boundaries in `zone`, so each record falls in one invoice."""
+    """[start, end) cut at midnight in `zone`: each record is of one day, so of one invoice."""
     while start < end:
-        cut = min(end, _month_after(start, zone))
+        cut = min(end, _day_after(start, zone))
         yield start, cut
         start = cut
 
@@ -142,6 +147,7 @@ class UsageRow(NamedTuple):
     hourly_minor: Decimal
     amount_minor: int
     currency: str
+    day: date
 
 
 @dataclass(slots=True)
@@ -166,7 +172,8 @@ class DueMeter:
 
 def _measure(meter: DueMeter, until: datetime, zone: tzinfo) -> list[UsageRow]:
     """Advance `meter` to `until` (or its end, or as far as it is known to run), returning the
-    records for what it measured; months begin in `zone` (the park's, the current time zone)."""
+    records for what it measured, a record a day; days begin in `zone` (the park's, the current
+    time zone)."""
     end = min(meter.ended_at or meter.known_until or until, until)
     records = []
     for start, cut in _slices(meter.metered_until, end, zone):
@@ -189,6 +196,7 @@ def _measure(meter: DueMeter, until: datetime, zone: tzinfo) -> list[UsageRow]:
                 hourly_minor=meter.hourly_minor,
                 amount_minor=amount_total - meter.metered_minor,
                 currency=meter.currency,
+                day=timezone.localtime(start, zone).date(),
             )
         )
         meter.metered_seconds, meter.metered_minor = seconds_total, amount_total
@@ -268,9 +276,9 @@ def meter_organizations(organization_ids: list[int], *, until: datetime) -> Mete
     run waits for the first and measures from where it left off.
 
     On PostgreSQL, once they are locked, one statement measures, advances and records every
-    meter whose unmetered use lies within `until`'s month (all of them, but in a month's first
+    meter whose unmetered use lies within `until`'s day (all of them, but in a day's first
     pass): the pass costs its SQL, not a Python object per meter. The others, and every meter
-    on SQLite, are measured one by one, cut at month boundaries."""
+    on SQLite, are measured one by one, cut at midnight."""
     from apps.billing.services import (
         balance_needs_enforcing,
         charge_wallets,
@@ -286,12 +294,12 @@ def meter_organizations(organization_ids: list[int], *, until: datetime) -> Mete
     if connection.vendor == "postgresql":
         # Ordered as reconcile locks a subject's meters, so that the two never deadlock.
         locked = due_meters.order_by("started_at", "pk").select_for_update(no_key=True)
-        this_month = month_start(until)
+        today = day_start(until)
         _measure_in_sql(
-            list(locked.values_list("pk", flat=True)), until=until, month=this_month, tally=tally
+            list(locked.values_list("pk", flat=True)), until=until, today=today, tally=tally
         )
-        # What is left to measure is owed since before this month (locked already).
-        earlier = due_meters.filter(metered_until__lt=this_month)
+        # What is left to measure is owed since before today (locked already).
+        earlier = due_meters.filter(metered_until__lt=today)
         _measure_in_python(earlier, until=until, tally=tally, burn_rates=False)
     else:
         _measure_in_python(due_meters, until=until, tally=tally, burn_rates=True)
@@ -332,13 +340,50 @@ def _measure_in_python(due_meters, *, until: datetime, tally: Tally, burn_rates:
         if burn_rates and meter.ended_at is None:
             tally.burn_rates[meter.organization_id] += meter.hourly_minor
     update_rows(Meter, advanced, ["metered_until", "metered_seconds", "metered_minor"])
-    insert_rows(UsageRecord, records, fields=UsageRow._fields)
+    fold_usage(records)
     spent = defaultdict(int)
-    for record in records:  # a record lies within one month (_slices)
-        month = timezone.localtime(record.started_at, zone).date().replace(day=1)
-        spent[record.organization_id, month] += record.amount_minor
+    for record in records:
+        spent[record.organization_id, record.day.replace(day=1)] += record.amount_minor
     add_monthly_spend(spent)
     tally.records += len(records)
+
+
+# A meter's use of a day is one record, which each pass of the day extends: the records of a
+# park grow by its meters each day, not each pass (a pass a minute wrote 1,440 a meter a day,
+# which every page summing a month of them read). An invoiced record is never extended: use of
+# its day learned later (a backend's clock, an outage) is a record of its own, for the next.
+FOLD = """
+    ON CONFLICT (meter_id, day) WHERE invoice_id IS NULL DO UPDATE SET
+        ended_at = excluded.ended_at,
+        seconds = billing_usagerecord.seconds + excluded.seconds,
+        compute_unit_milliseconds = billing_usagerecord.compute_unit_milliseconds
+            + excluded.compute_unit_milliseconds,
+        amount_minor = billing_usagerecord.amount_minor + excluded.amount_minor
+"""
+
+
+def fold_usage(records: list[UsageRow]) -> None:
+    """Write `records`, each into its meter's record of its day (a new one if none is open)."""
+    columns = ", ".join(UsageRow._fields)
+    row = f"({', '.join(['%s'] * len(UsageRow._fields))})"
+    per_statement = 60_000 // len(UsageRow._fields)  # PostgreSQL takes 65,535 parameters
+    values = [value for record in records for value in record]
+    if connection.vendor != "postgresql":  # SQLite takes times and decimals as Django wrote them
+        fields = [UsageRecord._meta.get_field(name) for name in UsageRow._fields]
+        values = [
+            field.get_db_prep_save(value, connection)
+            for record in records
+            for field, value in zip(fields, record, strict=True)
+        ]
+    width = len(UsageRow._fields)
+    with connection.cursor() as cursor:
+        for start in range(0, len(records), per_statement):
+            batch = values[start * width : (start + per_statement) * width]
+            cursor.execute(
+                f"INSERT INTO billing_usagerecord ({columns}) "
+                f"VALUES {', '.join([row] * (len(batch) // width))} {FOLD}",
+                batch,
+            )
 
 
 def add_monthly_spend(amounts: dict[tuple[int, date], int]) -> None:
@@ -362,25 +407,27 @@ def add_monthly_spend(amounts: dict[tuple[int, date], int]) -> None:
 
 
 # `_measure` in one PostgreSQL statement, over meters already locked (`ids`), of which it
-# measures those whose unmetered use lies within one month (from `month` on): it advances them
-# to `until` (or their end, or as far as they are known to run), writes their records and
+# measures those whose unmetered use lies within today (from midnight, `since`, on): it advances
+# them to `until` (or their end, or as far as they are known to run), folds their use into
+# their records of today and
 # answers, per organization and workload, the amount recorded, the records written and the open
 # meters' hourly rates (all of `ids`').
 # The arithmetic is _measure's, exact in numeric: whole seconds since the meter opened, its
 # running total rounded half up (floor((2 × rate × seconds + 3600) / 7200)), each record the
 # increase of that total; a fraction of a second moves the watermark and waits for the next.
 # Each organization's MonthlySpend grows by what its records add up to.
-MEASURE_SQL = """
+MEASURE_SQL = (
+    """
 WITH due AS MATERIALIZED (
     SELECT id, organization_id, workload_id, kind, hourly_minor, compute_units,
         currency, started_at, ended_at, known_until, metered_until, metered_seconds,
         metered_minor
     FROM billing_meter
-    WHERE id = ANY(%s)
+    WHERE id = ANY(%(ids)s)
 ), reached AS (
-    SELECT due.*, LEAST(COALESCE(ended_at, known_until, %s), %s) AS reached_at
+    SELECT due.*, LEAST(COALESCE(ended_at, known_until, %(until)s), %(until)s) AS reached_at
     FROM due
-    WHERE metered_until >= %s
+    WHERE metered_until >= %(since)s
 ), totals AS (
     SELECT reached.*,
         FLOOR(EXTRACT(EPOCH FROM reached_at) - EXTRACT(EPOCH FROM started_at))::bigint
@@ -403,15 +450,19 @@ WITH due AS MATERIALIZED (
 ), recorded AS (
     INSERT INTO billing_usagerecord (organization_id, meter_id, kind, workload_id,
         started_at, ended_at, seconds, compute_unit_milliseconds, hourly_minor, amount_minor,
-        currency)
+        currency, day)
     SELECT organization_id, id, kind, workload_id, metered_until, reached_at, seconds,
         TRUNC(compute_units * seconds * 1000)::bigint, hourly_minor,
-        minor_total - metered_minor, currency
+        minor_total - metered_minor, currency, %(today)s
     FROM measured
     WHERE seconds > 0
+    ORDER BY id
+"""
+    + FOLD
+    + """
 ), spent AS (
     INSERT INTO billing_monthlyspend (organization_id, month, amount_minor)
-    SELECT organization_id, %s, SUM(minor_total - metered_minor)
+    SELECT organization_id, %(month)s, SUM(minor_total - metered_minor)
     FROM measured
     WHERE seconds > 0
     GROUP BY organization_id
@@ -427,11 +478,15 @@ SELECT due.organization_id, due.workload_id,
 FROM due LEFT JOIN measured ON measured.id = due.id
 GROUP BY due.organization_id, due.workload_id
 """
+)
 
 
-def _measure_in_sql(ids: list[int], *, until: datetime, month: datetime, tally: Tally):
+def _measure_in_sql(ids: list[int], *, until: datetime, today: datetime, tally: Tally):
+    day = timezone.localtime(today).date()
     rows = fetch_all(
-        Meter, MEASURE_SQL, [ids, until, until, month, timezone.localtime(month).date()]
+        Meter,
+        MEASURE_SQL,
+        {"ids": ids, "until": until, "since": today, "today": day, "month": day.replace(day=1)},
     )
     for organization_id, workload_id, amount, records, burn_rate in rows:
         tally.amounts[organization_id] += amount

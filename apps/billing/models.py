@@ -327,7 +327,8 @@ class Meter(models.Model):
 
 
 class UsageRecord(models.Model):
-    """What one meter measured over one metering interval, priced per second."""
+    """What one meter measured in a day (before 2026-12, in one metering pass), priced per
+    second."""
 
     organization = models.ForeignKey(
         Organization,
@@ -363,6 +364,9 @@ class UsageRecord(models.Model):
     )
     amount_minor = models.BigIntegerField(_("amount (minor units)"))
     currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
+    # The day (the park's) whose use the record holds, which each metering pass of that day
+    # extends until it is invoiced; empty on records written a pass each, before days.
+    day = models.DateField(_("day"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("usage record")
@@ -385,6 +389,12 @@ class UsageRecord(models.Model):
             # One record per meter and interval start: metering may retry, never double-bill.
             models.UniqueConstraint(
                 fields=["meter", "started_at"], name="usage_meter_interval_unique"
+            ),
+            # The record metering folds a meter's use of a day into (metering.FOLD).
+            models.UniqueConstraint(
+                fields=["meter", "day"],
+                condition=Q(invoice__isnull=True),
+                name="usage_one_open_record_per_meter_day",
             ),
         ]
         indexes = [models.Index(fields=["organization", "started_at"])]

@@ -73,17 +73,17 @@ def usage_series(organization: Organization, *, days: int = 30, group: str = "fl
             organization=organization,
             started_at__date__gte=first_day,
         )
-        .annotate(day=TruncDate("started_at"), key=_group_expression(group))
-        .values("day", "key")
+        .annotate(date=TruncDate("started_at"), key=_group_expression(group))
+        .values("date", "key")
         .annotate(amount=Sum("amount_minor"))
-        .order_by("day", "key")
+        .order_by("date", "key")
     )
     day_list = [first_day + timedelta(days=n) for n in range(days)]
     index = {day: n for n, day in enumerate(day_list)}
     series: dict[str, list[int]] = {}
     for row in rows:
-        if row["day"] in index:
-            series.setdefault(row["key"], [0] * days)[index[row["day"]]] += row["amount"]
+        if row["date"] in index:
+            series.setdefault(row["key"], [0] * days)[index[row["date"]]] += row["amount"]
     names = _group_labels(group)
     return {
         "x": [day.isoformat() for day in day_list],

@@ -1,11 +1,10 @@
-"""Writing thousands of rows in a few statements.
+"""Updating thousands of rows in a few statements.
 
-On PostgreSQL new rows are COPYed, and updates travel as one typed array per column that
-`unnest` turns back into rows: a statement per call, whose cost is the rows' and not Django's
-preparation of each value, which takes several times longer (bench/metering.py measures it).
-On the embedded SQLite, Django's bulk_create inserts, and an `UPDATE … FROM (VALUES …)` per
-batch of rows updates: Django's bulk_update builds a `CASE WHEN pk = …` expression per row and
-field, which took longer than all the rest of a metering pass.
+On PostgreSQL the values travel as one typed array per column that `unnest` turns back into
+rows: a statement per call, whose cost is the rows' and not Django's preparation of each value,
+which takes several times longer (bench/metering.py measures it). On the embedded SQLite, an
+`UPDATE … FROM (VALUES …)` per batch of rows: Django's bulk_update builds a `CASE WHEN pk = …`
+expression per row and field, which took longer than all the rest of a metering pass.
 
 Only plain columns go this way: numbers, text, dates and times, foreign keys; their values are
 what the column holds, in Python's types (int, str, Decimal, aware datetime, None), which
@@ -35,27 +34,6 @@ PLAIN_COLUMNS = frozenset(
         "TextField",
     }
 )
-
-
-def insert_rows(model, rows: Sequence[tuple], *, fields: Sequence[str]) -> None:
-    """INSERT `rows`, tuples of the values of `fields` (attribute names, `meter_id` for a
-    foreign key), without making model instances on PostgreSQL. No signals; name every column
-    that needs a value, as the model's defaults are not applied there."""
-    if not rows:
-        return
-    connection, columns = _plain_columns(model, fields)
-    if connection.vendor != "postgresql":
-        model.objects.bulk_create(model(**dict(zip(fields, row, strict=True))) for row in rows)
-        return
-    quote = connection.ops.quote_name
-    with connection.cursor() as cursor:
-        statement = (
-            f"COPY {quote(model._meta.db_table)} "
-            f"({', '.join(quote(field.column) for field in columns)}) FROM STDIN"
-        )
-        with cursor.copy(statement) as copy:
-            for row in rows:
-                copy.write_row(row)
 
 
 def update_rows(model, objects: Sequence, fields: Sequence[str]) -> int:

@@ -7,6 +7,7 @@ World prices: 1000 fen an hour per accelerator, 36 fen a GB-month of cloud disk 
 accelerator.
 """
 
+from datetime import date, timedelta
 from decimal import Decimal
 
 import pytest
@@ -19,7 +20,7 @@ from apps.orchestration.meters import follow_task
 from apps.orders.models import Instance, InstanceState, OrderKind
 from apps.orders.tasks import fulfil_order
 from tests.billing.conftest import local
-from tests.factories import FUNDED_BALANCE_MINOR, PriceFactory
+from tests.factories import FUNDED_BALANCE_MINOR, InvoiceFactory, PriceFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english_messages")]
 
@@ -140,28 +141,31 @@ def test_compute_unit_milliseconds(clock, world, running_host, operate, meter):
 
 
 def test_records_of_a_meter_add_up_to_its_rounded_total(clock, world, running_host, meter):
-    """Metering every second: each second is 0.28 fen, so rounding each record would charge
-    nothing; the running total (0, 1, 1, 1, 1, 2, 2, 2, 3: 2.5 rounds up) charges its steps."""
+    """Metering every second: each second is 0.28 fen, so rounding each pass would charge
+    nothing; the running total (0, 1, 1, 1, 1, 2, 2, 2, 3: 2.5 rounds up) charges its steps,
+    each pass adding its step to the day's record."""
     host = running_host(1)
+    day = []
     for _second in range(9):
         clock.shift(1)
         meter()
-    records = UsageRecord.objects.filter(workload__instance=host).order_by("started_at")
-    assert [r.seconds for r in records] == [1] * 9
-    assert [r.amount_minor for r in records] == [0, 1, 0, 0, 0, 1, 0, 0, 1]
-    assert sum(r.amount_minor for r in records) == metering.amount_for(Decimal(1000), 9) == 3
+        (record,) = UsageRecord.objects.filter(workload__instance=host)
+        day.append((record.seconds, record.amount_minor))
+    assert day == [(n, metering.amount_for(Decimal(1000), n)) for n in range(1, 10)]
+    assert [amount for _seconds, amount in day] == [0, 1, 1, 1, 1, 2, 2, 2, 3]
     assert [e.amount_minor for e in LedgerEntry.objects.order_by("pk")] == [-1] * 3
 
 
 def test_the_rate_is_rounded_once_per_meter_not_per_kind(clock, world, running_host, meter):
-    """7 GB of disk is 0.35 an hour: 1.5 hours cost 0.525 -> 1, in one record or in two."""
+    """7 GB of disk is 0.35 an hour: 1.5 hours cost 0.525 -> 1 (0.26 after the first pass rounds
+    to 0), metered in two passes into the day's record."""
     host = running_host(1, data_disk_gb=7)
     clock.shift(2700)
     meter()
     clock.shift(2700)
     meter()
     (disk,) = meters(host, DISK)
-    assert [r.amount_minor for r in disk.records.order_by("started_at")] == [0, 1]  # 0.26, 0.53
+    assert [(r.seconds, r.amount_minor) for r in disk.records.all()] == [(5400, 1)]
 
 
 def test_a_stopped_host_pays_only_its_disk(clock, world, running_host, operate, meter):
@@ -279,16 +283,17 @@ def test_records_split_at_local_midnight_on_the_first(travel, world, running_hos
     assert metering.month_start(local(2026, 4, 1, 0, 0, 9)) == midnight
 
 
-def test_a_long_gap_is_split_at_every_month_boundary(travel, world, running_host, meter):
+def test_a_long_gap_is_split_at_every_midnight(travel, world, running_host, meter):
+    """A record a day (the park's), so each month's records are the invoice's."""
     clock = travel(local(2026, 3, 31, 12))
     host = running_host(1)
     clock.move_to(local(2026, 5, 1, 6))
     meter()
     records = UsageRecord.objects.filter(workload__instance=host).order_by("started_at")
-    assert [(r.started_at, r.seconds, r.amount_minor) for r in records] == [
-        (local(2026, 3, 31, 12), 12 * 3600, 12_000),
-        (local(2026, 4, 1), 30 * 24 * 3600, 720_000),
-        (local(2026, 5, 1), 6 * 3600, 6000),
+    assert [(r.day, r.started_at, r.seconds, r.amount_minor) for r in records] == [
+        (date(2026, 3, 31), local(2026, 3, 31, 12), 12 * 3600, 12_000),
+        *[(date(2026, 4, d), local(2026, 4, d), 24 * 3600, 24_000) for d in range(1, 31)],
+        (date(2026, 5, 1), local(2026, 5, 1), 6 * 3600, 6000),
     ]
 
 
@@ -371,3 +376,72 @@ def test_a_task_is_billed_no_further_than_its_backend_said_it_ran(clock, world, 
     follow_task(task, at=started + timezone.timedelta(seconds=40))  # the end it reports
     meter()
     assert recorded(Meter.objects.get(workload__task=task)) == (40, 40)
+
+
+def test_a_days_record_is_extended_by_each_pass_until_it_is_invoiced(
+    clock, world, running_host, meter
+):
+    """Use of a day learned after its record was invoiced is a record of its own, for the
+    next invoice: an invoice's total never changes under it."""
+    host = running_host(1)
+    clock.shift(1800)
+    meter()
+    clock.shift(1800)
+    meter()
+    (record,) = UsageRecord.objects.filter(workload__instance=host)
+    assert (record.seconds, record.amount_minor) == (3600, 1000)
+    invoice = InvoiceFactory(organization=host.organization)
+    UsageRecord.objects.filter(pk=record.pk).update(invoice=invoice)
+    clock.shift(60)
+    meter()
+    records = UsageRecord.objects.filter(workload__instance=host).order_by("started_at")
+    assert [(r.invoice_id, r.day, r.seconds, r.amount_minor) for r in records] == [
+        (invoice.pk, record.day, 3600, 1000),
+        (None, record.day, 60, 17),
+    ]
+
+
+def test_fold_usage_writes_each_value_as_given_and_folds_a_meters_day(world):
+    """Times to the microsecond and rates to six places, as the records read them back, on
+    either database (SQLite takes them as Django writes them)."""
+    from tests.factories import MeterFactory
+
+    start = local(2026, 3, 10, 10)
+    meter = MeterFactory(organization=world.organization, started_at=start)
+
+    def row(n, *, day):
+        return metering.UsageRow(
+            organization_id=meter.organization_id,
+            meter_id=meter.pk,
+            kind=meter.kind,
+            workload_id=meter.workload_id,
+            started_at=start + timedelta(days=n, microseconds=n),
+            ended_at=start + timedelta(days=n, minutes=1, microseconds=5),
+            seconds=60,
+            compute_unit_milliseconds=60_000 * n,
+            hourly_minor=Decimal("2500.123456"),
+            amount_minor=n,
+            currency="CNY",
+            day=day,
+        )
+
+    metering.fold_usage([row(0, day=date(2026, 3, 10)), row(1, day=date(2026, 3, 11))])
+    fields = [*metering.UsageRow._fields]
+    written = UsageRecord.objects.order_by("started_at").values_list(*fields)
+    assert [metering.UsageRow(*r) for r in written] == [
+        row(0, day=date(2026, 3, 10)),
+        row(1, day=date(2026, 3, 11)),
+    ]
+    later = row(1, day=date(2026, 3, 11))._replace(
+        started_at=start + timedelta(days=1, minutes=1, microseconds=5),
+        ended_at=start + timedelta(days=1, minutes=2),
+    )
+    metering.fold_usage([later])
+    second = UsageRecord.objects.get(day=date(2026, 3, 11))
+    assert (second.started_at, second.ended_at, second.seconds, second.amount_minor) == (
+        start + timedelta(days=1, microseconds=1),
+        start + timedelta(days=1, minutes=2),
+        120,
+        2,
+    )
+    assert second.compute_unit_milliseconds == 120_000

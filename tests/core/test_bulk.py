@@ -8,8 +8,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from apps.billing.models import Meter, MeterKind, UsageRecord
-from apps.core.bulk import insert_rows, update_rows
+from apps.billing.models import Meter, MeterKind
+from apps.core.bulk import update_rows
 from apps.core.models import AuditEvent
 from tests.factories import AuditEventFactory, MeterFactory
 
@@ -55,35 +55,7 @@ def test_update_rows_is_one_statement_on_postgresql():
     assert set(Meter.objects.values_list("metered_seconds", flat=True)) == {60}
 
 
-def test_insert_rows_writes_the_rows_given():
-    meter = MeterFactory(started_at=T0)
-    fields = ["organization_id", "meter_id", "kind", "workload_id", "started_at"]
-    fields += ["ended_at", "seconds", "compute_unit_milliseconds", "hourly_minor"]
-    fields += ["amount_minor", "currency"]
-    rows = [
-        (
-            meter.organization_id,
-            meter.pk,
-            meter.kind,
-            meter.workload_id,
-            T0 + timedelta(minutes=n),
-            T0 + timedelta(minutes=n + 1, microseconds=5),
-            60,
-            60_000 * n,
-            Decimal("2500.5"),
-            n,
-            "CNY",
-        )
-        for n in range(3)
-    ]
-    insert_rows(UsageRecord, rows, fields=fields)
-    written = UsageRecord.objects.order_by("started_at").values_list(*fields)
-    assert list(written) == rows
-
-
 def test_only_plain_columns_are_written_in_bulk():
     event = AuditEventFactory()
     with pytest.raises(TypeError, match="AuditEvent.data is not a plain column"):
         update_rows(AuditEvent, [event], ["data"])
-    with pytest.raises(TypeError, match="AuditEvent.data is not a plain column"):
-        insert_rows(AuditEvent, [({},)], fields=["data"])

@@ -36,6 +36,7 @@ class UsageRecordSerializer(HostOrTaskIds, serializers.ModelSerializer):
             "kind",
             "instance",
             "task",
+            "day",
             "started_at",
             "ended_at",
             "seconds",
