@@ -63,7 +63,6 @@ from apps.orchestration.reservations import (
     release,
     reserve_tasks,
 )
-from apps.orchestration.rooms import NodeRoom
 from apps.orchestration.scheduler import PRESETS, filters, schedule_queue
 from apps.quotas.services import QuotaExceeded
 from apps.tenants.access import SystemActor, authorize, require_operator
@@ -687,24 +686,7 @@ def _insert_placements(placed: list[_Placed]) -> None:
             )
 
 
-# --- what a pass takes, counted once ---------------------------------------------------------
-
-
-def allocate_task(task: Task, *, node) -> Allocation | None:
-    """Allocate the task on `node` under the node's row lock, re-counting once it is held (see
-    `NodeRoom`). None when the node can no longer take it."""
-    room = NodeRoom.lock([node.pk])[node.pk]
-    allocation = task_allocation(room, task)
-    if not room.allocate(allocation, task.accelerator_milli):
-        return None
-    return allocation
-
-
-def task_allocation(room: NodeRoom, task: Task) -> Allocation:
-    """The task's allocation on the room's node, unsaved (`NodeRoom.take` fills in a share)."""
-    return Allocation(
-        node=room.node, workload_id=task.workload_id, vcpu=task.vcpu, ram_gb=task.ram_gb
-    )
+# --- what a task holds ----------------------------------------------------------------------
 
 
 def live_task_allocations(task) -> list[Allocation]:
