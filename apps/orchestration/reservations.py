@@ -14,8 +14,8 @@ Two callers' shapes, one path:
   hours checked once, a hold per host, then room per host: `HostReservation.place`, later still
   for an order awaiting approval), a start (funds to run on, then room on its own node), a
   resize (the quota of what grows, funds, then room in place). Each step only where the use
-  case asks for it, in that order; asking for funds after room was taken raises, since a
-  wallet locked after a node breaks the order.
+  case asks for it, in that order; holding a first hour after room was taken raises, since a
+  wallet written after a node is locked breaks the order.
 - `reserve_tasks` for a queue pass: the quota of every organization it places for and the
   nodes it chose, locked once for the whole pass and counted once (`TaskReservation`); each
   task is checked against the quota and takes its room, on one node or, for a gang, on all of
