@@ -11,7 +11,7 @@ class OrchestrationConfig(AppConfig):
 
         from apps.catalog.selectors import FREE_ROOM
         from apps.orchestration.backends.registry import load_drivers
-        from apps.orchestration.scheduling import task_quota_usage
+        from apps.orchestration.reservations import task_quota_usage
         from apps.orchestration.selectors import free_room_by_model
         from apps.orchestration.tasks import accelerator_limit_changed
         from apps.quotas.services import ACCELERATOR_LIMIT_CHANGED, QUOTA_HOLDERS

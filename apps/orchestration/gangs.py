@@ -4,7 +4,8 @@ Volcano's `minAvailable` idea: a gang starts only when every member can, so no n
 for a job that cannot run. A queue pass (`scheduling.schedule_queue_pass`) plans its gang tasks
 first, in queue order, on the nodes' free room it read (`plan_gang`); the engine then plans the
 one-node tasks on the nodes no gang took, and the pass locks every chosen node once and takes
-their rooms (`take_gang`), all of a gang's nodes or none.
+their rooms on the one reservation path (`reservations.TaskReservation.take`), all of a gang's
+nodes or none.
 
 Only pools whose driver runs a job across nodes (Capability.GANG: Slurm, the simulator) take a
 gang; an agent server runs a task on itself alone.
@@ -13,8 +14,6 @@ gang; an agent server runs a task on itself alone.
 from dataclasses import dataclass
 
 from apps.orchestration import adapter
-from apps.orchestration.models import Allocation, NodeHealth
-from apps.orchestration.rooms import NodeRoom
 from apps.orchestration.scheduler import MILLI
 
 
@@ -100,26 +99,3 @@ def plan_gang(task, views_by_pool: dict, *, refused: dict, gang_pools: set, pric
         "pools": pools,
     }
     return GangPlan(pool=pool, views=chosen, record=record), pools
-
-
-def take_gang(task, plan: GangPlan, rooms: dict[int, NodeRoom]):
-    """Take the gang's room on every one of its nodes (locked), or on none: [(allocation
-    (unsaved), the card ids it becomes the holder of)], or None when a node can no longer take
-    its share (taken meanwhile, drained)."""
-    members = []
-    for view in plan.views:
-        room = rooms[view.node.pk]
-        if (
-            room.idle_cards < task.accelerator_milli // MILLI
-            or not room.has_room(vcpu=task.vcpu, ram_gb=task.ram_gb)
-            or room.node.is_drained
-            or room.node.health != NodeHealth.HEALTHY
-        ):
-            return None
-    for view in plan.views:
-        room = rooms[view.node.pk]
-        allocation = Allocation(
-            node=room.node, workload_id=task.workload_id, vcpu=task.vcpu, ram_gb=task.ram_gb
-        )
-        members.append((allocation, room.take(allocation, task.accelerator_milli)))
-    return members

@@ -1,9 +1,10 @@
 """A node's room under its row lock: what placement re-counts once it holds the lock (what was
 free when the candidates were read may have been taken since) and takes in memory, for a host
 or a training task, before it writes the allocation. Every change to what a node holds goes
-through it: a new host (`services.place`), a stopped host starting again on its node
-(`services.allocate_again`), a host resized in place (`services.resize_capacity`) and the
-queue pass (`scheduling`) count and take cards the same way."""
+through it, on the one reservation path (`reservations`): a new host (`services.place`), a
+stopped host starting again on its node (`services.allocate_again`), a host resized in place
+(`services.resize_capacity`) and the queue pass's tasks, one node each or a gang's several
+(`reservations.TaskReservation`), count and take cards the same way."""
 
 from dataclasses import dataclass
 
@@ -66,24 +67,33 @@ class NodeRoom:
         fits, even on a node that holds more than it has (registered smaller since)."""
         return (vcpu <= 0 or vcpu <= self.vcpu_free) and (ram_gb <= 0 or ram_gb <= self.ram_gb_free)
 
+    def can_take(self, milli: int, *, vcpu: int, ram_gb: int, new_work: bool = True) -> bool:
+        """Whether `take` would take `milli` milli-accelerators with `vcpu` and `ram_gb` now:
+        asked of each node of a gang before any of them takes its share. New work is refused
+        by a node that is drained or not healthy; work that lives there already
+        (`new_work=False`: a stopped host starting again, its disks are on the node) is not."""
+        node = self.node
+        if new_work and (node.is_drained or node.health != NodeHealth.HEALTHY):
+            return False
+        if not self.has_room(vcpu=vcpu, ram_gb=ram_gb):
+            return False
+        if 0 < milli < MILLI:
+            return any(card.free >= milli for card in self.cards)
+        return self._idle(milli // MILLI) is not None
+
     def take(
         self, allocation: Allocation, milli: int, *, new_work: bool = True
     ) -> list[int] | None:
         """Take `milli` milli-accelerators (whole cards, in thousands; less: a share of one
         card) and `allocation`'s vCPU and memory for `allocation` (unsaved, of this node).
         Returns the ids of the cards it becomes the holder of, or None when the node can no
-        longer take it (nothing is taken then). New work is refused by a node that is drained
-        or not healthy; work that lives there already (`new_work=False`: a stopped host
-        starting again, its disks are on the node) is not."""
-        node = self.node
-        if new_work and (node.is_drained or node.health != NodeHealth.HEALTHY):
-            return None
-        if not self.has_room(vcpu=allocation.vcpu, ram_gb=allocation.ram_gb):
+        longer take it (`can_take`; nothing is taken then)."""
+        if not self.can_take(
+            milli, vcpu=allocation.vcpu, ram_gb=allocation.ram_gb, new_work=new_work
+        ):
             return None
         if 0 < milli < MILLI:
             fitting = [card for card in self.cards if card.free >= milli]
-            if not fitting:
-                return None
             card = min(fitting, key=lambda c: (c.free, c.id))
             # The first share on a card holds it, so whole-card placements pass it by.
             holds = [] if card.held else [card.id]
@@ -92,8 +102,6 @@ class NodeRoom:
             allocation.share_milli, allocation.shared_accelerator_id = milli, card.id
         else:
             idle = self._idle(milli // MILLI)
-            if idle is None:
-                return None
             for card in idle:
                 card.free, card.held = 0, True
             holds = [card.id for card in idle]

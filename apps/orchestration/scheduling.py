@@ -19,7 +19,6 @@ organization, then the park, then the node.
 """
 
 import json
-import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,7 +34,6 @@ from django.utils.translation import gettext as _
 from apps.billing.metering import known_to_run
 from apps.catalog.models import Image
 from apps.catalog.selectors import free_room_changed
-from apps.core import sql
 from apps.core.audit import audit_identity, record_event
 from apps.core.bulk import update_rows
 from apps.core.models import AuditEvent
@@ -45,7 +43,7 @@ from apps.core.transitions import check_transition, transition
 from apps.orchestration import adapter, selectors
 from apps.orchestration.backends.base import TASK_PENDING, Capability
 from apps.orchestration.backends.registry import drivers_with
-from apps.orchestration.gangs import plan_gang, take_gang
+from apps.orchestration.gangs import plan_gang
 from apps.orchestration.meters import follow_task
 from apps.orchestration.models import (
     REJECTION_REASONS,
@@ -61,12 +59,14 @@ from apps.orchestration.models import (
     TaskPreference,
     TaskState,
 )
-from apps.orchestration.rooms import NodeRoom
+from apps.orchestration.reservations import (
+    TaskReservation,
+    release,
+    reserve_tasks,
+)
 from apps.orchestration.scheduler import PRESETS, filters, schedule_queue
-from apps.quotas.selectors import usage_held_besides
-from apps.quotas.services import QuotaExceeded, Usage, lock_quota_scope
+from apps.quotas.services import QuotaExceeded
 from apps.tenants.access import SystemActor, authorize, require_operator
-from apps.tenants.models import Organization
 from apps.tenants.roles import Action
 from apps.workloads.models import Workload, WorkloadKind
 
@@ -360,7 +360,7 @@ def cancel_task(*, task, actor) -> Task:
     authorize(actor, task.organization, Action.ORDER)
     was = Task.objects.select_for_update(no_key=True).get(pk=task.pk).state
     task = move_task(task=task, to=TaskState.CANCELLED, actor=actor)
-    if release_task_capacity(task):
+    if release(task):
         _schedule_pass_after_commit(task.organization.park_id)
     if was == TaskState.RUNNING and task.backend_handle:
         on_commit_task(cancel_backend_task, task.pk)
@@ -388,9 +388,10 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
 
     Its queries do not grow with the tasks it places: the queue, the nodes with their cards,
     the prices and the park's policy are read once; the quota once per organization it places
-    for (`PassQuota`); the organizations, the park and the chosen nodes are locked and re-read
-    once (`NodeRoom`); what it places is written in one statement per table
-    (`_write_placements`), and the lines it adds to tasks' logs in one more.
+    for, the organizations, the park and the chosen nodes locked and re-read once, on the one
+    reservation path (`reservations.reserve_tasks`); what it places is written in one
+    statement per table (`_write_placements`), and the lines it adds to tasks' logs in one
+    more.
     """
 
     now = now or timezone.now()
@@ -493,23 +494,19 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
     placed = []
     started = [(tasks[int(request.id)], request, decision) for request, decision in plan.started]
     if started or gangs:
-        # The locks reserve() and allocate_task take, in their order, once for the whole pass.
-        quota = PassQuota(
-            park, {task.organization for task, _, _ in started} | {t.organization for t, _ in gangs}
-        )
-        rooms = NodeRoom.lock(
-            {int(decision.node.id) for _, _, decision in started}
-            | {view.node.pk for _, gang in gangs for view in gang.views}
+        # The quota of every organization placed for, then the chosen nodes: locked and
+        # counted once for the whole pass.
+        reservation = reserve_tasks(
+            park=park,
+            organizations={task.organization for task, _, _ in started}
+            | {t.organization for t, _ in gangs},
+            node_ids={int(decision.node.id) for _, _, decision in started}
+            | {view.node.pk for _, gang in gangs for view in gang.views},
         )
     for task, gang in gangs:
-        model = gang.pool.accelerator_model
-        if _over_quota(quota, task, model, noted, result):
-            continue
-        members = take_gang(task, gang, rooms)
+        members = _take(reservation, task, gang.pool.accelerator_model, gang.views, noted, result)
         if members is None:
-            result.held_back[task.pk] = "taken"
             continue
-        quota.take(task, model)
         first = gang.views[0]
         record = (
             {
@@ -529,16 +526,9 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
             noted.append(tasks[task_id])
     for task, request, decision in started:
         view = view_of[decision.node.id]
-        model = view.pool.accelerator_model
-        if _over_quota(quota, task, model, noted, result):
+        members = _take(reservation, task, view.pool.accelerator_model, [view], noted, result)
+        if members is None:
             continue
-        room = rooms[view.node.pk]
-        allocation = task_allocation(room, task)
-        cards = room.take(allocation, task.accelerator_milli)
-        if cards is None:
-            result.held_back[task.pk] = "taken"
-            continue
-        quota.take(task, model)
         record = adapter.placement_record(
             decision,
             views,
@@ -547,8 +537,8 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
             currency=park.currency,
             rejections=refusals[task.pk],
         )
-        record[0]["left_free"] = room.idle_cards
-        placed.append(_Placed(task=task, view=view, members=[(allocation, cards)], record=record))
+        record[0]["left_free"] = reservation.rooms[view.node.pk].idle_cards
+        placed.append(_Placed(task=task, view=view, members=members, record=record))
         result.placed.append(task.pk)
         if request.id in plan.backfilled:
             result.backfilled.append(task.pk)
@@ -712,155 +702,7 @@ def _insert_placements(placed: list[_Placed]) -> None:
             )
 
 
-# --- what a pass takes, counted once ---------------------------------------------------------
-
-
-@dataclass
-class HeldByTasks:
-    """What tasks hold against quotas, task by task: whole cards, and shares summed up to whole
-    cards per model before they are counted (four quarter shares are one accelerator),
-    compute units, vCPU and RAM."""
-
-    milli_by_model: dict[int, int] = field(default_factory=dict)
-    compute_units: Decimal = Decimal(0)
-    vcpu: int = 0
-    ram_gb: int = 0
-
-    def add(self, task, model) -> None:
-        nodes = task.node_count
-        self.add_held(
-            model.pk,
-            model.compute_units,
-            task.accelerator_milli * nodes,
-            task.vcpu * nodes,
-            task.ram_gb * nodes,
-        )
-
-    def add_held(self, model_id: int, compute_units, milli: int, vcpu: int, ram_gb: int) -> None:
-        """What one task, or several on one model together, hold."""
-        self.milli_by_model[model_id] = self.milli_by_model.get(model_id, 0) + milli
-        self.compute_units += compute_units * Decimal(milli) / 1000
-        self.vcpu += vcpu
-        self.ram_gb += ram_gb
-
-    def usage(self) -> Usage:
-        by_model = {pk: math.ceil(milli / 1000) for pk, milli in self.milli_by_model.items()}
-        return Usage(
-            accelerators=sum(by_model.values()),
-            compute_units=self.compute_units,
-            vcpu=self.vcpu,
-            ram_gb=self.ram_gb,
-            by_model=by_model,
-        )
-
-    def growth(self, task, model) -> Usage:
-        """What holding `task` as well adds (a share may fit in a card already counted)."""
-        after = HeldByTasks(dict(self.milli_by_model), self.compute_units, self.vcpu, self.ram_gb)
-        after.add(task, model)
-        return after.usage() - self.usage()
-
-
-_HELD_BY_TASKS_SQL = """
-SELECT task.organization_id, pool.accelerator_model_id, model.compute_units,
-    SUM(task.accelerator_milli * task.node_count), SUM(task.vcpu * task.node_count),
-    SUM(task.ram_gb * task.node_count)
-FROM orders_task task
-JOIN orchestration_pool pool ON pool.id = task.pool_id
-JOIN catalog_acceleratormodel model ON model.id = pool.accelerator_model_id
-WHERE task.organization_id IN ({organizations}) AND task.state IN (%s, %s)
-GROUP BY task.organization_id, pool.accelerator_model_id, model.compute_units
-"""
-
-
-def _held_by_tasks(organizations):
-    """What the organizations' placed and running tasks hold (queued tasks hold nothing yet),
-    per organization and accelerator model: (organization id, HeldByTasks.add_held's
-    arguments). Written out: counted on every order, where the ORM took several times the
-    statement's CPU to build it. `organizations`: ids, rows or a queryset."""
-    members, params = sql.members(organizations)
-    rows = sql.fetch_all(
-        Task,
-        _HELD_BY_TASKS_SQL.format(organizations=members),
-        [*params, TaskState.PLACED.value, TaskState.RUNNING.value],
-    )
-    for organization_id, model_id, units, milli, vcpu, ram_gb in rows:
-        yield organization_id, (model_id, sql.decimal(units), milli, vcpu, ram_gb)
-
-
-def task_quota_usage(organizations) -> Usage:
-    """The quotas' holder for training tasks: what the organizations' tasks hold, together."""
-    held = HeldByTasks()
-    for _organization_id, what in _held_by_tasks(organizations):
-        held.add_held(*what)
-    return held.usage()
-
-
-class PassQuota:
-    """The quota of the organizations a pass places tasks for, checked by reserve's checker
-    (`quotas.services.QuotaChecker`: what each task adds to the tasks its organization holds,
-    against its organization's and its park's limits, with reserve's messages), but counted
-    once: the limits and what is held are read when the pass starts, and what each task it
-    places holds is added in memory.
-
-    Reserve's locks are taken first, in its order (`quotas.services.lock_quota_scope`): the
-    organizations (by id), then the park where it has limits; they are held until the pass
-    commits its tasks.
-    """
-
-    def __init__(self, park, organizations):
-        ids = sorted(organization.pk for organization in organizations)
-        self.checker = lock_quota_scope(park_id=park.pk, organization_ids=ids)
-        self.tasks = {pk: HeldByTasks() for pk in ids}
-        self.park_tasks = HeldByTasks()
-        for organization_id, what in _held_by_tasks(Organization.objects.filter(park=park)):
-            self.park_tasks.add_held(*what)
-            if organization_id in self.tasks:
-                self.tasks[organization_id].add_held(*what)
-        # What instances (every holder but tasks) hold does not change during the pass.
-        self.others = {
-            pk: usage_held_besides(Organization.objects.filter(pk=pk), task_quota_usage)
-            for pk in ids
-            if self.checker.limited(pk)
-        }
-        self.park_others = (
-            usage_held_besides(Organization.objects.filter(park=park), task_quota_usage)
-            if self.checker.park_limited
-            else Usage()
-        )
-
-    def check(self, task: Task, model) -> None:
-        """QuotaExceeded if `task` on `model`'s cards passes a limit."""
-        pk = task.organization_id
-        held = self.tasks[pk]
-        self.checker.check(
-            task.organization,
-            held.growth(task, model),
-            held=self.others[pk] + held.usage() if pk in self.others else Usage(),
-            park_held=(
-                self.park_others + self.park_tasks.usage() if self.checker.park_limited else Usage()
-            ),
-        )
-
-    def take(self, task: Task, model) -> None:
-        self.tasks[task.organization_id].add(task, model)
-        self.park_tasks.add(task, model)
-
-
-def allocate_task(task: Task, *, node) -> Allocation | None:
-    """Allocate the task on `node` under the node's row lock, re-counting once it is held (see
-    `NodeRoom`). None when the node can no longer take it."""
-    room = NodeRoom.lock([node.pk])[node.pk]
-    allocation = task_allocation(room, task)
-    if not room.allocate(allocation, task.accelerator_milli):
-        return None
-    return allocation
-
-
-def task_allocation(room: NodeRoom, task: Task) -> Allocation:
-    """The task's allocation on the room's node, unsaved (`NodeRoom.take` fills in a share)."""
-    return Allocation(
-        node=room.node, workload_id=task.workload_id, vcpu=task.vcpu, ram_gb=task.ram_gb
-    )
+# --- what a task holds ----------------------------------------------------------------------
 
 
 def live_task_allocations(task) -> list[Allocation]:
@@ -886,36 +728,6 @@ def task_device_indices(task) -> tuple[int, ...]:
 def task_node_names(task) -> tuple[str, ...]:
     """The hostnames of every node the task holds room on, by name."""
     return tuple(a.node.hostname for a in live_task_allocations(task))
-
-
-def release_task_capacity(task) -> bool:
-    """Give back what the task holds, under its nodes' locks (in id order). A share's card
-    passes to another live share of it, or is free with the last one. False when it held
-    nothing."""
-    allocations = sorted(live_task_allocations(task), key=lambda a: a.node_id)
-    for allocation in allocations:
-        lock(Node, allocation.node_id)
-    for allocation in allocations:
-        _release(allocation)
-    if allocations:
-        free_room_changed()
-    return bool(allocations)
-
-
-def _release(allocation: Allocation) -> None:
-    allocation.released_at = timezone.now()
-    allocation.save(update_fields=["released_at"])
-    if allocation.is_share:
-        card = allocation.shared_accelerator_id
-        if Accelerator.objects.filter(pk=card, allocation=allocation).exists():
-            heir = (
-                Allocation.objects.filter(shared_accelerator_id=card, released_at__isnull=True)
-                .order_by("pk")
-                .first()
-            )
-            Accelerator.objects.filter(pk=card).update(allocation=heir)
-    else:
-        Accelerator.objects.filter(allocation=allocation).update(allocation=None)
 
 
 # --- what the backend reports ----------------------------------------------------------------
@@ -1031,7 +843,7 @@ def finish_task(
         actor=SCHEDULER,
         at=at,
     )
-    release_task_capacity(task)
+    release(task)
     _schedule_pass_after_commit(task.organization.park_id)
     return task
 
@@ -1112,17 +924,20 @@ def _append_logs(task: Task, line: str) -> None:
     task.logs = _clip(text)
 
 
-def _over_quota(quota, task, model, noted: list, result) -> bool:
-    """Whether the pass's quota refuses `task` on `model`: then it is held back this pass and
-    its log says why (once)."""
+def _take(reservation: TaskReservation, task, model, views, noted: list, result):
+    """`task`'s quota and its room on the nodes of `views` (`TaskReservation.take`), or None
+    when it is held back this pass: over a quota (its log says why, once) or its room taken
+    meanwhile."""
     try:
-        quota.check(task, model)
+        members = reservation.take(task, model, [view.node.pk for view in views])
     except QuotaExceeded as exc:
         if _note(task, exc.message):
             noted.append(task)
         result.held_back[task.pk] = "quota"
-        return True
-    return False
+        return None
+    if members is None:
+        result.held_back[task.pk] = "taken"
+    return members
 
 
 def _note(task: Task, line: str) -> bool:

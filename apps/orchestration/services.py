@@ -489,18 +489,6 @@ def allocate_again(instance, shape: Shape) -> Allocation:
     return allocation
 
 
-def release_capacity(instance) -> None:
-    """Give the instance's accelerators, CPU and memory back to its node."""
-    allocation = live_allocation(instance)
-    if allocation is None:
-        return
-    lock(Node, allocation.node_id)
-    Accelerator.objects.filter(allocation=allocation).update(allocation=None)
-    allocation.released_at = timezone.now()
-    allocation.save(update_fields=["released_at"])
-    free_room_changed()
-
-
 def resize_capacity(instance, shape: Shape) -> None:
     """Grow or shrink the instance's allocation in place (on its node), counted and taken by
     the node's room under its lock. A stopped host holds nothing: it takes its new shape when

@@ -14,20 +14,14 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from apps.billing import services as billing
 from apps.catalog.models import Flavor, PriceKind
 from apps.catalog.selectors import price_in_force
 from apps.core.audit import audit_identity, record_event
 from apps.core.errors import DomainError, InvalidTransition
 from apps.core.transactions import on_commit_task
 from apps.orchestration.backends.base import Capability
-from apps.orchestration.services import (
-    allocate_again,
-    release_capacity,
-    require_capability,
-    resize_capacity,
-    shape_of,
-)
+from apps.orchestration.reservations import release, reserve
+from apps.orchestration.services import require_capability, shape_of
 from apps.orders import meters
 from apps.orders.hosts import host_spec
 from apps.orders.models import Instance, InstanceState, Order, OrderKind, OrderState
@@ -43,12 +37,14 @@ from apps.orders.services import (
     order_event,
 )
 from apps.orders.without_cards import check_without_cards, no_card_shape, no_card_spec
-from apps.quotas.services import Usage, demand_for, reserve
+from apps.quotas.services import Usage, demand_for
 from apps.tenants.access import authorize
 from apps.tenants.roles import Action
 
 _I = InstanceState
 UP_OR_DOWN = frozenset({_I.RUNNING, _I.STOPPED})
+# What a start or a resize asks of the wallet: a balance to run on (`billing.funds_needed`).
+RUNNING_BALANCE = 1
 
 
 @dataclass(frozen=True)
@@ -57,13 +53,13 @@ class Operation:
     busy_state: str | None  # the instance's state while the backend works, if it has one
     action: str  # what the actor's role must allow
     # Checks the parameters and reserves what the operation needs (in the requesting
-    # transaction); returns what the order records.
+    # transaction, through `orchestration.reservations.reserve`); returns what the order
+    # records.
     reserve: Callable[[Instance, dict], dict]
     # The backend request: (driver, instance, order) -> the request's handle, to follow.
     call: Callable[..., str]
     # Applies the change to the (locked) instance once the backend did it.
     complete: Callable[[Instance, Order], None]
-    needs_funds: bool = False  # a positive balance to run on
     # A failed disk or bandwidth change fails alone (the host is as it was); any other failure
     # leaves the host in error and gives back its accelerators.
     fails_alone: bool = False
@@ -78,11 +74,12 @@ def _reserve_start(instance: Instance, params: dict) -> dict:
     flavor's again on its own node, or the start is refused while that node has no room.
     `without_cards` (无卡模式): no card, a small share of CPU and memory, at the region's
     no-card price in force now."""
+    reservation = reserve(organization=instance.organization, funds_minor=RUNNING_BALANCE)
     if params.get("without_cards"):
         price = check_without_cards(instance)
-        allocate_again(instance, no_card_shape(instance.flavor))
+        reservation.start(instance, no_card_shape(instance.flavor))
         return {"without_cards": True, "no_card_hourly_minor": price.amount_minor}
-    allocate_again(instance, shape_of(instance.flavor))
+    reservation.start(instance, shape_of(instance.flavor))
     return {}
 
 
@@ -133,9 +130,11 @@ def _reserve_resize(instance: Instance, params: dict) -> dict:
     grow = demand_for(flavor=target, system_disk_gb=0, data_disk_gb=0) - demand_for(
         flavor=instance.flavor, system_disk_gb=0, data_disk_gb=0
     )
-    reserve(organization=instance.organization, demand=grow.positive())
+    reservation = reserve(
+        organization=instance.organization, demand=grow.positive(), funds_minor=RUNNING_BALANCE
+    )
     if target.accelerator_count > instance.flavor.accelerator_count:
-        resize_capacity(instance, shape_of(target))
+        reservation.resize(instance, shape_of(target))
     # The quota for the larger size is held by this open order (orders.selectors.pending_growth).
     return {
         "from": instance.flavor.code,
@@ -190,7 +189,8 @@ def _resize_target(instance: Instance, order: Order) -> Flavor:
 
 def _complete_resize(instance: Instance, order: Order) -> None:
     target = _resize_target(instance, order)
-    resize_capacity(instance, shape_of(target))  # shrinking gives accelerators back now
+    # Shrinking gives accelerators back now; growing takes the vCPU and memory now.
+    reserve(organization=instance.organization).resize(instance, shape_of(target))
     rates = dict(instance.rates)
     if rates:
         rates["flavor_hour"] = order.parameters["flavor_hourly_minor"]
@@ -212,13 +212,13 @@ def _complete_release(instance: Instance, order: Order) -> None:
     # The move (its hold: the wallet) before the cards (the node), in the order an order
     # locks them (`fail_instance`).
     move_instance(instance=instance, to=InstanceState.RELEASED)
-    release_capacity(instance)
+    release(instance)
 
 
 def _complete_stop(instance: Instance, order: Order) -> None:
     """A stopped host gives its accelerators, CPU and memory back to its node (and pays for its
     disks only); `_reserve_start` takes them again."""
-    release_capacity(instance)
+    release(instance)
     if instance.without_cards:
         Instance.objects.filter(pk=instance.pk).update(without_cards=False)
         instance.without_cards = False
@@ -243,7 +243,6 @@ OPERATIONS: dict[str, Operation] = {
             instance.backend_handle, _start_spec(instance, order)
         ),
         complete=_complete_start,
-        needs_funds=True,
     ),
     OrderKind.RESIZE: Operation(
         allowed_from=UP_OR_DOWN,
@@ -254,7 +253,6 @@ OPERATIONS: dict[str, Operation] = {
             instance.backend_handle, host_spec(instance, flavor=_resize_target(instance, order))
         ),
         complete=_complete_resize,
-        needs_funds=True,
     ),
     OrderKind.EXPAND_DISK: Operation(
         allowed_from=UP_OR_DOWN,
@@ -336,8 +334,6 @@ def request_operation(
         )
     if instance.pool is not None:
         require_capability(instance.pool.backend, Capability.HOSTS)
-    if operation.needs_funds:
-        billing.require_funds(instance.organization, 1)
     parameters = operation.reserve(instance, params)
     order = Order.objects.create(
         organization=instance.organization,

@@ -34,14 +34,13 @@ from apps.core.transitions import transition
 from apps.orchestration.backends.base import Capability
 from apps.orchestration.backends.registry import supports
 from apps.orchestration.models import TaskPreference
+from apps.orchestration.reservations import HostReservation, release, reserve
 from apps.orchestration.selectors import schedulable_park_pools
 from apps.orchestration.services import (
     NoCapacity,
     PlacementPlan,
-    place,
     plan_placement,
     region_of,
-    release_capacity,
     require_pools_for,
     shape_of,
 )
@@ -61,7 +60,7 @@ from apps.orders.models import (
 )
 from apps.orders.networking import sync_provisioned
 from apps.orders.validation import validate_hostname, validate_ssh_public_key
-from apps.quotas.services import demand_for, lock_quota_scope, quota_refusal, reserve
+from apps.quotas.services import demand_for, lock_quota_scope, quota_refusal
 from apps.storage import services as storage
 from apps.tenants.access import authorize, require_operator
 from apps.tenants.models import Organization
@@ -527,16 +526,19 @@ def submit_create(
     quoted = quote(organization=organization, request=request, plan=plan)
     one_host = Quote(**{**quoted.__dict__, "count": 1})
     approval = needs_approval(organization, request, quoted)
-    # The organization's lock, held until commit (reserve takes it).
-    reserve(organization=organization, demand=_demand(request, quoted))
-    # The first hour of every host is held now, so an order never starts what cannot be paid.
-    wallet = billing.require_funds(organization, quoted.hold_minor)
+    # The quota of every host (the organization's lock, held until commit), then the first
+    # hour of every host, so an order never starts what cannot be paid; room comes last.
+    reservation = reserve(
+        organization=organization,
+        demand=_demand(request, quoted),
+        funds_minor=quoted.hold_minor,
+    )
     orders = []
     for index in range(request.count):
         name = request.name if request.count == 1 else f"{request.name}-{index + 1}"
         key = _create_key(idempotency_key, index) if idempotency_key else ""
         order = _create_order(organization, actor, request, one_host, name, key)
-        billing.hold(wallet, instance=order.instance, amount_minor=order.hourly_minor)
+        reservation.hold(order.instance, amount_minor=order.hourly_minor)
         orders.append(order)
     decided = []
     for index, order in enumerate(orders):
@@ -548,7 +550,12 @@ def submit_create(
             order = move_order(order=order, to=OrderState.APPROVED, actor=None, held=True)
             # Later hosts of the same order are scored again, with the earlier ones placed.
             decided.append(
-                _start_provisioning(order, plan=plan if index == 0 else None, created=True)
+                _start_provisioning(
+                    order,
+                    reservation=reservation,
+                    plan=plan if index == 0 else None,
+                    created=True,
+                )
             )
     return decided
 
@@ -612,10 +619,15 @@ def _create_order(organization, actor, request, one_host: Quote, name, key) -> O
 
 
 def _start_provisioning(
-    order: Order, *, plan: PlacementPlan | None = None, created: bool = False
+    order: Order,
+    *,
+    reservation: HostReservation,
+    plan: PlacementPlan | None = None,
+    created: bool = False,
 ) -> Order:
-    """Allocate accelerators and hand the instance to the backend (after commit); `order` is
-    what its move to approved returned, in this transaction. The host is placed in the region
+    """Take the host's room on a node (the last step of its `reservation`) and hand the
+    instance to the backend (after commit); `order` is what its move to approved returned, in
+    this transaction. The host is placed in the region
     it was quoted in, at that price: with the `plan` its quote was scored with (over every
     region, when the scheduler chose it), or scored again there (the later hosts of an order,
     an order approved later). Should that region have no room left by then, it is refused,
@@ -630,8 +642,8 @@ def _start_provisioning(
     # are in this transaction, so no one sees the order fulfilling without its allocation.
     order = move_order(order=order, to=OrderState.FULFILLING, held=True)
     move_instance(instance=instance, to=InstanceState.PROVISIONING, created=created)
-    allocation = place(
-        instance=instance,
+    allocation = reservation.place(
+        instance,
         shape=shape_of(instance.flavor),
         region=instance.region,
         preference=order.parameters.get("preference", TaskPreference.BALANCED),
@@ -654,7 +666,8 @@ def approve_order(*, order: Order, operator) -> Order:
     order = move_order(order=order, to=OrderState.APPROVED, actor=operator)
     try:
         with transaction.atomic():
-            _start_provisioning(order)
+            # Its quota and first hour were reserved when it was ordered: room alone now.
+            _start_provisioning(order, reservation=reserve(organization=order.organization))
     except NoCapacity as exc:
         _end_unprovisioned(order, to=OrderState.FAILED, reason=exc.message)
     return Order.objects.get(pk=order.pk)
@@ -734,7 +747,7 @@ def fail_instance(
         return None
     instance = move_instance(instance=instance, to=InstanceState.ERROR, error_message=message)
     if not keep_capacity:
-        release_capacity(instance)
+        release(instance)
     for order in _open_orders(instance):
         move_order(order=order, to=OrderState.FAILED, reason=message)
     return instance

@@ -8,12 +8,12 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from apps.catalog.selectors import FREE_ROOM, free_room, free_room_changed
+from apps.orchestration.reservations import release
 from apps.orchestration.services import (
     Shape,
     drain_node,
     place,
     register_node,
-    release_capacity,
     resize_capacity,
     shape_of,
     undrain_node,
@@ -143,7 +143,7 @@ def test_a_placement_and_a_release_show_at_once(
     assert free_hosts_seen() == 1
 
     with django_capture_on_commit_callbacks(execute=True):
-        release_capacity(instance)
+        release(instance)
     assert free_hosts_seen() == 2
 
 
@@ -159,7 +159,7 @@ def test_committed_placements_and_releases_show_at_once(client, sold, place_host
     assert free_hosts(client, flavor) == 1
 
     with transaction.atomic():
-        release_capacity(instance)
+        release(instance)
     assert free_hosts(client, flavor) == 2
 
 

@@ -14,9 +14,8 @@ from apps.orchestration import adapter
 from apps.orchestration.models import Accelerator, Allocation, Node, SchedulingPolicy, TaskState
 from apps.orchestration.rooms import NodeRoom
 from apps.orchestration.scheduler import Weights
-from apps.orchestration.scheduling import allocate_task
 from apps.orchestration.services import Shape
-from tests.factories import AllocationFactory, TaskFactory
+from tests.factories import AllocationFactory, TaskFactory, allocate_task
 from tests.orchestration.test_scheduling import hold_cards
 
 pytestmark = pytest.mark.django_db

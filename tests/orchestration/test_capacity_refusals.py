@@ -5,12 +5,12 @@ own free capacity (allocate_again, resize_capacity)."""
 import pytest
 from django.db import transaction
 
+from apps.orchestration.reservations import release
 from apps.orchestration.services import (
     NoCapacity,
     allocate_again,
     plan_placement,
     region_of,
-    release_capacity,
     resize_capacity,
 )
 from apps.orders.models import Instance
@@ -73,7 +73,7 @@ def test_a_start_refused_on_its_node_names_the_vcpu_it_lacks(grid):
     Instance.objects.filter(pk=instance.pk).update(node=node)
     instance.refresh_from_db()
     with transaction.atomic():
-        release_capacity(instance)  # stopped: its vCPU go back to the node
+        release(instance)  # stopped: its vCPU go back to the node
     put(grid, 1, vcpu=24)  # and to other work; 7 cards stay free
 
     with pytest.raises(NoCapacity) as excinfo, transaction.atomic():

@@ -8,13 +8,13 @@ import pytest
 from django.db import connection, transaction
 
 from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth
+from apps.orchestration.reservations import release
 from apps.orchestration.rooms import NodeRoom
 from apps.orchestration.selectors import schedulable_nodes
 from apps.orchestration.services import (
     NoCapacity,
     allocate_again,
     live_allocation,
-    release_capacity,
     resize_capacity,
 )
 from apps.orders.models import Instance
@@ -37,7 +37,7 @@ def stopped(grid, node, accelerators, **sizes) -> Instance:
     Instance.objects.filter(pk=instance.pk).update(node=node)
     instance.refresh_from_db()
     with transaction.atomic():
-        release_capacity(instance)
+        release(instance)
     return instance
 
 
@@ -65,7 +65,7 @@ def test_a_rooms_sums_are_exact(grid):
         put(grid, 1, vcpu=10, ram_gb=100),
     ]
     gone = put(grid, 1, vcpu=99, ram_gb=999)
-    release_capacity(gone.workload.instance)
+    release(gone.workload.instance)
     AllocationFactory(node=busy, for_task=True, vcpu=7, ram_gb=11)  # a task: no cards
 
     assert {a.node for a in [*busy_allocations, gone]} == {busy}

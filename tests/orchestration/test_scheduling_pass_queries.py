@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from apps.core.models import AuditEvent
 from apps.orchestration.models import Allocation, Placement, Task, TaskState
-from apps.orchestration.scheduling import HeldByTasks
+from apps.orchestration.reservations import HeldByTasks
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.quotas.services import QuotaExceeded, Usage, reserve
 from apps.workloads.models import Workload, WorkloadKind

@@ -10,7 +10,6 @@ from django.utils import translation
 
 from apps.orchestration import adapter, services
 from apps.orchestration.models import Accelerator, Placement, SchedulingPolicy
-from apps.orchestration.scheduling import allocate_task
 from apps.orchestration.services import Shape, place
 from tests.factories import (
     FlavorFactory,
@@ -20,6 +19,7 @@ from tests.factories import (
     PlacementFactory,
     PriceFactory,
     TaskFactory,
+    allocate_task,
 )
 
 pytestmark = pytest.mark.django_db

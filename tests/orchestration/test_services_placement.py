@@ -1,20 +1,17 @@
 """Placement and held capacity: place() (best fit under balanced weights, what it skips, the
-region filter, NoCapacity), release_capacity and resize_capacity. What a node's room counts
-under its lock, and what every path takes from it, is tests/orchestration/test_rooms.py's."""
+region filter, NoCapacity) and resize_capacity; giving capacity back is
+tests/orchestration/test_reservations.py's. What a node's room counts under its lock, and what
+every path takes from it, is tests/orchestration/test_rooms.py's."""
 
 import pytest
 from django.db import transaction
 
 from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth, Placement
-from apps.orchestration.rooms import NodeRoom
 from apps.orchestration.services import (
     NoCapacity,
     Shape,
-    device_indices,
-    live_allocation,
     place,
     register_node,
-    release_capacity,
     resize_capacity,
 )
 from tests.factories import (
@@ -289,55 +286,6 @@ def test_no_nodes_at_all(grid):
 def test_place_must_run_inside_the_callers_transaction():
     with pytest.raises(RuntimeError, match="inside the caller's transaction"):
         place(instance=None, shape=Shape(1, 1, 1, 1))
-
-
-# --- release_capacity ------------------------------------------------------------------------
-
-
-@pytest.mark.django_db
-def test_release_capacity_gives_everything_back(grid):
-    node = add_node(grid.pool, "n1")
-    allocation = put(grid, 4, vcpu=64, ram_gb=512)
-    instance = allocation.workload.instance
-    assert device_indices(instance) == (0, 1, 2, 3)
-
-    release_capacity(instance)
-
-    allocation.refresh_from_db()
-    assert allocation.released_at is not None
-    assert free(node) == 8
-    assert live_allocation(instance) is None
-    assert device_indices(instance) == ()
-    room = NodeRoom.lock([node.pk])[node.pk]
-    assert (room.idle_cards, room.vcpu_free, room.ram_gb_free) == (8, 128, 1024)
-
-    release_capacity(instance)  # nothing held: a no-op
-    assert Allocation.objects.get().released_at == allocation.released_at
-
-
-@pytest.mark.django_db
-def test_released_cards_are_placed_again(grid):
-    node = add_node(grid.pool, "n1", accelerators=4)
-    first = put(grid, 4)
-    release_capacity(first.workload.instance)
-
-    second = put(grid, 4)
-
-    assert second.node == node
-    assert held(second) == [0, 1, 2, 3]
-    assert Allocation.objects.filter(released_at__isnull=True).get() == second
-
-
-@pytest.mark.django_db
-def test_release_capacity_touches_only_that_instance(grid):
-    node = add_node(grid.pool, "n1")
-    keep = put(grid, 3)
-    drop = put(grid, 2)
-
-    release_capacity(drop.workload.instance)
-
-    assert held(keep) == [0, 1, 2]
-    assert free(node) == 5
 
 
 # --- resize_capacity -------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from apps.orchestration import adapter, services, shortlist
 from apps.orchestration.backends.base import Capability
 from apps.orchestration.models import Accelerator, Node, NodeHealth, Placement
 from apps.orchestration.scheduler import decide
-from apps.orchestration.scheduling import allocate_task
 from apps.orchestration.selectors import schedulable_nodes
 from apps.orchestration.services import Shape, plan_placement
 from tests.factories import (
@@ -26,6 +25,7 @@ from tests.factories import (
     PriceFactory,
     SchedulingPolicyFactory,
     TaskFactory,
+    allocate_task,
 )
 
 pytestmark = pytest.mark.django_db

@@ -4,6 +4,8 @@ the disk, change bandwidth, release; and every refusal, with nothing changed."""
 import pytest
 from django.core.exceptions import ValidationError
 
+from apps.billing.models import Wallet
+from apps.billing.services import InsufficientFunds
 from apps.core.errors import DomainError, InvalidTransition, PermissionDenied
 from apps.core.models import AuditEvent
 from apps.orchestration.models import Accelerator, Allocation
@@ -280,6 +282,33 @@ def test_resize_up_over_quota_changes_nothing(world, running_host, owner):
     assert "1 in use + 3 asked exceeds the limit of 3" in excinfo.value.message
     assert snapshot(instance) == before
     assert world.free_accelerators() == 15
+
+
+def test_a_resize_needs_a_balance_to_run_on(world, running_host, owner):
+    instance = running_host(1)
+    Wallet.objects.filter(organization=instance.organization).update(balance_minor=0)
+    before = snapshot(instance)
+
+    with pytest.raises(InsufficientFunds, match="Not enough balance"):
+        request_operation(
+            instance=instance, actor=owner, kind="resize", params={"flavor": world.flavors[2]}
+        )
+
+    assert snapshot(instance) == before
+
+
+def test_a_resize_over_quota_and_without_money_is_refused_for_the_quota_first(
+    world, running_host, owner
+):
+    """The reservation path's declared order, as an order's: quota, then funds."""
+    instance = running_host(1)
+    world.set_limit(QuotaResource.ACCELERATORS, 3)
+    Wallet.objects.filter(organization=instance.organization).update(balance_minor=0)
+
+    with pytest.raises(QuotaExceeded, match="1 in use \\+ 3 asked exceeds the limit of 3"):
+        request_operation(
+            instance=instance, actor=owner, kind="resize", params={"flavor": world.flavors[4]}
+        )
 
 
 def test_a_pending_resize_holds_its_growth_against_new_orders(

@@ -22,6 +22,7 @@ from apps.orders.models import (
 )
 from apps.orders.operations import request_operation
 from apps.orders.services import fail_instance, submit_create
+from apps.quotas import services as quota_services
 from apps.quotas.models import QuotaLimit
 from apps.quotas.services import QuotaExceeded
 from tests.factories import FlavorFactory, PriceFactory
@@ -204,7 +205,7 @@ def test_a_resize_asked_while_an_order_holds_the_organization_waits_instead_of_d
     larger = FlavorFactory(family=running.flavor.family, accelerator_count=2, vcpu=8, ram_gb=32)
     PriceFactory(flavor=larger, region=running.region, amount_minor=2000)
     order_holds_the_organization, errors = threading.Event(), []
-    reserve = order_services.reserve
+    reserve = quota_services.reserve
 
     def reserve_then_wait(**kwargs):
         reserve(**kwargs)
@@ -220,7 +221,7 @@ def test_a_resize_asked_while_an_order_holds_the_organization_waits_instead_of_d
         finally:
             connection.close()
 
-    monkeypatch.setattr(order_services, "reserve", reserve_then_wait)
+    monkeypatch.setattr(quota_services, "reserve", reserve_then_wait)
     orderer = threading.Thread(target=order_while_a_host_resizes)
     orderer.start()
     assert order_holds_the_organization.wait(10)
