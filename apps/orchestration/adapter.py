@@ -466,7 +466,9 @@ def task_request(task, *, model_slugs, zones=None) -> TaskRequest:
         gpu_models=frozenset(model_slugs) or frozenset({NO_ZONE}),
         regions=regions,
         organization=task.organization_id,
-        priority=task.priority,
+        # Within a priority, tasks that may not be preempted start first: a task requeued to
+        # make room for one must not take the room back.
+        priority=task.priority * 2 + (0 if task.preemptible else 1),
         preference=task.preference,
         submitted_at=task.submitted_at.timestamp() if task.submitted_at else 0.0,
     )

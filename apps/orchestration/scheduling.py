@@ -52,6 +52,7 @@ from apps.orchestration.models import (
     TASK_TRANSITIONS,
     Accelerator,
     Allocation,
+    FairShare,
     Node,
     NodeHealth,
     Placement,
@@ -102,6 +103,7 @@ class TaskInput:
     allowed_regions: tuple = ()
     preference: str = TaskPreference.BALANCED
     priority: int = 0
+    preemptible: bool = False
 
     @classmethod
     def from_data(cls, data) -> "TaskInput":
@@ -252,8 +254,12 @@ def _capacity_problems(park, task: TaskInput) -> dict:
         }
     pools = [p for p in pools if p.pk in large_enough]
     prices = adapter.task_prices(pools)
+    discount = selectors.preemptible_discount_pct(park) if task.preemptible else 0
     hourly = [
-        adapter.task_hourly_minor(prices[p.pk], task.accelerator_milli * task.node_count)
+        task_price(
+            adapter.task_hourly_minor(prices[p.pk], task.accelerator_milli * task.node_count),
+            discount,
+        )
         for p in pools
         if prices[p.pk] is not None
     ]
@@ -271,6 +277,11 @@ def _capacity_problems(park, task: TaskInput) -> dict:
             }
         }
     return {}
+
+
+def task_price(hourly_minor: int, discount_pct: int) -> int:
+    """A task's price per hour: the pool's, less the park's discount for a preemptible one."""
+    return hourly_minor * (100 - discount_pct) // 100
 
 
 @in_transaction
@@ -313,6 +324,7 @@ def submit_task(*, organization, actor, data) -> Task:
         deadline=task_input.deadline,
         preference=task_input.preference,
         priority=task_input.priority,
+        preemptible=task_input.preemptible,
         created_by=audit_identity(actor)[0],
     )
     task.allowed_regions.set(task_input.allowed_regions)
@@ -326,6 +338,7 @@ def submit_task(*, organization, actor, data) -> Task:
             "accelerator_model": getattr(task.accelerator_model, "slug", None),
             "regions": [r.code for r in task_input.allowed_regions],
             "preference": task.preference,
+            "preemptible": task.preemptible,
         },
     )
     _schedule_pass_after_commit(organization.park_id)
@@ -429,7 +442,7 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
     gangs, gang_waiting = [], {}
     for task in sorted(
         (t for t in tasks.values() if t.is_gang),
-        key=lambda t: (-t.priority, t.submitted_at, t.pk),
+        key=lambda t: (-t.priority, t.preemptible, t.submitted_at, t.pk),
     ):
         refused = adapter.task_pool_rejections(
             task, pools, prices, model_ids=adapter.task_model_ids(task)
@@ -469,6 +482,7 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
         list(requests.values()),
         zoned,
         selectors.recent_usage(park, now=now),
+        shares=selectors.fair_shares(park),
         operator=weights.weights,
         operator_share=weights.operator_share,
         distribution=adapter.BEST_FIT,
@@ -614,6 +628,7 @@ def _write_placements(placed: list[_Placed], *, park) -> None:
     free_room_changed()
     _insert_placements(placed)
     names = dict(Task._meta.get_field("state").flatchoices)
+    discount = selectors.preemptible_discount_pct(park)
     user, label = audit_identity(SCHEDULER)
     events = []
     for p in placed:
@@ -635,8 +650,9 @@ def _write_placements(placed: list[_Placed], *, park) -> None:
             )
         )
         task.pool, task.node, task.state = p.view.pool, p.view.node, TaskState.PLACED
-        task.hourly_minor = adapter.task_hourly_minor(
-            p.view.price_per_hour_minor, task.total_accelerator_milli
+        task.hourly_minor = task_price(
+            adapter.task_hourly_minor(p.view.price_per_hour_minor, task.total_accelerator_milli),
+            discount if task.preemptible else 0,
         )
     update_rows(Task, [p.task for p in placed], ["pool", "node", "hourly_minor", "state"])
     AuditEvent.objects.bulk_create(events)
@@ -1019,10 +1035,13 @@ MAX_WEIGHT = Decimal("100")
 
 
 @transaction.atomic(durable=True)
-def set_scheduling_policy(*, park, operator, operator_share=None, **weights) -> SchedulingPolicy:
+def set_scheduling_policy(
+    *, park, operator, operator_share=None, preemptible_discount_pct=None, **weights
+) -> SchedulingPolicy:
     """An operator sets how much each score part weighs in the park (region, performance,
-    energy, price, fragmentation; 0–100 each, not all 0) and the share of the say the park
-    keeps over the tenant's preference (0–1). Parts not given keep their value. Audited."""
+    energy, price, fragmentation; 0–100 each, not all 0), the share of the say the park
+    keeps over the tenant's preference (0–1) and how much less a preemptible task pays (0–90
+    %). Parts not given keep their value. Audited."""
     require_operator(
         operator, park, _("Only this park's operators may change its scheduling policy.")
     )
@@ -1031,7 +1050,7 @@ def set_scheduling_policy(*, park, operator, operator_share=None, **weights) -> 
         raise TypeError(f"unknown weights: {', '.join(sorted(unknown))}")
     lock(type(park), park.pk)
     policy = SchedulingPolicy.objects.filter(park=park).first() or SchedulingPolicy(park=park)
-    before = {**policy.weights(), "operator_share": float(policy.operator_share)}
+    before = _policy_record(policy)
     errors = {}
     for part, value in weights.items():
         number = _decimal(value)
@@ -1045,13 +1064,21 @@ def set_scheduling_policy(*, park, operator, operator_share=None, **weights) -> 
             errors["operator_share"] = _("The operator's share is a number from 0 to 1.")
         else:
             policy.operator_share = share
+    if preemptible_discount_pct is not None:
+        discount = _decimal(preemptible_discount_pct)
+        if discount is None or discount != int(discount) or not 0 <= discount <= 90:
+            errors["preemptible_discount_pct"] = _(
+                "The preemptible discount is a whole percent from 0 to 90."
+            )
+        else:
+            policy.preemptible_discount_pct = int(discount)
     if not errors and not any(policy.weights().values()):
         errors["__all__"] = _("At least one weight must be above 0.")
     if errors:
         raise ValidationError(errors)
     policy.updated_by = audit_identity(operator)[0]
     policy.save()
-    after = {**policy.weights(), "operator_share": float(policy.operator_share)}
+    after = _policy_record(policy)
     record_event(
         action="scheduling_policy.changed",
         actor=operator,
@@ -1060,6 +1087,51 @@ def set_scheduling_policy(*, park, operator, operator_share=None, **weights) -> 
         data={"from": before, "to": after},
     )
     return policy
+
+
+def _policy_record(policy: SchedulingPolicy) -> dict:
+    return {
+        **policy.weights(),
+        "operator_share": float(policy.operator_share),
+        "preemptible_discount_pct": policy.preemptible_discount_pct,
+    }
+
+
+MAX_FAIR_SHARE = 1000
+
+
+@transaction.atomic(durable=True)
+def set_fair_share(*, organization, operator, shares) -> FairShare:
+    """An operator sets the organization's share of the park (1–1000; every organization has 1
+    until set): the queue orders waiting tasks by recent usage over share, and each Slurm
+    backend that runs the organization's tasks gets it as its account's fairshare (after
+    commit). Audited."""
+    from apps.orchestration.tasks import sync_tenant_fair_share
+
+    park = organization.park
+    require_operator(
+        operator, park, _("Only this park's operators may change an organization's share.")
+    )
+    if not isinstance(shares, int) or isinstance(shares, bool) or not 1 <= shares <= MAX_FAIR_SHARE:
+        raise ValidationError(
+            {"shares": _("A share is a whole number from 1 to %(max)d.") % {"max": MAX_FAIR_SHARE}}
+        )
+    lock(Organization, organization.pk)
+    share = FairShare.objects.filter(organization=organization).first() or FairShare(
+        organization=organization
+    )
+    before = share.shares if share.pk else 1
+    share.shares = shares
+    share.updated_by = audit_identity(operator)[0]
+    share.save()
+    record_event(
+        action="fair_share.changed",
+        actor=operator,
+        target=organization,
+        data={"from": before, "to": shares},
+    )
+    on_commit_task(sync_tenant_fair_share, organization.pk)
+    return share
 
 
 def _decimal(value) -> Decimal | None:
