@@ -5,6 +5,7 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import AcceleratorModel, Image, Region
 from apps.core.numbers import IdsField
+from apps.orchestration import selectors
 from apps.orchestration.models import SchedulingPolicy, TaskPreference
 from apps.orchestration.scheduling import (
     MAX_NODES,
@@ -86,9 +87,14 @@ class TaskForm(forms.Form):
         initial=0,
         help_text=_("0 is normal; below 0 lets other tasks go first."),
     )
+    preemptible = forms.BooleanField(label=_("Preemptible"), required=False)
 
     def __init__(self, *args, park, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["preemptible"].help_text = _(
+            "%(discount)d %% cheaper; the park may stop it to make room for a task that is not "
+            "preemptible and queue it again (billed up to the stop)."
+        ) % {"discount": selectors.preemptible_discount_pct(park)}
         self.fields["image"].queryset = Image.objects.filter(
             park=park, is_active=True, organization=None
         ).order_by("software_stack", "name")
@@ -122,12 +128,20 @@ class SchedulingPolicyForm(forms.Form):
             "0: the tenant's preference (fast, cheap, green) alone; 1: these weights alone."
         ),
     )
+    preemptible_discount_pct = forms.IntegerField(
+        label=_("Preemptible discount (%)"),
+        min_value=0,
+        max_value=90,
+        required=False,
+        help_text=_("How much less a task pays per hour when it lets the park preempt it."),
+    )
 
     @classmethod
     def initial_for(cls, policy: SchedulingPolicy) -> dict:
         return {
             **{part: getattr(policy, name) for part, name in policy.WEIGHT_FIELDS.items()},
             "operator_share": policy.operator_share,
+            "preemptible_discount_pct": policy.preemptible_discount_pct,
         }
 
     def weights(self) -> dict:

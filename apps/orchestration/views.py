@@ -94,6 +94,7 @@ def task_detail(request, task_id):
         "cost_minor": task_cost_minor(task),
         "ran_for": selectors.ran_for(task),
         "backend_state": selectors.backend_state_label(task),
+        "preemptions": list(task.preemptions.all()),
     }
     if request.htmx:
         return render(request, "orchestration/partials/_task_status.html", context)
@@ -136,6 +137,7 @@ def scheduling_policy(request, park_id):
                         park=park,
                         operator=request.user,
                         operator_share=form.cleaned_data["operator_share"],
+                        preemptible_discount_pct=form.cleaned_data["preemptible_discount_pct"],
                         **form.weights(),
                     )
             except HttpPermissionDenied as exc:  # not this park's operator: as if no such park

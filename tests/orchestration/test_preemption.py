@@ -168,3 +168,22 @@ def test_the_discount_is_a_whole_percent_up_to_90(task_world, operator, discount
             park=task_world.park, operator=operator, preemptible_discount_pct=discount
         )
     assert "preemptible_discount_pct" in error.value.message_dict
+
+
+def test_the_task_page_and_the_api_show_the_preemption(
+    task_world, django_capture_on_commit_callbacks, stopped, client
+):
+    victim = running(task_world, django_capture_on_commit_callbacks, preemptible=True)
+    running(task_world, django_capture_on_commit_callbacks, preemptible=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        urgent = task_world.submit(accelerator_milli=4000)
+    client.force_login(task_world.owner)
+
+    page = client.get(f"/tasks/{victim.pk}/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+
+    assert "Preempted, requeued at" in page and f"task #{urgent.pk}" in page
+    from apps.api.serializers.tasks import TaskSerializer
+
+    data = TaskSerializer(reload(victim)).data
+    assert data["preemptible"] is True
+    assert [p["preempted_by"] for p in data["preemptions"]] == [urgent.pk]
