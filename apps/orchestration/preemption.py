@@ -278,9 +278,7 @@ def _requeue(plans: list[PreemptionPlan], *, now) -> list[Preemption]:
     hostnames = dict(
         Node.objects.filter(
             pk__in={n for v in victims for n in v.holds} | {n for p in plans for n in p.node_ids}
-        ).values_list(
-            "pk", "hostname"
-        )
+        ).values_list("pk", "hostname")
     )
     preemptions = []
     for plan in plans:
