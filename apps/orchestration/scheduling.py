@@ -45,7 +45,7 @@ from apps.core.transitions import check_transition, transition
 from apps.orchestration import adapter, selectors
 from apps.orchestration.backends.base import TASK_PENDING, Capability
 from apps.orchestration.backends.registry import drivers_with
-from apps.orchestration.gangs import plan_gang, take_gang
+from apps.orchestration.gangs import hold_for_gang, plan_gang, take_gang
 from apps.orchestration.meters import follow_task
 from apps.orchestration.models import (
     REJECTION_REASONS,
@@ -62,7 +62,7 @@ from apps.orchestration.models import (
     TaskState,
 )
 from apps.orchestration.rooms import NodeRoom
-from apps.orchestration.scheduler import PRESETS, filters, schedule_queue
+from apps.orchestration.scheduler import PRESETS, Hold, filters, schedule_queue
 from apps.quotas.selectors import usage_held_besides
 from apps.quotas.services import QuotaExceeded, Usage, lock_quota_scope
 from apps.tenants.access import SystemActor, authorize, require_operator
@@ -374,6 +374,7 @@ class QueuePass:
     placed: list[int] = field(default_factory=list)
     backfilled: list[int] = field(default_factory=list)  # placed past a blocked head
     reserved: dict[int, int] = field(default_factory=dict)  # blocked head -> node held for it
+    gang_held: dict[int, list[int]] = field(default_factory=dict)  # waiting gang -> its nodes
     waiting: list[int] = field(default_factory=list)
     expired: list[int] = field(default_factory=list)  # deadline passed: failed
     held_back: dict[int, str] = field(default_factory=dict)  # started by the plan, not placed
@@ -439,12 +440,12 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
     gang_pools = {p.pk for p in pools if p.backend.driver in gang_drivers}
     # Gang tasks first, in the queue's order: each takes its nodes' room off the views before
     # the engine (which places one task on one node) plans the rest on what is left.
-    gangs, gang_waiting = [], {}
+    gangs, gang_waiting, refused_for = [], {}, {}
     for task in sorted(
         (t for t in tasks.values() if t.is_gang),
         key=lambda t: (-t.priority, t.preemptible, t.submitted_at, t.pk),
     ):
-        refused = adapter.task_pool_rejections(
+        refused = refused_for[task.pk] = adapter.task_pool_rejections(
             task, pools, prices, model_ids=adapter.task_model_ids(task)
         )
         gang, considered = plan_gang(
@@ -477,12 +478,29 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
             model_slugs={slugs[m] for m in model_ids if m in slugs},
             zones={adapter.zone(p) for p in pools if p.pk not in refused},
         )
+    # The first gang that waits holds the nodes nearest to taking it: the tasks behind it do
+    # not start there, so a stream of small tasks cannot starve it.
+    hold, held_for_gang = None, None
+    if gang_waiting:
+        head = tasks[next(iter(gang_waiting))]
+        held_for_gang = hold_for_gang(
+            head, views_by_pool, refused=refused_for[head.pk], gang_pools=gang_pools
+        )
+        if held_for_gang:
+            request = adapter.task_request(head, model_slugs=())
+            hold = Hold(
+                nodes=frozenset(view.state.id for view in held_for_gang),
+                priority=request.priority,
+                submitted_at=request.submitted_at,
+            )
+            result.gang_held = {head.pk: [view.node.pk for view in held_for_gang]}
     weights = adapter.park_weights(park)
     plan = schedule_queue(
         list(requests.values()),
         zoned,
         selectors.recent_usage(park, now=now),
         shares=selectors.fair_shares(park),
+        hold=hold,
         operator=weights.weights,
         operator_share=weights.operator_share,
         distribution=adapter.BEST_FIT,
@@ -523,7 +541,12 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
         result.placed.append(task.pk)
     for task_id, considered in gang_waiting.items():
         result.waiting.append(task_id)
-        if _note(tasks[task_id], _gang_wait_reason(tasks[task_id], considered)):
+        reason = _gang_wait_reason(tasks[task_id], considered)
+        if task_id in result.gang_held:
+            reason += " " + _(
+                "Nodes %(nodes)s are held for it: tasks behind it in the queue do not start there."
+            ) % {"nodes": ", ".join(sorted(view.node.hostname for view in held_for_gang))}
+        if _note(tasks[task_id], reason):
             noted.append(tasks[task_id])
     for task, request, decision in started:
         view = view_of[decision.node.id]

@@ -17,6 +17,8 @@ the node where it will fit soonest (the fewest resources still to be freed), and
 behind it may *backfill* only into capacity outside that reservation (EASY backfilling
 without runtimes: nothing that starts later can grab the capacity the head is waiting for, so
 the head is never starved by a stream of small tasks). Only the first blocked task reserves.
+A multi-node task waiting at the head (placed by the portal, not here) may hold nodes too
+(``hold``): the tasks behind it in the order do not start on them.
 """
 
 from __future__ import annotations
@@ -91,6 +93,19 @@ def queue_positions(
     return {t.id: i for i, t in enumerate(order, 1)}
 
 
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Nodes held for a task waiting outside this plan (a gang): tasks behind it (a lower
+    priority, or the same and submitted later) may not start on them."""
+
+    nodes: frozenset[str]
+    priority: int
+    submitted_at: float
+
+    def keeps_out(self, task: TaskRequest) -> bool:
+        return (task.priority, -task.submitted_at) < (self.priority, -self.submitted_at)
+
+
 @dataclass(slots=True)
 class QueuePlan:
     started: list[tuple[TaskRequest, Decision]] = field(default_factory=list)
@@ -132,6 +147,7 @@ def schedule_queue(
     operator: Weights | None = None,
     assumed_seconds: float = DEFAULT_ASSUMED_SECONDS,
     shares: Mapping | None = None,
+    hold: Hold | None = None,
     **decide_options,
 ) -> QueuePlan:
     """What to start now, what is reserved, what waits. ``nodes`` are not changed (the plan
@@ -147,7 +163,12 @@ def schedule_queue(
             continue
         # A node of a model the task does not run on is no candidate for it (the decision
         # lists it no more than an order's lists the nodes of other models).
-        pool = [n for n in scratch if n.id not in held and filters.gpu_model_allowed(task, n)]
+        kept_out = hold.nodes if hold is not None and hold.keeps_out(task) else frozenset()
+        pool = [
+            n
+            for n in scratch
+            if n.id not in held and n.id not in kept_out and filters.gpu_model_allowed(task, n)
+        ]
         decision = decide(task, pool, operator=operator, **decide_options)
         if decision.node is not None:
             place(task, decision)
