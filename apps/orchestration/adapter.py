@@ -480,9 +480,15 @@ def zone(pool) -> str:
     return f"pool-{pool.pk}"
 
 
-def task_pool_rejections(task, pools, prices, *, model_ids) -> dict[int, str]:
+def task_price(hourly_minor: int, discount_pct: int) -> int:
+    """A task's price per hour: the pool's, less the park's discount for a preemptible one."""
+    return hourly_minor * (100 - discount_pct) // 100
+
+
+def task_pool_rejections(task, pools, prices, *, model_ids, discount_pct=0) -> dict[int, str]:
     """{pool id: why the task may not use it} for the pools it may not use ("gpu_model",
-    "region", "not_priced", "max_price"); the others are missing from the answer."""
+    "region", "not_priced", "max_price": above its maximum, at the park's `discount_pct` for
+    a preemptible task); the others are missing from the answer."""
     allowed_regions = {r.pk for r in task.allowed_regions.all()}
     refused = {}
     for pool in pools:
@@ -495,7 +501,11 @@ def task_pool_rejections(task, pools, prices, *, model_ids) -> dict[int, str]:
             refused[pool.pk] = "not_priced"
         elif (
             task.max_hourly_minor is not None
-            and task_hourly_minor(price, task.total_accelerator_milli) > task.max_hourly_minor
+            and task_price(
+                task_hourly_minor(price, task.total_accelerator_milli),
+                discount_pct if task.preemptible else 0,
+            )
+            > task.max_hourly_minor
         ):
             refused[pool.pk] = "max_price"
     return refused

@@ -170,6 +170,7 @@ def _plan(park, waiting, victims: dict[int, _Victim]) -> list[PreemptionPlan]:
     quota = PassQuota(park, {t.organization for t in waiting})
     plans = []
     for task in waiting:
+        # A task that may not be preempted pays the full price.
         refused = adapter.task_pool_rejections(
             task, pools, prices, model_ids=adapter.task_model_ids(task)
         )
@@ -178,11 +179,7 @@ def _plan(park, waiting, victims: dict[int, _Victim]) -> list[PreemptionPlan]:
         }
         if _fits_now(task, rooms, allowed):
             continue  # the queue pass places it, or holds it for another reason
-        candidates = {
-            pk: v
-            for pk, v in victims.items()
-            if v.task.priority <= task.priority and v.task.organization.park_id == park.pk
-        }
+        candidates = {pk: v for pk, v in victims.items() if v.task.priority <= task.priority}
         plan = _best_plan(task, rooms, allowed, candidates)
         if plan is None:
             continue

@@ -256,7 +256,7 @@ def _capacity_problems(park, task: TaskInput) -> dict:
     prices = adapter.task_prices(pools)
     discount = selectors.preemptible_discount_pct(park) if task.preemptible else 0
     hourly = [
-        task_price(
+        adapter.task_price(
             adapter.task_hourly_minor(prices[p.pk], task.accelerator_milli * task.node_count),
             discount,
         )
@@ -277,11 +277,6 @@ def _capacity_problems(park, task: TaskInput) -> dict:
             }
         }
     return {}
-
-
-def task_price(hourly_minor: int, discount_pct: int) -> int:
-    """A task's price per hour: the pool's, less the park's discount for a preemptible one."""
-    return hourly_minor * (100 - discount_pct) // 100
 
 
 @in_transaction
@@ -431,6 +426,7 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
     nodes = list(batch_nodes.order_by("pk"))
     pools = list({node.pool_id: node.pool for node in nodes}.values())
     prices = adapter.task_prices(pools, at=now)
+    discount = selectors.preemptible_discount_pct(park)
     views = adapter.node_views(nodes, prices=prices)
     view_of = {view.state.id: view for view in views}
     views_by_pool = defaultdict(list)
@@ -446,7 +442,7 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
         key=lambda t: (-t.priority, t.preemptible, t.submitted_at, t.pk),
     ):
         refused = refused_for[task.pk] = adapter.task_pool_rejections(
-            task, pools, prices, model_ids=adapter.task_model_ids(task)
+            task, pools, prices, model_ids=adapter.task_model_ids(task), discount_pct=discount
         )
         gang, considered = plan_gang(
             task, views_by_pool, refused=refused, gang_pools=gang_pools, prices=prices
@@ -469,7 +465,9 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
         if task.is_gang:
             continue
         model_ids = adapter.task_model_ids(task)
-        refused = adapter.task_pool_rejections(task, pools, prices, model_ids=model_ids)
+        refused = adapter.task_pool_rejections(
+            task, pools, prices, model_ids=model_ids, discount_pct=discount
+        )
         refusals[task.pk] = {
             state_id: code for pool_id, code in refused.items() for state_id in states_in[pool_id]
         }
@@ -573,7 +571,7 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
         result.placed.append(task.pk)
         if request.id in plan.backfilled:
             result.backfilled.append(task.pk)
-    _write_placements(placed, park=park)
+    _write_placements(placed, park=park, discount=discount)
     result.reserved = {int(t): int(n) for t, n in plan.reserved.items()}
     result.waiting += [int(r.id) for r in plan.waiting] + list(result.held_back)
     for task_id in plan.impossible:
@@ -624,7 +622,7 @@ def _gang_wait_reason(task, considered: list[dict]) -> str:
     }
 
 
-def _write_placements(placed: list[_Placed], *, park) -> None:
+def _write_placements(placed: list[_Placed], *, park, discount: int) -> None:
     """Keep what the pass placed, one statement per table: the allocations, the cards they
     hold, the placements that explain them, the tasks (pool, node, fixed price, placed) and
     their audit events; then each task's backend job after commit.
@@ -651,7 +649,6 @@ def _write_placements(placed: list[_Placed], *, park) -> None:
     free_room_changed()
     _insert_placements(placed)
     names = dict(Task._meta.get_field("state").flatchoices)
-    discount = selectors.preemptible_discount_pct(park)
     user, label = audit_identity(SCHEDULER)
     events = []
     for p in placed:
@@ -673,7 +670,7 @@ def _write_placements(placed: list[_Placed], *, park) -> None:
             )
         )
         task.pool, task.node, task.state = p.view.pool, p.view.node, TaskState.PLACED
-        task.hourly_minor = task_price(
+        task.hourly_minor = adapter.task_price(
             adapter.task_hourly_minor(p.view.price_per_hour_minor, task.total_accelerator_milli),
             discount if task.preemptible else 0,
         )

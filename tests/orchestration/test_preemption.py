@@ -159,6 +159,15 @@ def test_a_preemptible_task_pays_the_parks_discounted_price(task_world, operator
     assert SchedulingPolicy.objects.get(park=task_world.park).preemptible_discount_pct == 40
 
 
+def test_a_preemptible_tasks_maximum_price_is_weighed_at_the_discount(task_world):
+    # 2000 per card-hour, 30 % off by default: 1400 is under a maximum of 1500.
+    cheap = task_world.submit(preemptible=True, max_hourly_minor=1500)
+
+    task_world.schedule()
+
+    assert reload(cheap).state == TaskState.PLACED and reload(cheap).hourly_minor == 1400
+
+
 @pytest.mark.parametrize("discount", [-1, 91, "x", 12.5])
 def test_the_discount_is_a_whole_percent_up_to_90(task_world, operator, discount):
     from django.core.exceptions import ValidationError
