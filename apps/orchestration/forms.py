@@ -8,12 +8,14 @@ from apps.core.numbers import IdsField
 from apps.orchestration import selectors
 from apps.orchestration.models import SchedulingPolicy, TaskPreference
 from apps.orchestration.scheduling import (
+    MAX_FAIR_SHARE,
     MAX_NODES,
     MAX_PRIORITY,
     MAX_RAM_GB,
     MAX_VCPU,
     MIN_PRIORITY,
 )
+from apps.tenants.models import Organization
 
 
 class TaskForm(forms.Form):
@@ -146,3 +148,23 @@ class SchedulingPolicyForm(forms.Form):
 
     def weights(self) -> dict:
         return {part: float(self.cleaned_data[part]) for part in SchedulingPolicy.WEIGHT_FIELDS}
+
+
+class FairShareForm(forms.Form):
+    organization = forms.ModelChoiceField(label=_("Organization"), queryset=None)
+    shares = forms.IntegerField(
+        label=_("Shares"),
+        min_value=1,
+        max_value=MAX_FAIR_SHARE,
+        help_text=_(
+            "Its share of the park's accelerators when they are contended (1 unless set): the "
+            "queue serves organizations by recent usage over shares, and a Slurm cluster gets "
+            "it as the account's fairshare."
+        ),
+    )
+
+    def __init__(self, *args, park, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["organization"].queryset = Organization.objects.filter(park=park).order_by(
+            "name"
+        )

@@ -102,6 +102,15 @@ def fair_shares(park) -> dict[int, int]:
     )
 
 
+def organization_shares(park) -> list:
+    """The park's organizations with an operator-set share, by name, each with `shares`."""
+    return list(
+        FairShare.objects.filter(organization__park=park)
+        .select_related("organization")
+        .order_by("organization__name")
+    )
+
+
 def fair_share_of(organization_id: int) -> int:
     """The organization's share (1 unless an operator set one)."""
     return (
