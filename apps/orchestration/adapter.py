@@ -466,7 +466,9 @@ def task_request(task, *, model_slugs, zones=None) -> TaskRequest:
         gpu_models=frozenset(model_slugs) or frozenset({NO_ZONE}),
         regions=regions,
         organization=task.organization_id,
-        priority=task.priority,
+        # Within a priority, tasks that may not be preempted start first: a task requeued to
+        # make room for one must not take the room back.
+        priority=task.priority * 2 + (0 if task.preemptible else 1),
         preference=task.preference,
         submitted_at=task.submitted_at.timestamp() if task.submitted_at else 0.0,
     )
@@ -478,10 +480,16 @@ def zone(pool) -> str:
     return f"pool-{pool.pk}"
 
 
-def task_pool_rejections(task, pools, prices, *, model_ids) -> dict[int, str]:
+def task_price(hourly_minor: int, discount_pct: int) -> int:
+    """A task's price per hour: the pool's, less the park's discount for a preemptible one."""
+    return hourly_minor * (100 - discount_pct) // 100
+
+
+def task_pool_rejections(task, pools, prices, *, model_ids, discount_pct=0) -> dict[int, str]:
     """{pool id: why the task may not use it} for the pools it may not use ("gpu_model",
-    "image": its backend can't run the task's image, "region", "not_priced", "max_price"); the
-    others are missing from the answer."""
+    "image": its backend can't run the task's image, "region", "not_priced", "max_price": above
+    its maximum, at the park's `discount_pct` for a preemptible task); the others are missing
+    from the answer."""
     allowed_regions = {r.pk for r in task.allowed_regions.all()}
     refused = {}
     for pool in pools:
@@ -496,7 +504,11 @@ def task_pool_rejections(task, pools, prices, *, model_ids) -> dict[int, str]:
             refused[pool.pk] = "not_priced"
         elif (
             task.max_hourly_minor is not None
-            and task_hourly_minor(price, task.total_accelerator_milli) > task.max_hourly_minor
+            and task_price(
+                task_hourly_minor(price, task.total_accelerator_milli),
+                discount_pct if task.preemptible else 0,
+            )
+            > task.max_hourly_minor
         ):
             refused[pool.pk] = "max_price"
     return refused

@@ -5,14 +5,17 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import AcceleratorModel, Image, Region
 from apps.core.numbers import IdsField
+from apps.orchestration import selectors
 from apps.orchestration.models import SchedulingPolicy, TaskPreference
 from apps.orchestration.scheduling import (
+    MAX_FAIR_SHARE,
     MAX_NODES,
     MAX_PRIORITY,
     MAX_RAM_GB,
     MAX_VCPU,
     MIN_PRIORITY,
 )
+from apps.tenants.models import Organization
 
 
 class TaskForm(forms.Form):
@@ -86,9 +89,14 @@ class TaskForm(forms.Form):
         initial=0,
         help_text=_("0 is normal; below 0 lets other tasks go first."),
     )
+    preemptible = forms.BooleanField(label=_("Preemptible"), required=False)
 
     def __init__(self, *args, park, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["preemptible"].help_text = _(
+            "%(discount)d %% cheaper; the park may stop it to make room for a task that is not "
+            "preemptible and queue it again (billed up to the stop)."
+        ) % {"discount": selectors.preemptible_discount_pct(park)}
         self.fields["image"].queryset = Image.objects.filter(
             park=park, is_active=True, organization=None
         ).order_by("software_stack", "name")
@@ -122,13 +130,41 @@ class SchedulingPolicyForm(forms.Form):
             "0: the tenant's preference (fast, cheap, green) alone; 1: these weights alone."
         ),
     )
+    preemptible_discount_pct = forms.IntegerField(
+        label=_("Preemptible discount (%)"),
+        min_value=0,
+        max_value=90,
+        required=False,
+        help_text=_("How much less a task pays per hour when it lets the park preempt it."),
+    )
 
     @classmethod
     def initial_for(cls, policy: SchedulingPolicy) -> dict:
         return {
             **{part: getattr(policy, name) for part, name in policy.WEIGHT_FIELDS.items()},
             "operator_share": policy.operator_share,
+            "preemptible_discount_pct": policy.preemptible_discount_pct,
         }
 
     def weights(self) -> dict:
         return {part: float(self.cleaned_data[part]) for part in SchedulingPolicy.WEIGHT_FIELDS}
+
+
+class FairShareForm(forms.Form):
+    organization = forms.ModelChoiceField(label=_("Organization"), queryset=None)
+    shares = forms.IntegerField(
+        label=_("Shares"),
+        min_value=1,
+        max_value=MAX_FAIR_SHARE,
+        help_text=_(
+            "Its share of the park's accelerators when they are contended (1 unless set): the "
+            "queue serves organizations by recent usage over shares, and a Slurm cluster gets "
+            "it as the account's fairshare."
+        ),
+    )
+
+    def __init__(self, *args, park, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["organization"].queryset = Organization.objects.filter(park=park).order_by(
+            "name"
+        )

@@ -99,3 +99,41 @@ def plan_gang(task, views_by_pool: dict, *, refused: dict, gang_pools: set, pric
         "pools": pools,
     }
     return GangPlan(pool=pool, views=chosen, record=record), pools
+
+
+def hold_for_gang(task, views_by_pool: dict, *, refused: dict, gang_pools: set) -> list | None:
+    """The nodes a waiting gang at the head of the queue holds, so that tasks behind it do not
+    keep taking the room it waits for (EASY backfill's reservation, for N nodes): on the pool
+    it may use that is nearest to holding it, the `node_count` nodes with the fewest cards
+    still to free (then vCPU and RAM, then by id); None where no pool could ever hold it."""
+    cards = task.accelerator_milli // MILLI
+    best = None
+    for pool_id, views in views_by_pool.items():
+        if pool_id in refused or pool_id not in gang_pools:
+            continue
+        gaps = []
+        for view in views:
+            state = view.state
+            if (
+                state.drained
+                or len(state.gpu_free) < cards
+                or state.cpu_milli_total < task.vcpu * MILLI
+                or state.memory_mib_total < task.ram_gb * 1024
+            ):
+                continue
+            idle = sum(1 for free in state.gpu_free if free == MILLI)
+            gap = (
+                max(0, cards - idle),
+                max(0, task.vcpu * MILLI - state.cpu_milli_free),
+                max(0, task.ram_gb * 1024 - state.memory_mib_free),
+                view.node.pk,
+            )
+            gaps.append((gap, view))
+        if len(gaps) < task.node_count:
+            continue
+        gaps.sort(key=lambda g: g[0])
+        chosen = gaps[: task.node_count]
+        key = (sum(g[0][0] for g in chosen), pool_id)
+        if best is None or key < best[0]:
+            best = (key, [view for _gap, view in chosen])
+    return best[1] if best else None

@@ -293,6 +293,17 @@ class SchedulingPolicy(models.Model):
         validators=[MinValueValidator(0), MaxValueValidator(1)],
         help_text=_("0: the tenant's preference alone decides; 1: these weights alone."),
     )
+    # What a preemptible task pays less than the pool's price: it may be requeued (its run
+    # ended, billed up to then) to make room for a task that may not.
+    preemptible_discount_pct = models.PositiveSmallIntegerField(
+        _("preemptible discount (%)"),
+        default=30,
+        validators=[MaxValueValidator(90)],
+        help_text=_(
+            "How much less a preemptible task pays per hour; the park may requeue it to make "
+            "room for a task that is not preemptible."
+        ),
+    )
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -334,6 +345,10 @@ class SchedulingPolicy(models.Model):
             models.CheckConstraint(
                 condition=Q(operator_share__gte=0) & Q(operator_share__lte=1),
                 name="scheduling_operator_share_0_to_1",
+            ),
+            models.CheckConstraint(
+                condition=Q(preemptible_discount_pct__lte=90),
+                name="scheduling_preemptible_discount_at_most_90",
             ),
         ]
 
@@ -659,6 +674,28 @@ class Placement(models.Model):
 
     def describe(self) -> str:
         """Why here, in the reader's language (so it is built when shown, not when stored)."""
+        return " ".join(filter(None, [self._describe(), self.preemption_note()]))
+
+    def preemption_note(self) -> str:
+        """Which preemptible tasks were requeued to make this room (apps.orchestration.preemption),
+        and why those; empty when none were."""
+        requeued = list(
+            Preemption.objects.filter(
+                preempted_by__workload_id=self.workload_id, at__lte=self.created_at
+            ).order_by("task_id")
+        )
+        if not requeued:
+            return ""
+        return gettext(
+            "No host had room: the preemptible tasks %(tasks)s were requeued to make it "
+            "(%(seconds)d s of run lost, the fewest of the ways to make room, then the "
+            "cheapest)."
+        ) % {
+            "tasks": gettext(", ").join(f"#{p.task_id}" for p in requeued),
+            "seconds": sum(p.billed_seconds for p in requeued),
+        }
+
+    def _describe(self) -> str:
         if self.chosen_node is None:
             return gettext("No host fitted.")
         if self.gang:
@@ -742,7 +779,8 @@ _T = TaskState
 TASK_TRANSITIONS = {
     _T.QUEUED: frozenset({_T.PLACED, _T.CANCELLED, _T.FAILED}),
     _T.PLACED: frozenset({_T.RUNNING, _T.QUEUED, _T.CANCELLED, _T.FAILED}),
-    _T.RUNNING: frozenset({_T.SUCCEEDED, _T.FAILED, _T.CANCELLED}),
+    # Running → queued: a preemptible task requeued to make room (apps.orchestration.preemption).
+    _T.RUNNING: frozenset({_T.SUCCEEDED, _T.FAILED, _T.CANCELLED, _T.QUEUED}),
     _T.SUCCEEDED: frozenset(),
     _T.FAILED: frozenset(),
     _T.CANCELLED: frozenset(),
@@ -799,6 +837,14 @@ class Task(models.Model):
         default=TaskPreference.BALANCED,
     )
     priority = models.SmallIntegerField(_("priority"), default=0)
+    preemptible = models.BooleanField(
+        _("preemptible"),
+        default=False,
+        help_text=_(
+            "Cheaper; the park may stop it to make room for a task that is not preemptible, "
+            "and queue it again (billed up to the stop)."
+        ),
+    )
     state = models.CharField(
         _("state"), max_length=16, choices=TaskState.choices, default=TaskState.QUEUED
     )
@@ -894,6 +940,74 @@ class Task(models.Model):
             "nodes": self.node_count,
             "per_node": per_node,
         }
+
+
+class Preemption(models.Model):
+    """A preemptible task's run ended to make room for a task that may not be preempted, and
+    the task queued again (apps.orchestration.preemption): its state history and its bill."""
+
+    task = models.ForeignKey(
+        Task, on_delete=models.CASCADE, related_name="preemptions", verbose_name=_("task")
+    )
+    preempted_by = models.ForeignKey(
+        Task,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="preempted",
+        verbose_name=_("preempted by"),
+    )
+    nodes = models.JSONField(_("nodes"), default=list)  # the hostnames it gave up
+    # Its run: from the backend's start to the preemption, every second billed.
+    ran_from = models.DateTimeField(_("ran from"), null=True, blank=True)
+    at = models.DateTimeField(_("preempted at"))
+    billed_seconds = models.PositiveIntegerField(_("seconds billed"))
+    hourly_minor = models.BigIntegerField(_("price per hour (minor units)"))
+
+    class Meta:
+        verbose_name = _("preemption")
+        verbose_name_plural = _("preemptions")
+        ordering = ["-at", "-pk"]
+
+    def __str__(self):
+        return f"{self.task} @ {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class FairShare(models.Model):
+    """An organization's share of its park's accelerators when they are contended, set by the
+    park's operators (absent: 1). The queue orders waiting tasks by usage over share, and a
+    Slurm backend's account gets it as its `fairshare`."""
+
+    organization = models.OneToOneField(
+        Organization,
+        on_delete=models.CASCADE,
+        related_name="fair_share",
+        verbose_name=_("organization"),
+    )
+    shares = models.PositiveIntegerField(
+        _("shares"), default=1, validators=[MinValueValidator(1), MaxValueValidator(1000)]
+    )
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("updated by"),
+    )
+
+    class Meta:
+        verbose_name = _("fair share")
+        verbose_name_plural = _("fair shares")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(shares__gte=1) & Q(shares__lte=1000), name="fair_share_1_to_1000"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.organization}: {self.shares}"
 
 
 class CapacitySample(models.Model):

@@ -43,13 +43,14 @@ from apps.core.transitions import check_transition, transition
 from apps.orchestration import adapter, selectors
 from apps.orchestration.backends.base import TASK_PENDING, Capability
 from apps.orchestration.backends.registry import drivers_with
-from apps.orchestration.gangs import plan_gang
+from apps.orchestration.gangs import hold_for_gang, plan_gang
 from apps.orchestration.meters import follow_task
 from apps.orchestration.models import (
     REJECTION_REASONS,
     TASK_TRANSITIONS,
     Accelerator,
     Allocation,
+    FairShare,
     Node,
     NodeHealth,
     Placement,
@@ -64,9 +65,10 @@ from apps.orchestration.reservations import (
     release,
     reserve_tasks,
 )
-from apps.orchestration.scheduler import PRESETS, filters, schedule_queue
+from apps.orchestration.scheduler import PRESETS, Hold, filters, schedule_queue
 from apps.quotas.services import QuotaExceeded
 from apps.tenants.access import SystemActor, authorize, require_operator
+from apps.tenants.models import Organization
 from apps.tenants.roles import Action
 from apps.workloads.models import Workload, WorkloadKind
 
@@ -103,6 +105,7 @@ class TaskInput:
     allowed_regions: tuple = ()
     preference: str = TaskPreference.BALANCED
     priority: int = 0
+    preemptible: bool = False
 
     @classmethod
     def from_data(cls, data) -> "TaskInput":
@@ -268,8 +271,12 @@ def _capacity_problems(park, task: TaskInput) -> dict:
         }
     pools = [p for p in pools if p.pk in large_enough]
     prices = adapter.task_prices(pools)
+    discount = selectors.preemptible_discount_pct(park) if task.preemptible else 0
     hourly = [
-        adapter.task_hourly_minor(prices[p.pk], task.accelerator_milli * task.node_count)
+        adapter.task_price(
+            adapter.task_hourly_minor(prices[p.pk], task.accelerator_milli * task.node_count),
+            discount,
+        )
         for p in pools
         if prices[p.pk] is not None
     ]
@@ -329,6 +336,7 @@ def submit_task(*, organization, actor, data) -> Task:
         deadline=task_input.deadline,
         preference=task_input.preference,
         priority=task_input.priority,
+        preemptible=task_input.preemptible,
         created_by=audit_identity(actor)[0],
     )
     task.allowed_regions.set(task_input.allowed_regions)
@@ -342,6 +350,7 @@ def submit_task(*, organization, actor, data) -> Task:
             "accelerator_model": getattr(task.accelerator_model, "slug", None),
             "regions": [r.code for r in task_input.allowed_regions],
             "preference": task.preference,
+            "preemptible": task.preemptible,
         },
     )
     _schedule_pass_after_commit(organization.park_id)
@@ -377,6 +386,7 @@ class QueuePass:
     placed: list[int] = field(default_factory=list)
     backfilled: list[int] = field(default_factory=list)  # placed past a blocked head
     reserved: dict[int, int] = field(default_factory=dict)  # blocked head -> node held for it
+    gang_held: dict[int, list[int]] = field(default_factory=dict)  # waiting gang -> its nodes
     waiting: list[int] = field(default_factory=list)
     expired: list[int] = field(default_factory=list)  # deadline passed: failed
     held_back: dict[int, str] = field(default_factory=dict)  # started by the plan, not placed
@@ -434,6 +444,7 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
     nodes = list(batch_nodes.order_by("pk"))
     pools = list({node.pool_id: node.pool for node in nodes}.values())
     prices = adapter.task_prices(pools, at=now)
+    discount = selectors.preemptible_discount_pct(park)
     views = adapter.node_views(nodes, prices=prices)
     view_of = {view.state.id: view for view in views}
     views_by_pool = defaultdict(list)
@@ -443,13 +454,13 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
     gang_pools = {p.pk for p in pools if p.backend.driver in gang_drivers}
     # Gang tasks first, in the queue's order: each takes its nodes' room off the views before
     # the engine (which places one task on one node) plans the rest on what is left.
-    gangs, gang_waiting = [], {}
+    gangs, gang_waiting, refused_for = [], {}, {}
     for task in sorted(
         (t for t in tasks.values() if t.is_gang),
-        key=lambda t: (-t.priority, t.submitted_at, t.pk),
+        key=lambda t: (-t.priority, t.preemptible, t.submitted_at, t.pk),
     ):
-        refused = adapter.task_pool_rejections(
-            task, pools, prices, model_ids=adapter.task_model_ids(task)
+        refused = refused_for[task.pk] = adapter.task_pool_rejections(
+            task, pools, prices, model_ids=adapter.task_model_ids(task), discount_pct=discount
         )
         gang, considered = plan_gang(
             task, views_by_pool, refused=refused, gang_pools=gang_pools, prices=prices
@@ -472,7 +483,9 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
         if task.is_gang:
             continue
         model_ids = adapter.task_model_ids(task)
-        refused = adapter.task_pool_rejections(task, pools, prices, model_ids=model_ids)
+        refused = adapter.task_pool_rejections(
+            task, pools, prices, model_ids=model_ids, discount_pct=discount
+        )
         refusals[task.pk] = {
             state_id: code for pool_id, code in refused.items() for state_id in states_in[pool_id]
         }
@@ -481,11 +494,29 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
             model_slugs={slugs[m] for m in model_ids if m in slugs},
             zones={adapter.zone(p) for p in pools if p.pk not in refused},
         )
+    # The first gang that waits holds the nodes nearest to taking it: the tasks behind it do
+    # not start there, so a stream of small tasks cannot starve it.
+    hold, held_for_gang = None, None
+    if gang_waiting:
+        head = tasks[next(iter(gang_waiting))]
+        held_for_gang = hold_for_gang(
+            head, views_by_pool, refused=refused_for[head.pk], gang_pools=gang_pools
+        )
+        if held_for_gang:
+            request = adapter.task_request(head, model_slugs=())
+            hold = Hold(
+                nodes=frozenset(view.state.id for view in held_for_gang),
+                priority=request.priority,
+                submitted_at=request.submitted_at,
+            )
+            result.gang_held = {head.pk: [view.node.pk for view in held_for_gang]}
     weights = adapter.park_weights(park)
     plan = schedule_queue(
         list(requests.values()),
         zoned,
         selectors.recent_usage(park, now=now),
+        shares=selectors.fair_shares(park),
+        hold=hold,
         operator=weights.weights,
         operator_share=weights.operator_share,
         distribution=adapter.BEST_FIT,
@@ -522,7 +553,12 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
         result.placed.append(task.pk)
     for task_id, considered in gang_waiting.items():
         result.waiting.append(task_id)
-        if _note(tasks[task_id], _gang_wait_reason(tasks[task_id], considered)):
+        reason = _gang_wait_reason(tasks[task_id], considered)
+        if task_id in result.gang_held:
+            reason += " " + _(
+                "Nodes %(nodes)s are held for it: tasks behind it in the queue do not start there."
+            ) % {"nodes": ", ".join(sorted(view.node.hostname for view in held_for_gang))}
+        if _note(tasks[task_id], reason):
             noted.append(tasks[task_id])
     for task, request, decision in started:
         view = view_of[decision.node.id]
@@ -542,7 +578,7 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
         result.placed.append(task.pk)
         if request.id in plan.backfilled:
             result.backfilled.append(task.pk)
-    _write_placements(placed, park=park)
+    _write_placements(placed, park=park, discount=discount)
     result.reserved = {int(t): int(n) for t, n in plan.reserved.items()}
     result.waiting += [int(r.id) for r in plan.waiting] + list(result.held_back)
     for task_id in plan.impossible:
@@ -593,7 +629,7 @@ def _gang_wait_reason(task, considered: list[dict]) -> str:
     }
 
 
-def _write_placements(placed: list[_Placed], *, park) -> None:
+def _write_placements(placed: list[_Placed], *, park, discount: int) -> None:
     """Keep what the pass placed, one statement per table: the allocations, the cards they
     hold, the placements that explain them, the tasks (pool, node, fixed price, placed) and
     their audit events; then each task's backend job after commit.
@@ -641,8 +677,9 @@ def _write_placements(placed: list[_Placed], *, park) -> None:
             )
         )
         task.pool, task.node, task.state = p.view.pool, p.view.node, TaskState.PLACED
-        task.hourly_minor = adapter.task_hourly_minor(
-            p.view.price_per_hour_minor, task.total_accelerator_milli
+        task.hourly_minor = adapter.task_price(
+            adapter.task_hourly_minor(p.view.price_per_hour_minor, task.total_accelerator_milli),
+            discount if task.preemptible else 0,
         )
     update_rows(Task, [p.task for p in placed], ["pool", "node", "hourly_minor", "state"])
     AuditEvent.objects.bulk_create(events)
@@ -854,10 +891,13 @@ MAX_WEIGHT = Decimal("100")
 
 
 @transaction.atomic(durable=True)
-def set_scheduling_policy(*, park, operator, operator_share=None, **weights) -> SchedulingPolicy:
+def set_scheduling_policy(
+    *, park, operator, operator_share=None, preemptible_discount_pct=None, **weights
+) -> SchedulingPolicy:
     """An operator sets how much each score part weighs in the park (region, performance,
-    energy, price, fragmentation; 0–100 each, not all 0) and the share of the say the park
-    keeps over the tenant's preference (0–1). Parts not given keep their value. Audited."""
+    energy, price, fragmentation; 0–100 each, not all 0), the share of the say the park
+    keeps over the tenant's preference (0–1) and how much less a preemptible task pays (0–90
+    %). Parts not given keep their value. Audited."""
     require_operator(
         operator, park, _("Only this park's operators may change its scheduling policy.")
     )
@@ -866,7 +906,7 @@ def set_scheduling_policy(*, park, operator, operator_share=None, **weights) -> 
         raise TypeError(f"unknown weights: {', '.join(sorted(unknown))}")
     lock(type(park), park.pk)
     policy = SchedulingPolicy.objects.filter(park=park).first() or SchedulingPolicy(park=park)
-    before = {**policy.weights(), "operator_share": float(policy.operator_share)}
+    before = _policy_record(policy)
     errors = {}
     for part, value in weights.items():
         number = _decimal(value)
@@ -880,13 +920,21 @@ def set_scheduling_policy(*, park, operator, operator_share=None, **weights) -> 
             errors["operator_share"] = _("The operator's share is a number from 0 to 1.")
         else:
             policy.operator_share = share
+    if preemptible_discount_pct is not None:
+        discount = _decimal(preemptible_discount_pct)
+        if discount is None or discount != int(discount) or not 0 <= discount <= 90:
+            errors["preemptible_discount_pct"] = _(
+                "The preemptible discount is a whole percent from 0 to 90."
+            )
+        else:
+            policy.preemptible_discount_pct = int(discount)
     if not errors and not any(policy.weights().values()):
         errors["__all__"] = _("At least one weight must be above 0.")
     if errors:
         raise ValidationError(errors)
     policy.updated_by = audit_identity(operator)[0]
     policy.save()
-    after = {**policy.weights(), "operator_share": float(policy.operator_share)}
+    after = _policy_record(policy)
     record_event(
         action="scheduling_policy.changed",
         actor=operator,
@@ -895,6 +943,51 @@ def set_scheduling_policy(*, park, operator, operator_share=None, **weights) -> 
         data={"from": before, "to": after},
     )
     return policy
+
+
+def _policy_record(policy: SchedulingPolicy) -> dict:
+    return {
+        **policy.weights(),
+        "operator_share": float(policy.operator_share),
+        "preemptible_discount_pct": policy.preemptible_discount_pct,
+    }
+
+
+MAX_FAIR_SHARE = 1000
+
+
+@transaction.atomic(durable=True)
+def set_fair_share(*, organization, operator, shares) -> FairShare:
+    """An operator sets the organization's share of the park (1–1000; every organization has 1
+    until set): the queue orders waiting tasks by recent usage over share, and each Slurm
+    backend that runs the organization's tasks gets it as its account's fairshare (after
+    commit). Audited."""
+    from apps.orchestration.tasks import sync_tenant_fair_share
+
+    park = organization.park
+    require_operator(
+        operator, park, _("Only this park's operators may change an organization's share.")
+    )
+    if not isinstance(shares, int) or isinstance(shares, bool) or not 1 <= shares <= MAX_FAIR_SHARE:
+        raise ValidationError(
+            {"shares": _("A share is a whole number from 1 to %(max)d.") % {"max": MAX_FAIR_SHARE}}
+        )
+    lock(Organization, organization.pk)
+    share = FairShare.objects.filter(organization=organization).first() or FairShare(
+        organization=organization
+    )
+    before = share.shares if share.pk else 1
+    share.shares = shares
+    share.updated_by = audit_identity(operator)[0]
+    share.save()
+    record_event(
+        action="fair_share.changed",
+        actor=operator,
+        target=organization,
+        data={"from": before, "to": shares},
+    )
+    on_commit_task(sync_tenant_fair_share, organization.pk)
+    return share
 
 
 def _decimal(value) -> Decimal | None:

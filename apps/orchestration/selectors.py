@@ -17,6 +17,7 @@ from apps.orchestration.backends.registry import driver_names, drivers_with
 from apps.orchestration.models import (
     Accelerator,
     Allocation,
+    FairShare,
     Node,
     NodeHealth,
     Placement,
@@ -93,6 +94,38 @@ def recent_usage(park, *, now=None) -> dict[int, float]:
     return usage
 
 
+def fair_shares(park) -> dict[int, int]:
+    """{organization id: its share of the park} where an operator set one (the others have 1):
+    the queue orders waiting tasks by recent usage over share."""
+    return dict(
+        FairShare.objects.filter(organization__park=park).values_list("organization_id", "shares")
+    )
+
+
+def organization_shares(park) -> list:
+    """The park's organizations with an operator-set share, by name, each with `shares`."""
+    return list(
+        FairShare.objects.filter(organization__park=park)
+        .select_related("organization")
+        .order_by("organization__name")
+    )
+
+
+def fair_share_of(organization_id: int) -> int:
+    """The organization's share (1 unless an operator set one)."""
+    return (
+        FairShare.objects.filter(organization_id=organization_id)
+        .values_list("shares", flat=True)
+        .first()
+        or 1
+    )
+
+
+def preemptible_discount_pct(park) -> int:
+    """How much less a preemptible task pays per hour in the park (its scheduling policy's)."""
+    return policy_for(park).preemptible_discount_pct
+
+
 def queue_positions_in(park, *, now=None) -> dict[int, int]:
     """{task id: its 1-based place in the park's start order} for every queued task: priority
     first, then fair share by recent usage, then first come first served."""
@@ -106,12 +139,13 @@ def queue_positions_in(park, *, now=None) -> dict[int, int]:
             "vcpu",
             "ram_gb",
             "preference",
+            "preemptible",
         )
     )
     if not queued:
         return {}
     requests = [adapter.task_request(t, model_slugs=(), zones=()) for t in queued]
-    positions = queue_positions(requests, recent_usage(park, now=now))
+    positions = queue_positions(requests, recent_usage(park, now=now), shares=fair_shares(park))
     return {int(task_id): position for task_id, position in positions.items()}
 
 

@@ -16,7 +16,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from apps.core.transactions import on_commit_task
-from apps.orchestration import capacity, scheduling, services
+from apps.orchestration import capacity, preemption, scheduling, selectors, services
 from apps.orchestration.backends.base import (
     TASK_PENDING,
     TASK_RUNNING,
@@ -60,6 +60,8 @@ def task_spec(task: Task) -> TaskSpec:
         time_limit_min=_minutes_until(task.deadline),
         organization_id=task.organization_id,
         accelerator_limit=accelerator_limit(task.organization_id),
+        preemptible=task.preemptible,
+        fair_share=selectors.fair_share_of(task.organization_id),
     )
 
 
@@ -159,6 +161,20 @@ def cancel_backend_task(self, task_id: int) -> None:
         retry_if_transient(self, exc)
 
 
+@shared_task(bind=True, acks_late=True, max_retries=MAX_RETRIES)
+def stop_preempted_job(self, backend_id: int, handle: str) -> None:
+    """Stop the backend job of a task that was preempted (the portal already requeued it and
+    gave its capacity back; its next placement is a new job). Slurm's job is cancelled as its
+    owner; one that already ended is left as it is."""
+    backend = Backend.objects.filter(pk=backend_id).first()
+    if backend is None:
+        return
+    try:
+        driver_of(backend).cancel_task(handle)
+    except BackendError as exc:
+        retry_if_transient(self, exc)
+
+
 def accelerator_limit_changed(organization_id: int) -> None:
     """`quotas.services.ACCELERATOR_LIMIT_CHANGED`: the backends that enforce it are told
     after commit."""
@@ -181,10 +197,33 @@ def sync_tenant_limits(self, organization_id: int) -> None:
             retry_if_transient(self, exc)
 
 
+@shared_task(bind=True, acks_late=True, max_retries=MAX_RETRIES)
+def sync_tenant_fair_share(self, organization_id: int) -> None:
+    """The organization's share, as it stands now, to each backend that has run its tasks and
+    keeps fair share itself (`set_tenant_fair_share`: a Slurm account's fairshare)."""
+    shares = selectors.fair_share_of(organization_id)
+    for backend in Backend.objects.filter(pools__tasks__organization_id=organization_id).distinct():
+        set_tenant_fair_share = getattr(driver_of(backend), "set_tenant_fair_share", None)
+        if set_tenant_fair_share is None:
+            continue
+        try:
+            set_tenant_fair_share(organization_id, shares)
+        except BackendError as exc:
+            retry_if_transient(self, exc)
+
+
 @shared_task
 def schedule_park_queue(park_id: int) -> None:
     """One queue pass for one park (after a submit, a cancel or a finish)."""
-    scheduling.schedule_queue_pass(park=Park.objects.get(pk=park_id))
+    queue_pass(Park.objects.get(pk=park_id))
+
+
+def queue_pass(park) -> None:
+    """Place what fits; where a task that may not be preempted still waits, requeue the
+    preemptible tasks that keep it out and pass again to place it on the room made."""
+    scheduling.schedule_queue_pass(park=park)
+    if preemption.preempt_for_waiting(park=park):
+        scheduling.schedule_queue_pass(park=park)
 
 
 @shared_task
@@ -199,7 +238,7 @@ def schedule_queues() -> int:
     parks = Park.objects.filter(organizations__tasks__state=TaskState.QUEUED).distinct()
     count = 0
     for park in parks:
-        scheduling.schedule_queue_pass(park=park)
+        queue_pass(park)
         count += 1
     return count
 

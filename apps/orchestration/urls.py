@@ -17,6 +17,7 @@ tenant_patterns = [
 
 operator_patterns = [
     path("policy/<int:park_id>/", views.scheduling_policy, name="scheduling_policy"),
+    path("policy/<int:park_id>/shares/", views.fair_share, name="fair_share"),
     path("decisions/<int:placement_id>/", views.decision_detail, name="decision_detail"),
 ]
 

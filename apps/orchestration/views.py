@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 from apps.billing.selectors import task_cost_minor
 from apps.core.web import refusals
 from apps.orchestration import scheduling, selectors
-from apps.orchestration.forms import SchedulingPolicyForm, TaskForm
+from apps.orchestration.forms import FairShareForm, SchedulingPolicyForm, TaskForm
 from apps.orchestration.models import SCORE_PART_LABELS, SCORE_PARTS, Placement, Task, minor_units
 from apps.tenants.decorators import organization_view
 from apps.tenants.roles import Action
@@ -94,6 +94,7 @@ def task_detail(request, task_id):
         "cost_minor": task_cost_minor(task),
         "ran_for": selectors.ran_for(task),
         "backend_state": selectors.backend_state_label(task),
+        "preemptions": list(task.preemptions.all()),
     }
     if request.htmx:
         return render(request, "orchestration/partials/_task_status.html", context)
@@ -136,6 +137,7 @@ def scheduling_policy(request, park_id):
                         park=park,
                         operator=request.user,
                         operator_share=form.cleaned_data["operator_share"],
+                        preemptible_discount_pct=form.cleaned_data["preemptible_discount_pct"],
                         **form.weights(),
                     )
             except HttpPermissionDenied as exc:  # not this park's operator: as if no such park
@@ -149,6 +151,7 @@ def scheduling_policy(request, park_id):
         "form": form,
         "preview": preview,
         "preview_changes": sum(1 for row in preview if row.changes) if preview else 0,
+        **_shares_context(park, FairShareForm(park=park)),
     }
     if request.htmx and preview is not None:
         return render(request, "orchestration/partials/_policy_preview.html", context)
@@ -158,6 +161,42 @@ def scheduling_policy(request, park_id):
         context,
         status=422 if form.errors else 200,
     )
+
+
+@login_required
+@require_POST
+def fair_share(request, park_id):
+    """An operator gives an organization of the park its fair share (from the policy page)."""
+    park = operated_park(request.user, park_id)
+    share_form = FairShareForm(request.POST, park=park)
+    if share_form.is_valid():
+        organization = share_form.cleaned_data["organization"]
+        with refusals(request, share_form) as outcome:
+            scheduling.set_fair_share(
+                organization=organization,
+                operator=request.user,
+                shares=share_form.cleaned_data["shares"],
+            )
+        if not outcome.refused:
+            messages.success(
+                request,
+                _("%(organization)s now has %(shares)d shares.")
+                % {"organization": organization, "shares": share_form.cleaned_data["shares"]},
+            )
+            return redirect("tasks_ops:scheduling_policy", park_id=park.pk)
+    policy = selectors.policy_for(park)
+    context = {
+        "park": park,
+        "policy": policy,
+        "form": SchedulingPolicyForm(initial=SchedulingPolicyForm.initial_for(policy)),
+        "preview": None,
+        **_shares_context(park, share_form),
+    }
+    return render(request, "orchestration/scheduling_policy.html", context, status=422)
+
+
+def _shares_context(park, share_form) -> dict:
+    return {"share_form": share_form, "shares": selectors.organization_shares(park)}
 
 
 @login_required

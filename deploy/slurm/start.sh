@@ -223,6 +223,14 @@ SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1000
 GresTypes=gpu
 SchedulerType=sched/backfill
+# Preemption by QOS: a job of the "normal" QOS may requeue "preemptible" ones (Loam submits its
+# preemptible tasks in that QOS; Loam's queue pass decides and cancels them itself, this is what
+# holds for a job submitted around it, or one that lands before the cancel).
+PreemptType=preempt/qos
+PreemptMode=REQUEUE
+# Fair share between accounts (sacctmgr ... fairshare=N, set from the park's policy).
+PriorityType=priority/multifactor
+PriorityWeightFairshare=10000
 MpiDefault=none
 # A node that was down comes back by itself once its slurmd registers again.
 ReturnToService=2
@@ -353,6 +361,11 @@ sacctmgr -n -P show account loam format=account | grep -qx loam \
   || sacctmgr -i add account loam description=portal organization=loam >/dev/null
 sacctmgr -n -P show user "$JOB_USER" format=user | grep -qx "$JOB_USER" \
   || sacctmgr -i add user "$JOB_USER" account=loam defaultaccount=loam adminlevel=operator >/dev/null
+# The QOS a preemptible task's job runs in; "normal" jobs may requeue its jobs.
+sacctmgr -n -P show qos preemptible format=name | grep -qx preemptible \
+  || sacctmgr -i add qos preemptible preemptmode=requeue >/dev/null
+sacctmgr -n -P show qos normal format=preempt | grep -qx preemptible \
+  || sacctmgr -i modify qos normal set preempt=preemptible >/dev/null
 stamp "slurmdbd up (database $DB)"
 
 alive slurmctld "$R/pids/slurmctld.pid" || slurmctld </dev/null

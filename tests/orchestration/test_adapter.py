@@ -223,9 +223,10 @@ def test_a_task_request(task_world, milli, num_gpu, gpu_milli, share):
     assert (request.cpu_milli, request.memory_mib) == (6000, 48 * 1024)
     assert request.regions == {"east", "west"}
     assert request.gpu_models == {"h100", "a10"}
+    # The engine's class: priority -3, and within it ahead of preemptible tasks (2 × -3 + 1).
     assert (request.organization, request.priority, request.preference) == (
         task_world.organization.pk,
-        -3,
+        -5,
         "cheap",
     )
 
@@ -321,3 +322,14 @@ def test_a_node_without_cards_counts_what_its_allocations_hold(task_world):
     assert view.state.gpu_free == []
     assert view.state.cpu_milli_free == (node.vcpu_total - 16) * 1000
     assert (view.node.vcpu_used, view.node.ram_used) == (16, 128)
+
+
+def test_within_a_priority_a_task_that_may_not_be_preempted_comes_first(task_world):
+    cheap = task_world.submit(preemptible=True, priority=-1)
+    full = task_world.submit(priority=-1)
+    higher = task_world.submit(preemptible=True)
+
+    def engine_priority(task):
+        return adapter.task_request(task, model_slugs=()).priority
+
+    assert engine_priority(higher) > engine_priority(full) > engine_priority(cheap)

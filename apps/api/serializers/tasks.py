@@ -3,7 +3,7 @@ from rest_framework import serializers
 
 from apps.api.serializers.fields import InputSerializer, IntegerField
 from apps.catalog.models import AcceleratorModel, Image, Region
-from apps.orchestration.models import Task, TaskPreference
+from apps.orchestration.models import Preemption, Task, TaskPreference
 from apps.orchestration.scheduling import (
     MAX_ACCELERATOR_MILLI,
     MAX_COMMAND_CHARS,
@@ -76,6 +76,12 @@ class TaskRequestSerializer(InputSerializer):
         default=0,
         help_text="0 is normal; below 0 lets other tasks go first.",
     )
+    preemptible = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Cheaper (the park's discount); the park may stop it to make room for a task "
+        "that is not preemptible and queue it again, billed up to the stop.",
+    )
 
     def __init__(self, *args, park=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -89,6 +95,15 @@ class TaskRequestSerializer(InputSerializer):
             self.fields["allowed_regions"].child_relation.queryset = Region.objects.filter(
                 park=park
             )
+
+
+class PreemptionSerializer(serializers.ModelSerializer):
+    preempted_by = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = Preemption
+        fields = ["at", "billed_seconds", "hourly_minor", "nodes", "preempted_by"]
+        read_only_fields = fields
 
 
 class TaskSerializer(serializers.ModelSerializer):
@@ -117,6 +132,10 @@ class TaskSerializer(serializers.ModelSerializer):
         help_text="Every node it was placed on, by hostname (several for a multi-node task); "
         "empty until placed."
     )
+    preemptions = serializers.SerializerMethodField(
+        help_text="Each time it was preempted and requeued, latest first: when, the seconds "
+        "billed for that run, the nodes it gave up and the task it made room for."
+    )
 
     class Meta:
         model = Task
@@ -140,6 +159,8 @@ class TaskSerializer(serializers.ModelSerializer):
             "allowed_regions",
             "preference",
             "priority",
+            "preemptible",
+            "preemptions",
             "queue_position",
             "pool",
             "region",
@@ -165,6 +186,10 @@ class TaskSerializer(serializers.ModelSerializer):
         if gang:
             return list(gang["nodes"])
         return [task.node.hostname] if task.node_id else []
+
+    @extend_schema_field(PreemptionSerializer(many=True))
+    def get_preemptions(self, task) -> list[dict]:
+        return PreemptionSerializer(task.preemptions.all(), many=True).data
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_placement(self, task) -> str | None:

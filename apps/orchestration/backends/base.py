@@ -263,6 +263,10 @@ class TaskSpec:
     organization_id: int | None = None
     accelerator_limit: int | None = None
     nodes: tuple[str, ...] = ()  # every node, by name; empty: `node` alone
+    # The portal may stop it to make room (Slurm: its job runs in the "preemptible" QOS, which
+    # the cluster's "normal" one requeues); and its organization's fair share of the park.
+    preemptible: bool = False
+    fair_share: int = 1
 
     @property
     def node_names(self) -> tuple[str, ...]:

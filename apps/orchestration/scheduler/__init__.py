@@ -17,10 +17,11 @@ from .fragmentation import ShapeDistribution, cluster_fragmentation
 from .loam import Loam
 from .model import MILLI, NodeState, Placement, TaskRequest, apply, release
 from .policies import FGD, Policy
-from .queue import QueuePlan, fair_order, plan, queue_positions, schedule_queue
+from .queue import Hold, QueuePlan, fair_order, plan, queue_positions, schedule_queue
 from .scoring import PRESETS, Candidate, Decision, Weights, combine, decide, place
 
 __all__ = [
+    "Hold",
     "FGD",
     "MILLI",
     "PRESETS",

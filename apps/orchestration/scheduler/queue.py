@@ -7,7 +7,9 @@ accelerator-seconds (``usage_by_org``, which the caller may decay over time) plu
 tasks already ordered ahead would use (``charge``: GPUs, or vCPUs for CPU-only tasks, times
 ``assumed_seconds``). An organisation that floods the queue therefore gets one turn per
 usage-equivalent of everyone else, never the whole queue; within an organisation, first come
-first served.
+first served. Where organisations have ``shares`` (the park's operator sets them; 1 when not
+given), usage is counted over share: an organisation with 2 shares gets about twice the
+accelerator-seconds of one with 1 before the other's tasks go first.
 
 Starting (``schedule_queue``/``plan``): go down that order on a scratch copy of the nodes and
 place what fits (``scoring.decide``). The first task that does not fit (the *head*) reserves
@@ -15,6 +17,8 @@ the node where it will fit soonest (the fewest resources still to be freed), and
 behind it may *backfill* only into capacity outside that reservation (EASY backfilling
 without runtimes: nothing that starts later can grab the capacity the head is waiting for, so
 the head is never starved by a stream of small tasks). Only the first blocked task reserves.
+A multi-node task waiting at the head (placed by the portal, not here) may hold nodes too
+(``hold``): the tasks behind it in the order do not start on them.
 """
 
 from __future__ import annotations
@@ -41,14 +45,16 @@ def fair_order(
     usage_by_org: Mapping | None = None,
     *,
     assumed_seconds: float = DEFAULT_ASSUMED_SECONDS,
+    shares: Mapping | None = None,
 ) -> list[TaskRequest]:
     """The queue in the order tasks should start (see the module docstring)."""
     usage_by_org = usage_by_org or {}
+    shares = shares or {}
     by_class: dict[int, dict] = {}
     for task in tasks:
         by_class.setdefault(task.priority, {}).setdefault(task.organization, []).append(task)
     ordered: list[TaskRequest] = []
-    usage = {org: float(u) for org, u in usage_by_org.items()}
+    usage = {org: float(u) / shares.get(org, 1) for org, u in usage_by_org.items()}
     for priority in sorted(by_class, reverse=True):
         queues = by_class[priority]
         for q in queues.values():
@@ -67,7 +73,7 @@ def fair_order(
             task = q[pos[org]]
             ordered.append(task)
             pos[org] += 1
-            used += charge(task, assumed_seconds)
+            used += charge(task, assumed_seconds) / shares.get(org, 1)
             usage[org] = used
             if pos[org] < len(q):
                 nxt = q[pos[org]]
@@ -80,12 +86,24 @@ def queue_positions(
     usage_by_org: Mapping | None = None,
     *,
     assumed_seconds: float = DEFAULT_ASSUMED_SECONDS,
+    shares: Mapping | None = None,
 ) -> dict[str, int]:
     """1-based place of each task id in the start order."""
-    return {
-        t.id: i
-        for i, t in enumerate(fair_order(tasks, usage_by_org, assumed_seconds=assumed_seconds), 1)
-    }
+    order = fair_order(tasks, usage_by_org, assumed_seconds=assumed_seconds, shares=shares)
+    return {t.id: i for i, t in enumerate(order, 1)}
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Nodes held for a task waiting outside this plan (a gang): tasks behind it (a lower
+    priority, or the same and submitted later) may not start on them."""
+
+    nodes: frozenset[str]
+    priority: int
+    submitted_at: float
+
+    def keeps_out(self, task: TaskRequest) -> bool:
+        return (task.priority, -task.submitted_at) < (self.priority, -self.submitted_at)
 
 
 @dataclass(slots=True)
@@ -128,6 +146,8 @@ def schedule_queue(
     *,
     operator: Weights | None = None,
     assumed_seconds: float = DEFAULT_ASSUMED_SECONDS,
+    shares: Mapping | None = None,
+    hold: Hold | None = None,
     **decide_options,
 ) -> QueuePlan:
     """What to start now, what is reserved, what waits. ``nodes`` are not changed (the plan
@@ -136,14 +156,19 @@ def schedule_queue(
     result = QueuePlan()
     head_blocked = False
     held: set[str] = set()
-    for task in fair_order(queued, usage_by_org, assumed_seconds=assumed_seconds):
+    for task in fair_order(queued, usage_by_org, assumed_seconds=assumed_seconds, shares=shares):
         if all(_shortfall(task, n) is None for n in scratch):
             codes = [filters.check(task, n) for n in scratch]
             result.impossible[task.id] = codes[0] if codes else "no_nodes"
             continue
         # A node of a model the task does not run on is no candidate for it (the decision
         # lists it no more than an order's lists the nodes of other models).
-        pool = [n for n in scratch if n.id not in held and filters.gpu_model_allowed(task, n)]
+        kept_out = hold.nodes if hold is not None and hold.keeps_out(task) else frozenset()
+        pool = [
+            n
+            for n in scratch
+            if n.id not in held and n.id not in kept_out and filters.gpu_model_allowed(task, n)
+        ]
         decision = decide(task, pool, operator=operator, **decide_options)
         if decision.node is not None:
             place(task, decision)

@@ -43,6 +43,26 @@ def test_fair_share_counts_past_usage():
     assert [t.id for t in fair_order(tasks)] == ["a0", "b0"]
 
 
+def test_fair_share_is_usage_over_shares():
+    tasks = [queued("a0", "a", 0), queued("b0", "b", 5)]
+    # a used twice what b used, but holds three shares to b's one: a is further from its share.
+    usage = {"a": 7200.0, "b": 3600.0}
+    assert [t.id for t in fair_order(tasks, usage)] == ["b0", "a0"]
+    assert [t.id for t in fair_order(tasks, usage, shares={"a": 3})] == ["a0", "b0"]
+
+
+def test_an_organization_with_two_shares_takes_two_turns_to_one():
+    a = [queued(f"a{i}", "a", i) for i in range(12)]
+    b = [queued(f"b{i}", "b", i) for i in range(12)]
+    order = [t.id for t in fair_order(a + b, shares={"a": 2})]
+    assert [t[0] for t in order[:12]].count("a") == 8  # two of every three turns
+    assert [t[0] for t in fair_order_ids(a + b)[:12]].count("a") == 6
+
+
+def fair_order_ids(tasks, **kw):
+    return [t.id for t in fair_order(tasks, **kw)]
+
+
 def test_turns_follow_usage_not_task_count():
     big = [queued(f"big{i}", "a", i, num_gpu=4) for i in range(3)]
     small = [queued(f"small{i}", "b", i, num_gpu=1) for i in range(8)]

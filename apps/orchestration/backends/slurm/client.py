@@ -289,6 +289,7 @@ class JobRequest:
     standard_output: str | None = None  # path; Slurm's patterns (%j) allowed
     standard_error: str | None = None
     account: str | None = None  # the Slurm account charged; None: the user's default
+    qos: str | None = None  # None: the association's default ("normal")
     environment: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_ENVIRONMENT))
 
     def to_api(self) -> dict[str, Any]:
@@ -324,6 +325,8 @@ class JobRequest:
             job["standard_error"] = self.standard_error
         if self.account:
             job["account"] = self.account
+        if self.qos:
+            job["qos"] = self.qos
         return {"script": self.script, "job": job}
 
 

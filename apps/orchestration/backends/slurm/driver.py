@@ -274,6 +274,7 @@ class SlurmDriver:
                 gpu_limit=spec.accelerator_limit,
                 create_users=bool(self.config.get("create_users", True)),
                 slurm_conf=self.config.get("slurm_conf"),
+                fair_share=spec.fair_share,
             )
         jobs_dir = self._jobs_dir(tenant.name if tenant else None)
         nodes = spec.node_names
@@ -290,6 +291,9 @@ class SlurmDriver:
             constraints="|".join(nodes),
             standard_output=f"{jobs_dir}/loam-%j.out",
             account=tenant.name if tenant else None,
+            # The cluster's "normal" QOS requeues this one's jobs (PreemptMode=REQUEUE): a
+            # safety net under the portal's own decision, for jobs submitted around it.
+            qos=tenants.PREEMPTIBLE_QOS if spec.preemptible else None,
             environment={
                 "PATH": "/usr/local/bin:/usr/bin:/bin",
                 "LOAM_TASK": spec.name,
@@ -316,6 +320,13 @@ class SlurmDriver:
         tenant = self._tenant(organization_id)
         if tenant is not None:
             tenants.set_limit(tenant, gpu_limit=gpu_limit, slurm_conf=self.config.get("slurm_conf"))
+
+    def set_tenant_fair_share(self, organization_id: int, shares: int) -> None:
+        """The park's operator changed the organization's share: its account's fairshare
+        follows."""
+        tenant = self._tenant(organization_id)
+        if tenant is not None:
+            tenants.set_fair_share(tenant, shares=shares, slurm_conf=self.config.get("slurm_conf"))
 
     def _tenant(self, organization_id: int | None) -> tenants.SlurmTenant | None:
         if self.tenants == "shared" or organization_id is None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from apps.orchestration.backends.base import BackendError
 from apps.orchestration.backends.slurm.commands import slurm_command
 
+PREEMPTIBLE_QOS = "preemptible"  # made by the cluster's setup (deploy/slurm/start.sh)
 # A Slurm account name and a Unix user name at once: lower case, digits and "_", short.
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,31}$")
 
@@ -52,9 +53,11 @@ def ensure(
     gpu_limit: int | None,
     create_users: bool,
     slurm_conf: str | None,
+    fair_share: int = 1,
 ) -> None:
     """The tenant's Unix user, jobs directory and Slurm account exist, with `gpu_limit` (None:
-    no limit) as the account's GrpTRES."""
+    no limit) as the account's GrpTRES and `fair_share` as its fairshare; the account may run
+    jobs in the preemptible QOS."""
     _unix_user(tenant.name, create=create_users)
     _jobs_dir(tenant)
     sacctmgr = _sacctmgr(slurm_conf)
@@ -65,7 +68,8 @@ def ensure(
             tenant.name,
             "description=loam organization",
             "organization=loam",
-            "fairshare=1",
+            f"fairshare={fair_share}",
+            f"qos=normal,{PREEMPTIBLE_QOS}",
         ],
         tenant.name: [
             "user",
@@ -83,15 +87,48 @@ def ensure(
                 associations = _associations(sacctmgr, tenant)
                 if user not in associations:
                     raise
-    _limit(sacctmgr, tenant, associations.get("", ""), gpu_limit)
+    own = associations.get("", _Association("", ""))
+    _limit(sacctmgr, tenant, own.grptres, gpu_limit)
+    _share(sacctmgr, tenant, own.fairshare, fair_share)
 
 
-def _associations(sacctmgr, tenant: SlurmTenant) -> dict[str, str]:
-    """{user ("" for the account itself): its GrpTRES} of the tenant's account."""
+@dataclass(frozen=True)
+class _Association:
+    grptres: str
+    fairshare: str
+
+
+def _associations(sacctmgr, tenant: SlurmTenant) -> dict[str, _Association]:
+    """{user ("" for the account itself): its GrpTRES and fairshare} of the tenant's account."""
     rows = sacctmgr(
-        "show", "assoc", "where", f"account={tenant.name}", "format=user,grptres", "-n", "-P"
+        "show",
+        "assoc",
+        "where",
+        f"account={tenant.name}",
+        "format=user,grptres,fairshare",
+        "-n",
+        "-P",
     )
-    return dict(line.split("|", 1) for line in rows.splitlines() if "|" in line)
+    associations = {}
+    for line in rows.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 3:
+            associations[parts[0]] = _Association(grptres=parts[1], fairshare=parts[2])
+    return associations
+
+
+def set_fair_share(tenant: SlurmTenant, *, shares: int, slurm_conf: str | None) -> None:
+    """The account's fairshare is `shares` now, if the account exists (one made later gets it
+    then)."""
+    sacctmgr = _sacctmgr(slurm_conf)
+    associations = _associations(sacctmgr, tenant)
+    if "" in associations:
+        _share(sacctmgr, tenant, associations[""].fairshare, shares)
+
+
+def _share(sacctmgr, tenant: SlurmTenant, current: str, shares: int) -> None:
+    if current != str(shares):
+        sacctmgr("modify", "account", "where", f"name={tenant.name}", "set", f"fairshare={shares}")
 
 
 def set_limit(tenant: SlurmTenant, *, gpu_limit: int | None, slurm_conf: str | None) -> None:
@@ -100,7 +137,7 @@ def set_limit(tenant: SlurmTenant, *, gpu_limit: int | None, slurm_conf: str | N
     sacctmgr = _sacctmgr(slurm_conf)
     associations = _associations(sacctmgr, tenant)
     if "" in associations:
-        _limit(sacctmgr, tenant, associations[""], gpu_limit)
+        _limit(sacctmgr, tenant, associations[""].grptres, gpu_limit)
 
 
 def _limit(sacctmgr, tenant: SlurmTenant, current: str, gpu_limit: int | None) -> None:
