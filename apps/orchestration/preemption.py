@@ -27,19 +27,17 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.billing.models import Meter
-from apps.catalog.selectors import free_room_changed
 from apps.core.audit import record_event
 from apps.core.transactions import lock_all, on_commit_task
 from apps.orchestration import adapter, selectors
 from apps.orchestration.backends.base import Capability
 from apps.orchestration.backends.registry import drivers_with
 from apps.orchestration.models import Allocation, Node, Preemption, Task, TaskState
+from apps.orchestration.reservations import release_allocations, reserve_tasks
 from apps.orchestration.scheduler import MILLI
 from apps.orchestration.scheduling import (
     SCHEDULER,
-    PassQuota,
     _append_logs,
-    _release,
     move_task,
 )
 from apps.quotas.services import QuotaExceeded
@@ -167,7 +165,7 @@ def _plan(park, waiting, victims: dict[int, _Victim]) -> list[PreemptionPlan]:
     gang_drivers = set(drivers_with(Capability.GANG))
     gang_pools = {p.pk for p in pools if p.backend.driver in gang_drivers}
     models_of = {p.pk: p.accelerator_model for p in pools}
-    quota = PassQuota(park, {t.organization for t in waiting})
+    quota = reserve_tasks(park=park, organizations={t.organization for t in waiting}, node_ids=[])
     plans = []
     for task in waiting:
         # A task that may not be preempted pays the full price.
@@ -184,7 +182,7 @@ def _plan(park, waiting, victims: dict[int, _Victim]) -> list[PreemptionPlan]:
         if plan is None:
             continue
         try:
-            quota.check(task, models_of[rooms[plan.node_ids[0]].pool_id])
+            quota.check_quota(task, models_of[rooms[plan.node_ids[0]].pool_id])
         except QuotaExceeded:
             continue  # room would not start it: its quota holds it back
         for victim in plan.victims:
@@ -342,7 +340,5 @@ def _requeue(plans: list[PreemptionPlan], *, now) -> list[Preemption]:
         )
     )
     lock_all(Node, {a.node_id for a in allocations})
-    for allocation in allocations:
-        _release(allocation)
-    free_room_changed()
+    release_allocations(allocations)
     return Preemption.objects.bulk_create(preemptions)

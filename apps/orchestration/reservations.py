@@ -234,7 +234,7 @@ class TaskReservation:
         all of a gang's): per node, its allocation (unsaved) and the ids of the cards it becomes
         the holder of. Raises QuotaExceeded when a limit refuses it; None when a node can no
         longer take its share (taken meanwhile, drained), and then nothing is taken."""
-        self._check_quota(task, model)
+        self.check_quota(task, model)
         rooms = [self.rooms[pk] for pk in node_ids]
         milli = task.accelerator_milli
         if not all(room.can_take(milli, vcpu=task.vcpu, ram_gb=task.ram_gb) for room in rooms):
@@ -249,7 +249,8 @@ class TaskReservation:
         self.park_tasks.add(task, model)
         return members
 
-    def _check_quota(self, task: Task, model) -> None:
+    def check_quota(self, task: Task, model) -> None:
+        """QuotaExceeded if `task` on `model`'s cards passes a limit."""
         pk = task.organization_id
         held = self.tasks[pk]
         self.checker.check(
@@ -275,9 +276,8 @@ def reserve_tasks(*, park, organizations, node_ids) -> TaskReservation:
 
 def release(holder) -> bool:
     """Give back the room a host or a task (`holder`, with its `workload_id`) holds, on every
-    node (one for a host, several for a gang task), under the nodes' locks in id order: its
-    whole cards are free again, a shared card passes to another live share of it, or is free
-    with the last one. False when it held nothing."""
+    node (one for a host, several for a gang task), under the nodes' locks in id order. False
+    when it held nothing."""
     allocations = list(
         Allocation.objects.filter(
             workload_id=holder.workload_id, released_at__isnull=True
@@ -286,6 +286,13 @@ def release(holder) -> bool:
     if not allocations:
         return False
     lock_all(Node, {allocation.node_id for allocation in allocations})
+    release_allocations(allocations)
+    return True
+
+
+def release_allocations(allocations) -> None:
+    """End `allocations`, their nodes locked already: their whole cards are free again, a
+    shared card passes to another live share of it, or is free with the last one."""
     now = timezone.now()
     for allocation in allocations:
         allocation.released_at = now
@@ -302,4 +309,3 @@ def release(holder) -> bool:
         else:
             Accelerator.objects.filter(allocation=allocation).update(allocation=None)
     free_room_changed()
-    return True
