@@ -18,6 +18,7 @@ from apps.agents.models import (
     PortPurpose,
     ReportedState,
     SavedImage,
+    SavedImageCopy,
     SavedImageState,
     WantedState,
 )
@@ -350,6 +351,14 @@ def saved_images_for(organization):
         SavedImage.objects.filter(organization=organization)
         .exclude(state=SavedImageState.DELETED)
         .select_related("image", "server__node__pool__region", "instance")
+        .prefetch_related(
+            Prefetch(
+                "copies",
+                queryset=SavedImageCopy.objects.select_related("server__node").order_by(
+                    "server__node__hostname"
+                ),
+            )
+        )
         .annotate(
             users=Count(
                 "image__instances",
@@ -359,6 +368,14 @@ def saved_images_for(organization):
         )
         .order_by("-created_at", "-pk")
     )
+
+
+def awaited_copy_of(instance):
+    """The copy of its saved image a host waits for on its server, while it is provisioned."""
+    if instance.state != InstanceState.PROVISIONING or instance.image.organization_id is None:
+        return None
+    server = agent_server_of(instance)
+    return image_copies.awaited_copy(server.pk, instance.image.code) if server else None
 
 
 def savable_hosts(organization):
