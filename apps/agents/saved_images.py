@@ -7,7 +7,7 @@ only: docs/agent-protocol.md); the agent copies the merged root into an image of
 digest and size. From then on the server reports the image among those it holds, so the
 catalog offers it (to its organization only) on the pools of that server's region: a host of
 it placed on another server there waits while the image is copied to that server
-(`agents.image_copies`), which prefers the servers that hold it.
+(`agents.image_copies`); placement prefers the servers that hold it.
 
 Its storage is billed per GB-month at the region's cloud disk price, metered per second like
 everything else (a meter of its workload, open from ready to deleted), and it counts in the
