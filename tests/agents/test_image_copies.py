@@ -11,7 +11,7 @@ import threading
 import pytest
 from django.db import connection
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from apps.agents import image_copies
 from apps.agents.models import (
@@ -30,6 +30,7 @@ from apps.orders.operations import request_operation
 from apps.orders.services import HostRequest, submit_create
 from tests.agents.conftest import SSH_KEY
 from tests.agents.conftest import agent_world as agent_world  # the fixtures, shared
+from tests.agents.conftest import english_messages as english_messages
 from tests.agents.conftest import fake_agent as fake_agent
 from tests.locks import wait_for_a_blocked_lock
 
@@ -39,7 +40,10 @@ ARCHIVE_SHA256 = hashlib.sha256(ARCHIVE).hexdigest()
 
 
 def hosts_body(agent) -> dict:
-    response = agent.client.get("/api/v1/agent/hosts", **agent.headers())
+    # A request through the test client activates the language it negotiates, for good: the
+    # test's own is kept (as FakeAgent does).
+    with translation.override(translation.get_language()):
+        response = agent.client.get("/api/v1/agent/hosts", **agent.headers())
     assert response.status_code == 200, response.content
     return response.json()
 
@@ -47,6 +51,12 @@ def hosts_body(agent) -> dict:
 def move_images(agent, *, archive: bytes = ARCHIVE) -> list[dict]:
     """What a real agent's ImageCopier does with the transfers its hosts list names."""
     transfers = hosts_body(agent)["image_transfers"]
+    with translation.override(translation.get_language()):
+        _move(agent, transfers, archive)
+    return transfers
+
+
+def _move(agent, transfers, archive):
     for transfer in transfers:
         if transfer["direction"] == "send":
             response = agent.client.put(
@@ -65,7 +75,6 @@ def move_images(agent, *, archive: bytes = ARCHIVE) -> list[dict]:
                 f"saved-images/{transfer['name']}/copied", {"sha256": transfer["sha256"]}
             )
             assert copied.status_code == 204, copied.content
-    return transfers
 
 
 @pytest.fixture
@@ -170,8 +179,8 @@ def test_a_host_on_a_server_without_the_image_waits_for_its_copy_then_starts_the
     assert seen["sends"] == [
         {"name": code, "direction": "send", "url": f"/api/v1/agent/saved-images/{code}/archive"}
     ]
-    assert "Copying image my env to server gpu-08: 0 %" in seen["page"].content.decode()
-    assert "Copying to gpu-08: 0 %" in seen["images page"].content.decode()
+    assert "正在将镜像 my env 复制到服务器 gpu-08：0 %。" in seen["page"].content.decode()
+    assert "正在复制到 gpu-08：0 %" in seen["images page"].content.decode()
 
     assert host_b.state == InstanceState.RUNNING, host_b.error_message
     assert host_b.node.hostname == "gpu-08"
@@ -188,8 +197,8 @@ def test_a_host_on_a_server_without_the_image_waits_for_its_copy_then_starts_the
     assert hosts_body(holder)["image_transfers"] == hosts_body(target)["image_transfers"] == []
     assert not image_copies.archive_path(code).exists()  # no copy waits for it any more
     page = client.get(reverse("orders:instance_detail", args=[host_b.pk])).content.decode()
-    assert "Copying image" not in page
-    assert "Copied to gpu-08" in client.get(reverse("saved_images:image_list")).content.decode()
+    assert "image-copy-progress" not in page
+    assert "已复制到 gpu-08" in client.get(reverse("saved_images:image_list")).content.decode()
 
 
 @pytest.mark.django_db
@@ -230,7 +239,7 @@ def test_placement_prefers_the_server_holding_the_image(
 
 @pytest.mark.django_db
 def test_a_copy_that_fails_fails_its_host_with_the_reason_and_the_next_host_asks_again(
-    copy_world, looks, order, monkeypatch
+    copy_world, looks, order, monkeypatch, english_messages
 ):
     saved, holder, target = copy_world
     code = saved.image.code
@@ -270,7 +279,7 @@ def test_a_damaged_archive_is_refused_and_the_holder_sends_it_again(copy_world, 
         HTTP_X_LOAM_SHA256=ARCHIVE_SHA256,
         **holder.headers(),
     )
-    assert response.status_code == 400 and "damaged" in response.json()["detail"]
+    assert response.status_code == 400 and response.json()["type"].endswith("damaged")
     assert SavedImageCopy.objects.get().state == SavedImageCopyState.SENDING
     assert hosts_body(holder)["image_transfers"] == [transfer]  # sent again at its next poll
     # Only the holder sends it, and only the server a copy waits on fetches it.
