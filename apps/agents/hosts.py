@@ -586,7 +586,8 @@ class AgentHostStore:
                 or _("agent: %(node)s could not bring host %(handle)s to generation %(g)d")
                 % {"node": host.server.node.hostname, "handle": handle, "g": generation}
             )
-        copy = image_copies.awaited_copy(host.server_id, host.image)
+        # A host its server never reported on may still wait for its image there.
+        copy = None if reported else image_copies.awaited_copy(host.server_id, host.image)
         if copy is not None:
             return self._waiting_for_copy(host, copy)
         server = host.server
@@ -612,7 +613,7 @@ class AgentHostStore:
         """A host not listed to its server yet, whose saved image is being copied there: under
         way while the copy moves, failed with the copy; a release of it is done at once (its
         server never had it)."""
-        if host.state == WantedState.REMOVED and not host.reported_generation:
+        if host.state == WantedState.REMOVED:
             return HostRequestStatus(done=True)
         if copy.state == SavedImageCopyState.FAILED:
             with transaction.atomic():

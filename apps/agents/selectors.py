@@ -154,9 +154,10 @@ def desired_hosts(server: AgentServer) -> list[dict]:
             *_region_and_park(server)
         ).items()
     }
-    # A host whose saved image is being copied here is listed once the copy is ready.
+    # A host whose saved image is being copied here is listed once the copy is ready (one the
+    # agent has reported on is always listed: unlisted, it would be removed).
     awaited = image_copies.awaited_codes(server)
-    hosts = [host for host in hosts if host.image not in awaited]
+    hosts = [host for host in hosts if host.image not in awaited or host.reported_generation]
     workloads = dict(
         Instance.objects.filter(
             node_id=server.node_id, backend_handle__in=[host.handle for host in hosts]
