@@ -32,6 +32,7 @@ from tests.agents.conftest import SSH_KEY
 from tests.agents.conftest import agent_world as agent_world  # the fixtures, shared
 from tests.agents.conftest import english_messages as english_messages
 from tests.agents.conftest import fake_agent as fake_agent
+from tests.agents.test_saved_images_api import bearer
 from tests.locks import wait_for_a_blocked_lock
 
 DEBIAN = [{"name": "debian-12", "digest": "sha256:" + "0" * 64}]
@@ -199,6 +200,12 @@ def test_a_host_on_a_server_without_the_image_waits_for_its_copy_then_starts_the
     page = client.get(reverse("orders:instance_detail", args=[host_b.pk])).content.decode()
     assert "image-copy-progress" not in page
     assert "已复制到 gpu-08" in client.get(reverse("saved_images:image_list")).content.decode()
+    (listed,) = client.get("/api/v1/saved-images/", **bearer(saved.organization, owner)).json()[
+        "results"
+    ]
+    assert listed["copies"] == [
+        {"server": "gpu-08", "state": "ready", "progress_pct": 100, "message": ""}
+    ]
 
 
 @pytest.mark.django_db
