@@ -23,7 +23,7 @@ class ArchiveView(AgentView):
         image_copies.receive_archive(
             server=request.auth,
             code=code,
-            body=request._request,  # the raw stream: gigabytes are never read into memory
+            body=request.stream,  # read as it comes: gigabytes are never held in memory
             length=length,
             sha256=request.headers.get("X-Loam-Sha256", ""),
         )
