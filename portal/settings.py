@@ -497,6 +497,10 @@ except ValueError as exc:
 # ed25519 private key, made (mode 0600) on first use. Every portal process must read the same
 # file; a new key is trusted by a host from its next start.
 LOAM_HOST_CA_KEY = env.path("LOAM_HOST_CA_KEY", default=VAR_DIR / "host-ca" / "ssh_user_ca")
+# Where a saved image's archive waits while it is copied to another server of its region
+# (`apps.agents.image_copies`): removed once no copy needs it. Every portal process must see
+# the same folder (the upload and the download may reach different ones).
+LOAM_IMAGE_ARCHIVE_DIR = env.path("LOAM_IMAGE_ARCHIVE_DIR", default=VAR_DIR / "image-archives")
 # A web terminal's certificate is valid this long (it is used at once, to log in).
 LOAM_TERMINAL_CERT_S = env.int("LOAM_TERMINAL_CERT_S", default=120)
 # Port mappings a tenant may add to one host (each forwards a port of its server's public

@@ -49,6 +49,14 @@ def _host_ca_key(tmp_path_factory):
     settings.LOAM_HOST_CA_KEY = tmp_path_factory.mktemp("host-ca") / "ssh_user_ca"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _image_archive_dir(tmp_path_factory):
+    """Saved images' archives on their way to another server: in the run's temporary folder."""
+    from django.conf import settings
+
+    settings.LOAM_IMAGE_ARCHIVE_DIR = tmp_path_factory.mktemp("image-archives")
+
+
 @pytest.fixture(autouse=True)
 def _celery_eager(monkeypatch):
     """Tasks run in-process unless a test starts a real worker (tests/e2e)."""

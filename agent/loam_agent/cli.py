@@ -30,6 +30,7 @@ from loam_agent.hosts.image import (
     list_images,
     load_recipe,
 )
+from loam_agent.hosts.image_copies import ImageCopier
 from loam_agent.hosts.model import HostError
 from loam_agent.hosts.network import ServerNetwork, discover
 from loam_agent.hosts.poller import HostsPoller
@@ -250,6 +251,7 @@ def run_command(args: argparse.Namespace, config: AgentConfig) -> int:
             stop=stop,
             usage=runtime.usage,
             keep_saved_images=lambda kept: keep_only(runtime.saved_images, kept, runtime.hosts_dir),
+            image_copier=ImageCopier(client, runtime.saved_images),
         )
         threading.Thread(target=hosts.run, name="hosts", daemon=True).start()
     try:

@@ -7,6 +7,7 @@ come right by asking again.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import threading
@@ -24,6 +25,9 @@ HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
 HOSTS_PATH = "/api/v1/agent/hosts"
 HOSTS_REPORT_PATH = "/api/v1/agent/hosts/report"
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+# A saved image's archive is gigabytes: each read or write may wait this long, not the whole.
+TRANSFER_TIMEOUT_S = 120.0
+CHUNK = 1 << 20
 
 
 class PortalError(Exception):
@@ -62,6 +66,8 @@ class PortalClient:
         self.portal_url = portal_url
         # The saved images the portal keeps on this server, from its last hosts list.
         self.saved_images: list[str] | None = None
+        # The saved images to send to the portal or fetch from it (image_copies.py), likewise.
+        self.image_transfers: list[dict] = []
         self._credential = credential
         self._attempts = attempts
         self._backoff_s = backoff_s
@@ -137,6 +143,12 @@ class PortalClient:
         kept = body.get("saved_images")
         # None from a portal that sends none: then nothing saved here is removed.
         self.saved_images = [str(name) for name in kept] if isinstance(kept, list) else None
+        transfers = body.get("image_transfers")
+        self.image_transfers = (
+            [item for item in transfers if isinstance(item, dict)]
+            if isinstance(transfers, list)
+            else []
+        )
         return response.headers.get("ETag"), hosts, volumes
 
     def report_hosts(
@@ -148,6 +160,68 @@ class PortalClient:
         if volumes is not None:
             body["volumes"] = volumes
         self._send("POST", HOSTS_REPORT_PATH, body, headers=self._bearer(), refused=_REFUSED)
+
+    def send_archive(self, url: str, archive: Path, sha256: str) -> None:
+        """PUT a saved image's archive to the portal (once: a failed send is sent again when
+        the portal still lists it)."""
+        size = archive.stat().st_size
+        headers = {
+            **self._bearer(),
+            "Content-Type": "application/x-tar",
+            "Content-Length": str(size),
+            "X-Loam-Sha256": sha256,
+        }
+        with open(archive, "rb") as file:
+            response = self._transfer("PUT", url, headers=headers, content=file)
+        response.close()
+
+    def fetch_archive(self, url: str, target: Path) -> str:
+        """GET a saved image's archive into `target`; returns the sha256 of what arrived."""
+        hasher = hashlib.sha256()
+        request = self._http.build_request(
+            "GET", url, headers=self._bearer(), timeout=TRANSFER_TIMEOUT_S
+        )
+        response = self._transfer_response(request)
+        try:
+            with open(target, "wb") as file:
+                for chunk in response.iter_bytes(CHUNK):
+                    file.write(chunk)
+                    hasher.update(chunk)
+        except httpx.TransportError as error:
+            raise PortalUnavailable(f"{url}: {type(error).__name__}: {error}") from None
+        finally:
+            response.close()
+        return hasher.hexdigest()
+
+    def report_copy(self, name: str, *, sha256: str = "", error: str = "") -> None:
+        """The portal told that saved image `name` is unpacked here (its archive's sha256),
+        or that its transfer failed for good (`error`)."""
+        body = {"sha256": sha256} if sha256 else {"error": error[:2000]}
+        path = f"/api/v1/agent/saved-images/{name}/copied"
+        self._send("POST", path, body, headers=self._bearer(), refused=_REFUSED)
+
+    def _transfer(self, method: str, url: str, *, headers: dict, content) -> httpx.Response:
+        request = self._http.build_request(
+            method, url, headers=headers, content=content, timeout=TRANSFER_TIMEOUT_S
+        )
+        return self._transfer_response(request)
+
+    def _transfer_response(self, request: httpx.Request) -> httpx.Response:
+        try:
+            response = self._http.send(request, stream=True)
+        except httpx.TransportError as error:
+            raise PortalUnavailable(f"{request.url}: {type(error).__name__}: {error}") from None
+        if response.is_success:
+            return response
+        response.read()
+        response.close()
+        if response.status_code in (401, 403):
+            raise Rejected(f"{_REFUSED}: HTTP {response.status_code} {_detail(response)}")
+        if response.status_code in TRANSIENT_STATUSES:
+            raise PortalUnavailable(f"{request.url}: HTTP {response.status_code}")
+        raise ProtocolError(
+            f"{request.url.path} answered HTTP {response.status_code}: {_detail(response)}"
+        )
 
     def _bearer(self) -> dict:
         if self._credential is None:

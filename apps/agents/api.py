@@ -18,7 +18,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.agents import selectors, services
+from apps.agents import image_copies, selectors, services
 from apps.agents.serializers import (
     EnrolSerializer,
     HeartbeatSerializer,
@@ -143,6 +143,7 @@ class HostsView(AgentView):
             {
                 "hosts": selectors.desired_hosts(server),
                 "saved_images": selectors.kept_saved_images(server),
+                "image_transfers": image_copies.image_transfers(server),
                 "volumes": server_volumes(server.node),
             },
             headers={"ETag": etag, "Cache-Control": "no-cache"},

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from apps.agents import api
+from apps.agents import api, image_copies_api
 
 app_name = "agent_api"
 urlpatterns = [
@@ -10,4 +10,14 @@ urlpatterns = [
     path("heartbeat", api.HeartbeatView.as_view(), name="heartbeat"),
     path("hosts", api.HostsView.as_view(), name="hosts"),
     path("hosts/report", api.HostReportView.as_view(), name="host_report"),
+    path(
+        "saved-images/<slug:code>/archive",
+        image_copies_api.ArchiveView.as_view(),
+        name="saved_image_archive",
+    ),
+    path(
+        "saved-images/<slug:code>/copied",
+        image_copies_api.CopiedView.as_view(),
+        name="saved_image_copied",
+    ),
 ]

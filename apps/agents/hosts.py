@@ -32,6 +32,7 @@ from django.db.models import Count, Prefetch
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from apps.agents import image_copies
 from apps.agents.models import (
     AGENT_HOST_TRANSITIONS,
     AgentCard,
@@ -40,6 +41,8 @@ from apps.agents.models import (
     AgentServer,
     PortPurpose,
     ReportedState,
+    SavedImageCopy,
+    SavedImageCopyState,
     WantedState,
 )
 from apps.agents.services import bump_hosts_version, free_host_ports, held_card_uuids
@@ -296,6 +299,8 @@ class AgentHostStore:
         if routed is not None:
             host.public_ip = self._free_public_ip(server, routed)
             host.save(update_fields=["public_ip"])
+        # A saved image held by another server of the region: the host waits for its copy.
+        image_copies.ask_for_copy(server=server, image_code=spec.image)
         bump_hosts_version(server)
         return host.request()
 
@@ -581,6 +586,10 @@ class AgentHostStore:
                 or _("agent: %(node)s could not bring host %(handle)s to generation %(g)d")
                 % {"node": host.server.node.hostname, "handle": handle, "g": generation}
             )
+        # A host its server never reported on may still wait for its image there.
+        copy = None if reported else image_copies.awaited_copy(host.server_id, host.image)
+        if copy is not None:
+            return self._waiting_for_copy(host, copy)
         server = host.server
         if server.revoked_at is not None:
             if host.state == WantedState.REMOVED:
@@ -599,6 +608,28 @@ class AgentHostStore:
                 transient=True,
             )
         return HostRequestStatus(done=False)
+
+    def _waiting_for_copy(self, host: AgentHost, copy: SavedImageCopy) -> HostRequestStatus:
+        """A host not listed to its server yet, whose saved image is being copied there: under
+        way while the copy moves, failed with the copy; a release of it is done at once (its
+        server never had it)."""
+        if host.state == WantedState.REMOVED:
+            return HostRequestStatus(done=True)
+        if copy.state == SavedImageCopyState.FAILED:
+            with transaction.atomic():
+                locked = self._host(host.handle, for_update=True)
+                if locked.state != WantedState.REMOVED:
+                    self._remove(locked)
+            raise BackendError(
+                _("Copying image %(image)s to %(node)s failed: %(reason)s")
+                % {
+                    "image": copy.saved_image.image.name,
+                    "node": copy.server.node.hostname,
+                    "reason": _(copy.message) if copy.message else "—",
+                }
+            )
+        moved = copy.moved_at or copy.created_at
+        return HostRequestStatus(done=False, progress_at=moved.timestamp())
 
     def _access(self, host: AgentHost) -> HostAccess:
         """Where tenants reach a running host: its own public IP, where its pool has them; its

@@ -554,3 +554,74 @@ class SavedImage(models.Model):
     def size_gb(self) -> int:
         """What is billed: whole GB, rounded up (a saved root is never free)."""
         return max(1, -(-self.size_bytes // 10**9))
+
+
+class SavedImageCopyState(models.TextChoices):
+    SENDING = "sending", _("Being sent by the server that holds it")
+    RECEIVING = "receiving", _("Being copied to this server")
+    READY = "ready", _("Ready")
+    FAILED = "failed", _("Failed")
+
+
+_C = SavedImageCopyState
+SAVED_IMAGE_COPY_TRANSITIONS = {
+    _C.SENDING: frozenset({_C.RECEIVING, _C.FAILED}),
+    _C.RECEIVING: frozenset({_C.READY, _C.FAILED}),
+    _C.READY: frozenset(),
+    # Asked again by the next host that needs it there.
+    _C.FAILED: frozenset({_C.SENDING}),
+}
+
+
+class SavedImageCopy(models.Model):
+    """A saved image copied to another server of its region, for a host placed there
+    (`agents.image_copies`): the server that holds it sends its archive to the portal, this
+    server's agent fetches it, checks its digest and unpacks it. `sent_bytes` and
+    `received_bytes` are how far each half is, as the portal counts the bytes going through it."""
+
+    saved_image = models.ForeignKey(
+        SavedImage, on_delete=models.CASCADE, related_name="copies", verbose_name=_("saved image")
+    )
+    server = models.ForeignKey(
+        AgentServer, on_delete=models.CASCADE, related_name="image_copies", verbose_name=_("server")
+    )
+    state = models.CharField(
+        _("state"), max_length=16, choices=SavedImageCopyState.choices, default=_C.SENDING
+    )
+    archive_sha256 = models.CharField(_("archive's sha256"), max_length=64, blank=True)
+    archive_bytes = models.PositiveBigIntegerField(_("archive's size (bytes)"), default=0)
+    sent_bytes = models.PositiveBigIntegerField(_("bytes sent"), default=0)
+    received_bytes = models.PositiveBigIntegerField(_("bytes received"), default=0)
+    # When bytes of it last went through the portal: a host waiting for it waits while it moves.
+    moved_at = models.DateTimeField(_("last moved at"), null=True, blank=True)
+    message = models.TextField(_("message"), blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("saved image copy")
+        verbose_name_plural = _("saved image copies")
+        ordering = ["saved_image", "server"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["saved_image", "server"], name="saved_image_copy_once_per_server"
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=SavedImageCopyState.values),
+                name="saved_image_copy_state_known",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.saved_image} → {self.server}"
+
+    @property
+    def progress_pct(self) -> int:
+        """How far the copy is: its two halves (to the portal, from it) weigh the same; 100
+        only once the server has unpacked it."""
+        if self.state == _C.READY:
+            return 100
+        total = self.archive_bytes or self.saved_image.size_bytes
+        if not total:
+            return 0
+        return min(99, (self.sent_bytes + self.received_bytes) * 50 // total)

@@ -5,15 +5,15 @@ The portal asks the host's agent for the save in the host's spec (`save_image`, 
 only: docs/agent-protocol.md); the agent copies the merged root into an image of its own
 (agent/loam_agent/hosts/saved_images.py says why a full copy) and reports it back with its
 digest and size. From then on the server reports the image among those it holds, so the
-catalog offers it (to its organization only) on that server's pool: `agents.selectors.
-held_image_codes` and `agents.selectors.nodes_without_image` place its hosts there. Copying it
-to other servers of the region is not done: a host from a saved image runs on the server that
-saved it, which the images page says.
+catalog offers it (to its organization only) on the pools of that server's region: a host of
+it placed on another server there waits while the image is copied to that server
+(`agents.image_copies`); placement prefers the servers that hold it.
 
 Its storage is billed per GB-month at the region's cloud disk price, metered per second like
-everything else (a meter of its workload, open from ready to deleted). Deleting it is refused
-while a host that is not released uses it; once deleted, the server's agent removes its files
-(the hosts list's `saved_images` no longer names it).
+everything else (a meter of its workload, open from ready to deleted), and it counts in the
+organization's `storage_gb` quota (`saved_image_quota_usage`). Deleting it is refused while a
+host that is not released uses it; once deleted, the agents of the servers holding it remove
+its files (the hosts list's `saved_images` no longer names it).
 """
 
 import secrets
@@ -24,6 +24,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from apps.agents import image_copies
 from apps.agents.models import (
     SAVED_IMAGE_TRANSITIONS,
     AgentHost,
@@ -39,9 +40,10 @@ from apps.catalog.models import Image, PriceKind
 from apps.catalog.selectors import price_in_force
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
-from apps.core.transactions import lock, locked
+from apps.core.transactions import lock, lock_all, locked
 from apps.core.transitions import transition
 from apps.orders.models import Instance, InstanceState
+from apps.quotas.services import QuotaExceeded, Usage, reserve
 from apps.tenants.access import authorize
 from apps.tenants.roles import Action
 from apps.workloads.models import Workload, WorkloadKind
@@ -86,6 +88,18 @@ def save_host_image(*, organization, actor, instance_id: int, name: str, descrip
             code="host_not_stopped",
             status=409,
         )
+    # Its size is known once saved: until then it holds its host's system disk, the most its
+    # root can be. The organization's lock comes after its host's (LOCK_ORDER).
+    try:
+        reserve(organization=organization, demand=Usage(storage_gb=instance.system_disk_gb))
+    except QuotaExceeded as refusal:
+        raise QuotaExceeded(
+            _(
+                "Saving %(host)s needs up to %(size)d GB of storage (its system disk) until "
+                "its image's size is known: %(reason)s"
+            )
+            % {"host": instance.name, "size": instance.system_disk_gb, "reason": refusal.message}
+        ) from None
     host = AgentHost.objects.filter(handle=instance.backend_handle).first()
     if not instance.backend_handle or host is None:
         raise DomainError(
@@ -210,6 +224,20 @@ def _follow_meter(saved: SavedImage, *, billed: bool, at) -> None:
     )
 
 
+def saved_image_quota_usage(organizations) -> Usage:
+    """QUOTA_HOLDERS: the GB of the images `organizations` keep (storage_gb, as cloud disks):
+    each ready one its size as billed, each being saved its host's system disk. Copies of one
+    to other servers of its region are the portal's to make and count once."""
+    kept = SavedImage.objects.filter(organization__in=organizations, state__in=_KEPT)
+    total = 0
+    for saved in kept.select_related("instance").only("state", "size_bytes", "instance"):
+        if saved.state == SavedImageState.READY:
+            total += saved.size_gb
+        elif saved.instance is not None:
+            total += saved.instance.system_disk_gb
+    return Usage(storage_gb=total)
+
+
 def hosts_using(saved: SavedImage):
     """The organization's hosts ordered from the image that are not released."""
     return Instance.objects.filter(image_id=saved.image_id).exclude(state=InstanceState.RELEASED)
@@ -217,8 +245,20 @@ def hosts_using(saved: SavedImage):
 
 @transaction.atomic(durable=True)
 def delete_saved_image(*, organization, actor, saved_image_id: int) -> SavedImage:
-    """Delete the image, unless a host uses it (the refusal names them)."""
+    """Delete the image, unless a host uses it (the refusal names them).
+
+    Checked under the lock of its catalog image, which an order of it takes too
+    (`orders.services.submit_create`): a host ordered meanwhile is either counted here, or its
+    order, coming second, finds the image deleted and is refused."""
     authorize(actor, organization, Action.RELEASE)
+    found = (
+        SavedImage.objects.filter(organization=organization, pk=saved_image_id)
+        .exclude(state=SavedImageState.DELETED)
+        .values_list("image_id", flat=True)
+        .first()
+    )
+    if found is not None:
+        lock(Image, found)
     saved = (
         SavedImage.objects.filter(organization=organization, pk=saved_image_id)
         .exclude(state=SavedImageState.DELETED)
@@ -242,13 +282,14 @@ def delete_saved_image(*, organization, actor, saved_image_id: int) -> SavedImag
             code="image_in_use",
             status=409,
         )
-    # In LOCK_ORDER: its meter, its server, then its own row.
+    # In LOCK_ORDER: its meter, the servers that hold it, then its own row.
     _follow_meter(saved, billed=False, at=timezone.now())
-    lock(AgentServer, saved.server_id)
+    holders = sorted({saved.server_id, *image_copies.forget_copies(saved)})
+    lock_all(AgentServer, holders)
     saved = transition(saved, SavedImageState.DELETED, table=SAVED_IMAGE_TRANSITIONS, actor=actor)
     Image.objects.filter(pk=saved.image_id).update(is_active=False)
-    server = AgentServer.objects.get(pk=saved.server_id)
-    server.images = [image for image in server.images if image["name"] != saved.image.code]
-    server.save(update_fields=["images"])
-    bump_hosts_version(server)  # its agent removes the files (the hosts list's saved_images)
+    for server in AgentServer.objects.filter(pk__in=holders).order_by("pk"):
+        server.images = [image for image in server.images if image["name"] != saved.image.code]
+        server.save(update_fields=["images"])
+        bump_hosts_version(server)  # its agent removes the files (the hosts list's saved_images)
     return saved

@@ -8,11 +8,23 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.response import Response
 
 from apps.agents import saved_images, selectors
-from apps.agents.models import SavedImage
+from apps.agents.models import SavedImage, SavedImageCopy
 from apps.api.base import LoamAPIMixin
 from apps.api.permissions import current_actor, current_organization
 from apps.api.serializers.fields import IntegerField
 from apps.tenants.roles import Action
+
+
+class SavedImageCopySerializer(serializers.ModelSerializer):
+    server = serializers.CharField(source="server.node.hostname", read_only=True)
+    progress_pct = serializers.IntegerField(
+        read_only=True, help_text="How far it is: 100 once the server holds it."
+    )
+
+    class Meta:
+        model = SavedImageCopy
+        fields = ["server", "state", "progress_pct", "message"]
+        read_only_fields = fields
 
 
 class SavedImageSerializer(serializers.ModelSerializer):
@@ -24,7 +36,13 @@ class SavedImageSerializer(serializers.ModelSerializer):
     server = serializers.CharField(
         source="server.node.hostname",
         read_only=True,
-        help_text="The server that holds it: hosts from it run there (it is not copied).",
+        help_text=(
+            "The server that saved it. Hosts from it run on any server of its region: it is "
+            "copied to one when a host needs it there (`copies`)."
+        ),
+    )
+    copies = SavedImageCopySerializer(
+        many=True, read_only=True, help_text="Its copies to other servers of its region."
     )
     region = serializers.CharField(source="server.node.pool.region.code", read_only=True)
     instance = serializers.IntegerField(
@@ -52,6 +70,7 @@ class SavedImageSerializer(serializers.ModelSerializer):
             "region",
             "instance",
             "hosts",
+            "copies",
             "created_at",
         ]
         read_only_fields = fields

@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.db.models import Count, Prefetch, Q
 from django.utils import timezone
 
-from apps.agents import host_ca
+from apps.agents import host_ca, image_copies
 from apps.agents.models import (
     AgentCard,
     AgentHost,
@@ -18,6 +18,7 @@ from apps.agents.models import (
     PortPurpose,
     ReportedState,
     SavedImage,
+    SavedImageCopy,
     SavedImageState,
     WantedState,
 )
@@ -79,16 +80,20 @@ def held_image_codes(*, park, accelerator_model_id, region=None) -> frozenset[st
     servers = AgentServer.objects.filter(node__pool__in=pools, revoked_at__isnull=True).only(
         "images", "images_reported_at"
     )
-    return frozenset(name for server in servers for name in server.image_names)
+    held = {name for server in servers for name in server.image_names}
+    # A saved image is copied to the server a host of it is placed on, in its region.
+    return frozenset(held | image_copies.copyable_codes(pools.values("region_id")))
 
 
 def nodes_without_image(pool_ids, image_code: str) -> set[int]:
     """`orchestration.services.NODES_WITHOUT_IMAGE`: the nodes of these pools whose servers
-    don't hold image `image_code` (only agent servers hold images of their own)."""
+    don't hold image `image_code` (only agent servers hold images of their own), nor can get
+    a copy of it (a saved image, from a server of their region: `image_copies`)."""
     servers = AgentServer.objects.filter(node__pool_id__in=pool_ids).only(
         "node_id", "images", "images_reported_at"
     )
-    return {server.node_id for server in servers if image_code not in server.image_names}
+    lacking = {server.node_id for server in servers if image_code not in server.image_names}
+    return lacking - image_copies.nodes_awaiting_image(pool_ids, image_code)
 
 
 def missing_images(park) -> dict[int, list[Image]]:
@@ -121,6 +126,7 @@ def hosts_etag(server: AgentServer) -> str:
     region's shared file systems and their quotas (`shared_fs`)."""
     shared = sharedfs_selectors.region_tag(*_region_and_park(server))
     version = f"{server.hosts_version}.{volumes_version(server.node)}"
+    version += f".{image_copies.copies_tag(server)}"
     return f'"{server.public_id}.{version}.{host_ca.ca_tag()}.{shared}"'
 
 
@@ -148,7 +154,10 @@ def desired_hosts(server: AgentServer) -> list[dict]:
             *_region_and_park(server)
         ).items()
     }
-    hosts = list(hosts)
+    # A host whose saved image is being copied here is listed once the copy is ready (one the
+    # agent has reported on is always listed: unlisted, it would be removed).
+    awaited = image_copies.awaited_codes(server)
+    hosts = [host for host in hosts if host.image not in awaited or host.reported_generation]
     workloads = dict(
         Instance.objects.filter(
             node_id=server.node_id, backend_handle__in=[host.handle for host in hosts]
@@ -181,12 +190,11 @@ def desired_hosts(server: AgentServer) -> list[dict]:
 
 def kept_saved_images(server: AgentServer) -> list[str]:
     """The saved images the server is to keep (the hosts list's `saved_images`): those being
-    saved there or ready; the agent removes the others."""
-    return sorted(
-        SavedImage.objects.filter(
-            server=server, state__in=(SavedImageState.SAVING, SavedImageState.READY)
-        ).values_list("image__code", flat=True)
-    )
+    saved there or ready, and those copied there; the agent removes the others."""
+    saved = SavedImage.objects.filter(
+        server=server, state__in=(SavedImageState.SAVING, SavedImageState.READY)
+    ).values_list("image__code", flat=True)
+    return sorted({*saved, *image_copies.kept_copies(server)})
 
 
 def host_network(host: AgentHost) -> dict:
@@ -344,6 +352,14 @@ def saved_images_for(organization):
         SavedImage.objects.filter(organization=organization)
         .exclude(state=SavedImageState.DELETED)
         .select_related("image", "server__node__pool__region", "instance")
+        .prefetch_related(
+            Prefetch(
+                "copies",
+                queryset=SavedImageCopy.objects.select_related("server__node").order_by(
+                    "server__node__hostname"
+                ),
+            )
+        )
         .annotate(
             users=Count(
                 "image__instances",
@@ -353,6 +369,14 @@ def saved_images_for(organization):
         )
         .order_by("-created_at", "-pk")
     )
+
+
+def awaited_copy_of(instance):
+    """The copy of its saved image a host waits for on its server, while it is provisioned."""
+    if instance.state != InstanceState.PROVISIONING or instance.image.organization_id is None:
+        return None
+    server = agent_server_of(instance)
+    return image_copies.awaited_copy(server.pk, instance.image.code) if server else None
 
 
 def savable_hosts(organization):

@@ -252,3 +252,16 @@ class HostReportsSerializer(serializers.Serializer):
     volumes = serializers.ListField(
         child=VolumeReportSerializer(), max_length=MAX_VOLUMES, required=False
     )
+
+
+class ImageCopiedSerializer(serializers.Serializer):
+    """POST /api/v1/agent/saved-images/<code>/copied: the archive unpacked (its sha256), or
+    the transfer given up (`error`, shown to the tenant as sent)."""
+
+    sha256 = serializers.RegexField(r"^[0-9a-fA-F]{64}$", required=False, default="")
+    error = serializers.CharField(max_length=2000, required=False, default="")
+
+    def validate(self, data):
+        if bool(data["sha256"]) == bool(data["error"]):
+            raise serializers.ValidationError(_("Send either the sha256 or the error."))
+        return data

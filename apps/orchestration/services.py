@@ -122,6 +122,10 @@ def _node_shortfall(room: NodeRoom, shape: Shape) -> str | None:
 # report to the agents app, a floor above: a callable (pool ids, image code) -> the ids of the
 # nodes of those pools whose servers hold images of their own, but not this one.
 NODES_WITHOUT_IMAGE = ExtensionPoint("nodes that can't start an image")
+# ... and of those that can start it only once it is copied to them (a tenant's saved image,
+# from another server of its region): a callable (pool ids, image code) -> node ids. A host
+# goes there only when no node holding its image has room.
+NODES_AWAITING_IMAGE = ExtensionPoint("nodes that start an image once it is copied there")
 
 
 @dataclass(frozen=True)
@@ -372,9 +376,15 @@ def _decide_placement(
     elif any(price is None for price in prices.values()):
         # Unpriced somewhere (the order's region is always priced): price says nothing here.
         prices = dict.fromkeys(prices)
+    found = None
     if image_code is not None:
         excluding = {*excluding, *_nodes_without_image(pools, image_code)}
-    found = shortlist(pools=pools, shape=shape, excluding=excluding, now=timezone.now())
+        if awaiting := _nodes_awaiting_image(pools, image_code):
+            found = shortlist(
+                pools=pools, shape=shape, excluding={*excluding, *awaiting}, now=timezone.now()
+            )
+    if found is None or not found.nodes:
+        found = shortlist(pools=pools, shape=shape, excluding=excluding, now=timezone.now())
     views = adapter.node_views(found.nodes, prices=prices, rooms_of=found.rooms)
     model_slug = (
         pools[0].accelerator_model.slug
@@ -416,6 +426,13 @@ def _decide_placement(
 def _nodes_without_image(pools, image_code: str) -> set[int]:
     ids = set()
     for provider in NODES_WITHOUT_IMAGE.providers():
+        ids |= provider([pool.pk for pool in pools], image_code)
+    return ids
+
+
+def _nodes_awaiting_image(pools, image_code: str) -> set[int]:
+    ids = set()
+    for provider in NODES_AWAITING_IMAGE.providers():
         ids |= provider([pool.pk for pool in pools], image_code)
     return ids
 

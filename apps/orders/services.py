@@ -540,6 +540,12 @@ def submit_create(
         order = _create_order(organization, actor, request, one_host, name, key)
         reservation.hold(order.instance, amount_minor=order.hourly_minor)
         orders.append(order)
+    if request.image.organization_id is not None:
+        # An organization's own image (a saved one): held from here on, so its deletion waits
+        # for this order and then counts its hosts; one deleted meanwhile is refused.
+        lock(Image, request.image.pk)
+        if not Image.objects.filter(pk=request.image.pk, is_active=True).exists():
+            raise ValidationError({"image": _("This image was deleted meanwhile.")})
     decided = []
     for index, order in enumerate(orders):
         if approval:

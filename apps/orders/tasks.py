@@ -185,7 +185,8 @@ def _follow(
     again: tuple,
 ) -> None:
     """Look at a backend request once: report it done or failed, fail it past the deadline,
-    or send `again` (a follow-up job and its arguments) to look later."""
+    or send `again` (a follow-up job and its arguments, `requested_at` the last) to look
+    later."""
     try:
         status = driver.host_request_status(request)
     except BackendError as exc:
@@ -196,6 +197,11 @@ def _follow(
     if status.done:
         complete(status)
         return
+    if status.progress_at is not None and status.progress_at > requested_at:
+        # Slow but moving (an image copied to its server): the deadline counts from then.
+        follow_job, args = again
+        requested_at = status.progress_at
+        again = (follow_job, (*args[:-1], requested_at))
     waited = time.time() - requested_at
     if waited >= settings.LOAM_HOST_REQUEST_TIMEOUT_S:
         fail(too_late(settings.LOAM_HOST_REQUEST_TIMEOUT_S))

@@ -31,6 +31,10 @@ class FakePortal:
         self.saved_images: list[str] | None = None
         # The server's volumes listed with them; None: a portal that lists none.
         self.volumes: list[dict] | None = None
+        # Saved images to send or fetch (the hosts list's `image_transfers`), if it says.
+        self.image_transfers: list[dict] | None = None
+        # Saved images' archives PUT to it, by path, which a GET of that path answers.
+        self.archives: dict[str, bytes] = {}
 
     def answer(self, path: str, *answers: tuple) -> None:
         """Answer the next requests to `path` with these (status, JSON body[, headers]) in turn."""
@@ -63,6 +67,8 @@ class FakePortal:
                 body["saved_images"] = self.saved_images
             if self.volumes is not None:
                 body["volumes"] = self.volumes
+            if self.image_transfers is not None:
+                body["image_transfers"] = self.image_transfers
             etag = '"' + hashlib.sha256(json.dumps(body).encode()).hexdigest()[:16] + '"'
             if request.headers.get("if-none-match") == etag:
                 return 304, None, {"ETag": etag}
@@ -89,7 +95,25 @@ def portal_handler(portal: FakePortal) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(payload)
 
-        do_GET = do_POST
+        def do_GET(self) -> None:
+            archive = portal.archives.get(self.path)
+            if archive is None:
+                return self.do_POST()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-tar")
+            self.send_header("Content-Length", str(len(archive)))
+            self.end_headers()
+            self.wfile.write(archive)
+
+        def do_PUT(self) -> None:
+            """An archive: kept as sent, the request recorded with its sha256 header."""
+            archive = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            portal.archives[self.path] = archive
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            portal.handle(Request(path=self.path, headers=headers, body={"size": len(archive)}))
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
         def log_message(self, format, *args) -> None:
             """Quiet: the tests assert on the recorded requests."""

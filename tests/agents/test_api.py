@@ -257,6 +257,7 @@ def test_hosts_with_etag_and_304(client, agent_world, enrolled):
     assert first.status_code == 200 and first.json() == {
         "hosts": [],
         "saved_images": [],
+        "image_transfers": [],
         "volumes": [],
     }
     etag = first["ETag"]
@@ -281,6 +282,7 @@ def test_hosts_of_another_server_are_not_listed(client, agent_world, enrolled):
     assert get_hosts(client, other_credential).json() == {
         "hosts": [],
         "saved_images": [],
+        "image_transfers": [],
         "volumes": [],
     }
 

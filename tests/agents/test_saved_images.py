@@ -1,6 +1,7 @@
 """Saved images through the portal and the agent API: a stopped host saved as its
-organization's image, ordered again on the server that holds it, billed per GB-month, deleted
-only once no host uses it; never seen nor ordered by another organization."""
+organization's image, ordered again on the server that holds it, billed per GB-month, counted
+in the storage quota, deleted only once no host uses it; never seen nor ordered by another
+organization."""
 
 from datetime import timedelta
 from decimal import Decimal
@@ -20,6 +21,8 @@ from apps.core.models import AuditEvent
 from apps.orders.models import Instance, InstanceState
 from apps.orders.operations import request_operation
 from apps.orders.services import HostRequest, validate_host_request
+from apps.quotas.models import QuotaLimit, QuotaResource
+from apps.quotas.services import QuotaExceeded, organization_usage
 from tests.agents.conftest import SAVED_DIGEST, SAVED_SIZE, SSH_KEY, next_report_sequence
 from tests.orders.agent_hosts import agent as agent  # the fixtures, shared
 from tests.orders.agent_hosts import agent_world as agent_world
@@ -176,3 +179,36 @@ def test_its_storage_is_charged_and_invoiced_under_its_name(saved, agent_world):
         )
     line = invoice.lines.get(kind=MeterKind.IMAGE)
     assert (line.description, line.quantity, line.amount_minor) == ("my env", 3, 4)
+
+
+def test_it_counts_in_the_storage_quota_and_a_save_past_it_is_refused(
+    agent_world, agent, order_host, operate, owner, english_messages
+):
+    limit = QuotaLimit.objects.create(
+        park=agent_world.park,
+        organization=agent_world.organization,
+        resource=QuotaResource.STORAGE_GB,
+        limit=40,
+    )
+    host_a = operate(order_host("a"), "stop")
+    with pytest.raises(QuotaExceeded) as refused:
+        save_host_image(
+            organization=agent_world.organization, actor=owner, instance_id=host_a.pk, name="x"
+        )
+    assert refused.value.message.startswith(
+        "Saving a needs up to 50 GB of storage (its system disk) until its image's size is known"
+    )
+    assert "40" in refused.value.message and not SavedImage.objects.exists()
+
+    limit.limit = 60
+    limit.save()
+    saved = save_host_image(
+        organization=agent_world.organization, actor=owner, instance_id=host_a.pk, name="x"
+    )
+    assert organization_usage(agent_world.organization).storage_gb == 50  # while it is saved
+    agent.converge()
+    saved.refresh_from_db()
+    assert saved.state == SavedImageState.READY
+    assert organization_usage(agent_world.organization).storage_gb == 3  # 2.5 GB, as billed
+    delete_saved_image(organization=agent_world.organization, actor=owner, saved_image_id=saved.pk)
+    assert organization_usage(agent_world.organization).storage_gb == 0

@@ -7,7 +7,7 @@ The jobs' messages go to a recording broker (`sent`); `advance(seconds)` lets th
 run on and runs each message when its countdown has passed, as a worker would."""
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -199,6 +199,32 @@ def test_a_request_past_the_deadline_fails_with_a_clear_error_and_frees_the_card
     assert (order.state, order.reason) == (OrderState.FAILED, message)
     assert_gave_everything_back(world, instance)
     assert sent == []
+
+
+def test_a_request_that_keeps_moving_waits_past_the_deadline_from_its_last_progress(
+    world, order_hosts, clock, sent, advance, settings, monkeypatch
+):
+    # An agent host whose saved image is copied to its server: slow, but bytes keep moving.
+    settings.LOAM_HOST_REQUEST_TIMEOUT_S = 60
+    use_latency(world, 3600)
+    moving_until = time.time() + 100
+    answer = SimulatorDriver.host_request_status
+
+    def moving(driver, request):
+        status = answer(driver, request)
+        if not status.done and time.time() <= moving_until:
+            return replace(status, progress_at=time.time())
+        return status
+
+    monkeypatch.setattr(SimulatorDriver, "host_request_status", moving)
+    instance = provisioning(world, order_hosts)
+
+    advance(150)  # 100 s moving, then 50 s still
+    assert state_of(instance) == InstanceState.PROVISIONING
+    advance(20)  # 60 s past its last progress
+    host = Instance.objects.get(pk=instance.pk)
+    assert host.state == InstanceState.ERROR
+    assert host.error_message == "The backend did not finish creating the host within 60 seconds."
 
 
 def test_two_chains_of_looks_report_the_host_once(world, order_hosts, clock, sent, advance):

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from loam_agent.client import HostsNotSupported, PortalClient, PortalError, Rejected
+from loam_agent.hosts.image_copies import ImageCopier
 from loam_agent.hosts.model import DesiredHost, HostError, HostStatus
 from loam_agent.hosts.reconcile import Reconciler, Runtime
 from loam_agent.hosts.sequence import ReportSequence
@@ -33,8 +34,10 @@ class HostsPoller:
         stop: threading.Event,
         usage: Callable[[str], dict | None] | None = None,
         keep_saved_images: Callable[[set[str]], list[str]] | None = None,
+        image_copier: ImageCopier | None = None,
     ) -> None:
         self._client = client
+        self._image_copier = image_copier
         self._usage = usage
         self._keep_saved_images = keep_saved_images
         self._poll_interval_s = poll_interval_s
@@ -62,6 +65,9 @@ class HostsPoller:
                     self.reconciler.apply(self._parse(hosts))
                 # Each poll: one kept for a host that was still here goes once the host has.
                 self._remove_saved_images()
+                if self._image_copier is not None:
+                    # Saved images sent to or fetched from the portal, for another server.
+                    self._image_copier.apply(self._client.image_transfers)
                 if time.monotonic() - last_full_report >= self._full_report_s:
                     if self._desired_volumes is not None:
                         # Again: a volume unlisted while a host had it is deleted once the

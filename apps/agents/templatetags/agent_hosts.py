@@ -1,9 +1,10 @@
 """The instance pages' pieces for a host on an agent server: live charts of its cards, the
-web terminal's button, and the buttons that open its web services."""
+web terminal's button, the buttons that open its web services, and how far the copy of its
+saved image to its server is."""
 
 from django import template
 
-from apps.agents.selectors import agent_server_of, host_service_names
+from apps.agents.selectors import agent_server_of, awaited_copy_of, host_service_names
 from apps.agents.terminal import has_terminal
 from apps.orders.hosts import service_url
 from apps.orders.models import InstanceState
@@ -46,3 +47,9 @@ def terminal_button(context, instance):
     (`org_can.order`, the page's own rule for stop and start)."""
     org_can = context.get("org_can") or {}
     return {"instance": instance, "shown": org_can.get("order") and has_terminal(instance)}
+
+
+@register.inclusion_tag("agents/partials/_image_copy.html")
+def image_copy_progress(instance):
+    """While a host waits for its saved image to be copied to its server: where and how far."""
+    return {"copy": awaited_copy_of(instance), "instance": instance}

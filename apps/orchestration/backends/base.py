@@ -240,6 +240,9 @@ class HostRequestStatus:
 
     done: bool
     access: HostAccess | None = None  # a finished provisioning: how to reach the new host
+    # Still under way but moving (epoch seconds of its last progress: a saved image copied to
+    # the host's server): the request's deadline counts from then.
+    progress_at: float | None = None
 
 
 @dataclass(frozen=True)
