@@ -53,12 +53,12 @@ def resume_suspended(organization_id: int) -> int:
         if instance.state == InstanceState.STOPPED:
             try:
                 request_operation(
-                instance=instance,
-                actor=BILLING_ACTOR,
-                kind=OrderKind.START,
-                params=_as_it_ran(instance),
-                reason=_("The wallet can pay again; started as it ran before."),
-            )
+                    instance=instance,
+                    actor=BILLING_ACTOR,
+                    kind=OrderKind.START,
+                    params=_as_it_ran(instance),
+                    reason=_("The wallet can pay again; started as it ran before."),
+                )
             except DomainError as refused:  # still stopping: the next top-up or run retries
                 log.info("not resuming %s yet: %s", instance, refused)
                 continue
