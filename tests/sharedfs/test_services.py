@@ -41,6 +41,12 @@ pytestmark = pytest.mark.django_db
 GIB = 1024**3
 
 
+@pytest.fixture(autouse=True)
+def _english():
+    with translation.override("en"):  # messages are checked in English
+        yield
+
+
 @pytest.fixture
 def region(park):
     return RegionFactory(park=park)
