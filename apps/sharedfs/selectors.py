@@ -72,7 +72,10 @@ def park_file_systems(park) -> list[FileSystemRow]:
 
 def mount_specs(region_id: int, park_id: int) -> dict[int, dict]:
     """{organization id: the `shared_fs` of its hosts in the region} (docs/agent-protocol.md),
-    for the organizations that have a file system there (not one being deleted)."""
+    for the organizations that have a file system there (not one being deleted); none where the
+    portal has no storage server."""
+    if not settings.LOAM_SHARED_FS_SERVER:
+        return {}
     file_systems = SharedFileSystem.objects.filter(
         region_id=region_id, state=SharedFileSystemState.READY
     )
