@@ -32,6 +32,14 @@ def _plain_static_storage(settings):
 
 
 @pytest.fixture(autouse=True)
+def _no_shared_file_storage(settings):
+    """No storage server for shared file storage unless a test asks for this machine's
+    (tests/sharedfs/conftest.py `storage_server`): a host ordered on an agent server would make
+    a database there for its organization's file system."""
+    settings.LOAM_SHARED_FS_SERVER = ""
+
+
+@pytest.fixture(autouse=True)
 def _empty_cache():
     """Each test starts with an empty cache: what one test cached (the visitors' free room, the
     overview's charts, login counts) never answers in the next."""

@@ -43,6 +43,7 @@ LOCK_ORDER = (
     "tenants.Organization",
     "tenants.Park",
     "quotas.QuotaLimit",
+    "sharedfs.SharedFileSystem",
     "billing.Payment",
     "billing.BankTransfer",
     "billing.VatInvoiceRequest",

@@ -92,6 +92,7 @@ ACTIONS = {
     "security_group.rule_removed": gettext_lazy("Security group rule removed"),
     "security_group.updated": gettext_lazy("Security group changed"),
     "sharedfs.created": gettext_lazy("Shared file storage created"),
+    "sharedfs.deleted": gettext_lazy("Shared file storage deleted"),
     "task.pending_at_backend": gettext_lazy("Task waiting at the backend"),
     "task.submitted": gettext_lazy("Training task submitted"),
     "vat_invoice.cancelled": gettext_lazy("VAT invoice request cancelled"),

@@ -12,9 +12,12 @@ class OrdersConfig(AppConfig):
         from apps.orders.funds import resume_suspended, suspend_for_funds
         from apps.orders.idle import tell_owners_of_drained_node
         from apps.orders.selectors import instance_quota_usage
+        from apps.orders.shared_storage import hosts_mounting
         from apps.quotas.services import QUOTA_HOLDERS
+        from apps.sharedfs.services import MOUNTING_HOSTS
 
         QUOTA_HOLDERS.plug(instance_quota_usage)
         SUSPEND_HOSTS.plug(suspend_for_funds)
         RESUME_HOSTS.plug(resume_suspended)
         NODE_DRAINED.plug(tell_owners_of_drained_node)
+        MOUNTING_HOSTS.plug(hosts_mounting)

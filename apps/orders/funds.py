@@ -9,7 +9,7 @@ from django.utils.translation import gettext as _
 from apps.billing.models import FundsSuspension, Wallet
 from apps.billing.services import BILLING_ACTOR
 from apps.core.errors import DomainError
-from apps.orders.models import Instance, InstanceState, OrderKind
+from apps.orders.models import Instance, InstanceState, OrderKind, OrderState
 from apps.orders.operations import request_operation
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,8 @@ def suspend_for_funds(organization_id: int) -> int:
 
 
 def resume_suspended(organization_id: int) -> int:
-    """Start the hosts stopped for funds once the wallet can pay again; returns how many."""
+    """Start the hosts stopped for funds once the wallet can pay again, each as it ran (a host
+    without its cards starts without them again); returns how many."""
     if Wallet.objects.get(organization_id=organization_id).available_minor <= 0:
         return 0
     started = 0
@@ -51,7 +52,13 @@ def resume_suspended(organization_id: int) -> int:
         instance = suspension.workload.instance
         if instance.state == InstanceState.STOPPED:
             try:
-                request_operation(instance=instance, actor=BILLING_ACTOR, kind=OrderKind.START)
+                request_operation(
+                    instance=instance,
+                    actor=BILLING_ACTOR,
+                    kind=OrderKind.START,
+                    params=_as_it_ran(instance),
+                    reason=_("The wallet can pay again; started as it ran before."),
+                )
             except DomainError as refused:  # still stopping: the next top-up or run retries
                 log.info("not resuming %s yet: %s", instance, refused)
                 continue
@@ -64,3 +71,10 @@ def resume_suspended(organization_id: int) -> int:
             continue  # still stopping, or busy: the next metering run retries
         FundsSuspension.objects.filter(pk=suspension.pk).update(resumed_at=timezone.now())
     return started
+
+
+def _as_it_ran(instance: Instance) -> dict:
+    """The start parameters that bring `instance` back as its last stop found it."""
+    stop = instance.orders.filter(kind=OrderKind.STOP, state=OrderState.DONE).order_by("-pk")
+    ran = stop.values_list("parameters", flat=True).first() or {}
+    return {"without_cards": True} if ran.get("without_cards") else {}

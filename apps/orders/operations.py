@@ -69,6 +69,12 @@ def _nothing_to_reserve(instance: Instance, params: dict) -> dict:
     return {}
 
 
+def _record_how_it_ran(instance: Instance, params: dict) -> dict:
+    """A stop records a host that ran without its cards, which the stop clears
+    (`_complete_stop`): a start on its behalf later (funds.resume_suspended) starts it so again."""
+    return {"without_cards": True} if instance.without_cards else {}
+
+
 def _reserve_start(instance: Instance, params: dict) -> dict:
     """A stopped host holds no accelerators (it gave them back when it stopped): it takes its
     flavor's again on its own node, or the start is refused while that node has no room.
@@ -230,7 +236,7 @@ OPERATIONS: dict[str, Operation] = {
         allowed_from=frozenset({_I.RUNNING}),
         busy_state=_I.STOPPING,
         action=Action.ORDER,
-        reserve=_nothing_to_reserve,
+        reserve=_record_how_it_ran,
         call=lambda driver, instance, order: driver.stop(instance.backend_handle),
         complete=_complete_stop,
     ),

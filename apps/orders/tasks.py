@@ -28,7 +28,7 @@ from django.utils.translation import gettext as _
 
 from apps.orchestration.backends.base import BackendError, HostDriver, HostRequestStatus
 from apps.orchestration.tasks import MAX_RETRIES, retry_if_transient
-from apps.orders import expiry, idle, monitoring, operations, services
+from apps.orders import expiry, idle, monitoring, operations, services, shared_storage
 from apps.orders.hosts import host_driver, host_spec
 from apps.orders.models import Instance, InstanceState, Order, OrderKind, OrderState
 from apps.tenants.models import Role
@@ -72,6 +72,7 @@ def provision_instance(self, instance_id: int) -> None:
         return
     driver = host_driver(instance)
     try:
+        shared_storage.provide_for(instance)
         request = driver.provision(host_spec(instance))
     except BackendError as exc:
         retry_if_transient(self, exc)
@@ -135,6 +136,8 @@ def fulfil_order(self, order_id: int) -> None:
         return
     driver = host_driver(instance)
     try:
+        if order.kind == OrderKind.START:
+            shared_storage.provide_for(instance)
         request = operations.OPERATIONS[order.kind].call(driver, instance, order)
     except BackendError as exc:
         retry_if_transient(self, exc)

@@ -1,6 +1,8 @@
 """An organization's shared file storage (文件存储) in one region: a JuiceFS file system with a
 PostgreSQL database of its own on the region's storage server (its metadata and its data
-blocks), mounted at /shared in every host of the organization in the region by the agents."""
+blocks), mounted at /shared in every host of the organization in the region by the agents.
+Made as the organization's first host there starts; deleted by the tenant while no host mounts
+it (being deleted while its database goes, then the row goes too)."""
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
@@ -8,6 +10,17 @@ from django.utils.translation import gettext_lazy as _
 from apps.catalog.models import Region
 from apps.tenants.models import Organization
 from apps.workloads.models import Workload
+
+
+class SharedFileSystemState(models.TextChoices):
+    READY = "ready", _("Ready")
+    DELETING = "deleting", _("Being deleted")
+
+
+SHARED_FILE_SYSTEM_TRANSITIONS = {
+    SharedFileSystemState.READY: frozenset({SharedFileSystemState.DELETING}),
+    SharedFileSystemState.DELETING: frozenset(),
+}
 
 
 class SharedFileSystem(models.Model):
@@ -26,6 +39,12 @@ class SharedFileSystem(models.Model):
     )
     # The JuiceFS volume's name; its database and the role that owns it are named after it.
     name = models.CharField(_("name"), max_length=63, unique=True)
+    state = models.CharField(
+        _("state"),
+        max_length=16,
+        choices=SharedFileSystemState.choices,
+        default=SharedFileSystemState.READY,
+    )
     used_bytes = models.BigIntegerField(_("bytes stored"), default=0)
     usage_read_at = models.DateTimeField(_("usage read at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)

@@ -4,12 +4,12 @@ park's for its operators, and what an agent server's hosts mount (their spec's `
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Q, Sum
 
 from apps.catalog.models import Region
 from apps.quotas.models import QuotaLimit, QuotaResource
-from apps.sharedfs.models import SharedFileSystem
-from apps.sharedfs.services import GIB, storage_url
+from apps.sharedfs.models import SharedFileSystem, SharedFileSystemState
+from apps.sharedfs.services import GIB, MOUNTING_HOSTS, storage_url
 
 
 def capacities_gb(park_id: int, organization_ids) -> dict[int, int]:
@@ -30,6 +30,7 @@ class FileSystemRow:
     region: Region
     file_system: SharedFileSystem | None
     capacity_gb: int
+    mounted_in: tuple[str, ...] = ()  # the names of the hosts that mount it now
 
     @property
     def used_gib(self) -> float:
@@ -41,11 +42,21 @@ class FileSystemRow:
 
 
 def organization_rows(organization) -> list[FileSystemRow]:
-    """Each region of the organization's park, with its file system there (or None)."""
+    """Each region of the organization's park, with its file system there (or None) and the
+    hosts that mount it."""
     capacity = capacities_gb(organization.park_id, [organization.pk])[organization.pk]
     by_region = {fs.region_id: fs for fs in organization.shared_file_systems.all()}
     regions = Region.objects.filter(park_id=organization.park_id).order_by("name")
-    return [FileSystemRow(region, by_region.get(region.pk), capacity) for region in regions]
+    mounting = MOUNTING_HOSTS.one()
+    return [
+        FileSystemRow(
+            region,
+            by_region.get(region.pk),
+            capacity,
+            tuple(mounting(organization.pk, region.pk)) if region.pk in by_region else (),
+        )
+        for region in regions
+    ]
 
 
 def park_file_systems(park) -> list[FileSystemRow]:
@@ -61,8 +72,13 @@ def park_file_systems(park) -> list[FileSystemRow]:
 
 def mount_specs(region_id: int, park_id: int) -> dict[int, dict]:
     """{organization id: the `shared_fs` of its hosts in the region} (docs/agent-protocol.md),
-    for the organizations that have a file system there."""
-    file_systems = SharedFileSystem.objects.filter(region_id=region_id)
+    for the organizations that have a file system there (not one being deleted); none where the
+    portal has no storage server."""
+    if not settings.LOAM_SHARED_FS_SERVER:
+        return {}
+    file_systems = SharedFileSystem.objects.filter(
+        region_id=region_id, state=SharedFileSystemState.READY
+    )
     capacities = capacities_gb(park_id, {fs.organization_id for fs in file_systems})
     specs = {}
     for fs in file_systems:
@@ -78,11 +94,13 @@ def mount_specs(region_id: int, park_id: int) -> dict[int, dict]:
 
 
 def region_tag(region_id: int, park_id: int) -> str:
-    """Changes when a file system of the region is created or a shared storage quota of the park
-    changes: part of an agent server's hosts ETag."""
-    created = SharedFileSystem.objects.filter(region_id=region_id).aggregate(n=Count("pk"))["n"]
+    """Changes when a file system of the region is created or deleted or a shared storage quota
+    of the park changes: part of an agent server's hosts ETag."""
+    ready = SharedFileSystem.objects.filter(
+        region_id=region_id, state=SharedFileSystemState.READY
+    ).aggregate(n=Count("pk"), ids=Sum("pk"))
     changed = QuotaLimit.objects.filter(
         park_id=park_id, resource=QuotaResource.SHARED_STORAGE_GB
     ).aggregate(at=Max("updated_at"), n=Count("pk"))
     stamp = changed["at"].isoformat() if changed["at"] else ""
-    return f"{created}.{changed['n']}.{stamp}"
+    return f"{ready['n']}.{ready['ids'] or 0}.{changed['n']}.{stamp}"

@@ -132,7 +132,10 @@ def test_provision_writes_the_desired_host(server, driver):
     assert server.hosts_version == before + 1
 
 
-def test_the_hosts_of_an_organization_with_shared_storage_mount_it(agent_world, server, driver):
+def test_the_hosts_of_an_organization_with_shared_storage_mount_it(
+    agent_world, server, driver, settings
+):
+    settings.LOAM_SHARED_FS_SERVER = "postgres://portal@storage.edge/postgres?sslmode=require"
     other = OrganizationFactory(park=agent_world.park)
 
     def provisioned(name, index, organization):

@@ -56,22 +56,8 @@ class SharedFileSystems:
             self._set_capacity(shared)
             return path
         path.mkdir(parents=True, exist_ok=True)
-        if self._juicefs("status", shared.meta_url, check=False).returncode != 0:
-            self._juicefs(
-                "format",
-                "--storage",
-                shared.storage,
-                "--bucket",
-                shared.bucket,
-                # Deleted files free the organization's quota at once, as on a disk.
-                "--trash-days",
-                "0",
-                "--capacity",
-                str(shared.capacity_gb),
-                "--no-update",
-                shared.meta_url,
-                shared.name,
-            )
+        if not self._formatted(shared):
+            self._format(shared)
         self._set_capacity(shared)
         self._juicefs(
             "mount",
@@ -89,6 +75,33 @@ class SharedFileSystems:
             str(path),
         )
         return path
+
+    def _formatted(self, shared: SharedFs) -> bool:
+        return self._juicefs("status", shared.meta_url, check=False).returncode == 0
+
+    def _format(self, shared: SharedFs) -> None:
+        """Formats a new file system. Another server of the region may format it at the same
+        moment (the organization's first hosts start on two servers): its format failing this
+        one is fine once the file system is there."""
+        try:
+            self._juicefs(
+                "format",
+                "--storage",
+                shared.storage,
+                "--bucket",
+                shared.bucket,
+                # Deleted files free the organization's quota at once, as on a disk.
+                "--trash-days",
+                "0",
+                "--capacity",
+                str(shared.capacity_gb),
+                "--no-update",
+                shared.meta_url,
+                shared.name,
+            )
+        except HostError:
+            if not self._formatted(shared):
+                raise
 
     def _set_capacity(self, shared: SharedFs) -> None:
         capacity = str(shared.capacity_gb)

@@ -1,9 +1,12 @@
-from rest_framework import serializers, viewsets
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.response import Response
 
 from apps.api.base import LoamAPIMixin
-from apps.api.permissions import current_organization
+from apps.api.permissions import current_actor, current_organization
 from apps.sharedfs.models import SharedFileSystem
 from apps.sharedfs.selectors import capacities_gb
+from apps.sharedfs.services import delete_file_system
 from apps.tenants.roles import Action
 from apps.tenants.selectors import for_organization
 
@@ -17,9 +20,12 @@ class SharedFileSystemSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = SharedFileSystem
-        fields = ["id", "region", "name", "used_bytes", "capacity_gb", "mount_path"]
+        fields = ["id", "region", "name", "state", "used_bytes", "capacity_gb", "mount_path"]
         fields += ["usage_read_at", "created_at"]
-        extra_kwargs = {"used_bytes": {"help_text": "Bytes stored, as last read."}}
+        extra_kwargs = {
+            "used_bytes": {"help_text": "Bytes stored, as last read."},
+            "state": {"help_text": "`deleting` while its files are removed, then it is gone."},
+        }
 
     def get_capacity_gb(self, file_system) -> int:
         organization = file_system.organization
@@ -29,13 +35,28 @@ class SharedFileSystemSerializer(serializers.ModelSerializer):
         return "/shared"
 
 
-class SharedFileSystemViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
-    """The organization's shared file storage (文件存储), one file system per region, mounted at
-    /shared in every host of the organization there; billed per GB stored."""
+@extend_schema_view(
+    destroy=extend_schema(
+        responses={204: None},
+        description="Delete the file system with all its files; billing for it stops now. A "
+        "409 while a host of the organization in its region mounts it (its hosts are named). "
+        "The next host started in the region makes a new, empty one.",
+    ),
+)
+class SharedFileSystemViewSet(
+    LoamAPIMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
+    """The organization's shared file storage (文件存储), one file system per region, made as
+    the first host of the organization there starts and mounted at /shared in every host of the
+    organization there; billed per GB stored."""
 
     queryset = SharedFileSystem.objects.none()
     serializer_class = SharedFileSystemSerializer
-    required_actions = {"list": Action.VIEW, "retrieve": Action.VIEW}
+    http_method_names = ["get", "delete", "head", "options"]
+    required_actions = {"list": Action.VIEW, "retrieve": Action.VIEW, "destroy": Action.RELEASE}
 
     def get_queryset(self):
         organization = current_organization(self.request)
@@ -44,3 +65,7 @@ class SharedFileSystemViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
             .select_related("region", "organization")
             .order_by("pk")
         )
+
+    def destroy(self, request, pk=None):
+        delete_file_system(actor=current_actor(request), file_system=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -38,7 +38,13 @@ class AgentDriver:
     # Its state is in the portal: `registry.driver_of` tells it its Backend row's id.
     binds_backend = True
     capabilities = frozenset(
-        {Capability.INVENTORY, Capability.HOSTS, Capability.NETWORK, Capability.TERMINAL}
+        {
+            Capability.INVENTORY,
+            Capability.HOSTS,
+            Capability.NETWORK,
+            Capability.TERMINAL,
+            Capability.SHARED_FS,
+        }
     )
     config_example = {"pools": [{"name": "gpu-h200", "accelerator_model": "h200-sxm"}]}
 

@@ -28,6 +28,8 @@ class Capability(StrEnum):
     METRICS = "metrics"  # each host's figures for its monitoring charts, asked every minute
     TERMINAL = "terminal"  # its hosts trust the portal's host CA: the web terminal logs in
     GANG = "gang"  # a BATCH driver that runs one task across several nodes at once
+    # Its hosts mount their organization's shared file storage at /shared (apps/sharedfs).
+    SHARED_FS = "shared_fs"
 
 
 # The transport protocols a forwarded port or an ingress rule names.
@@ -402,6 +404,12 @@ class TerminalDriver(Driver, Protocol):
     root and the backend reports the keys that sshd presents (`HostAccess.ssh_host_keys`), so
     the portal's web terminal logs in with a certificate of its own and checks it reached that
     host."""
+
+
+class SharedFsDriver(Driver, Protocol):
+    """No method: a promise about its hosts. Each host's spec may name its organization's
+    shared file storage (apps/sharedfs), which the backend mounts at /shared in it; the portal
+    makes the file system before it asks such a backend to start a host."""
 
 
 class BatchDriver(Driver, Protocol):
