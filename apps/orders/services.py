@@ -63,7 +63,6 @@ from apps.orders.networking import sync_provisioned
 from apps.orders.validation import validate_hostname, validate_ssh_public_key
 from apps.quotas.services import demand_for, lock_quota_scope, quota_refusal, reserve
 from apps.storage import services as storage
-from apps.storage.models import Volume
 from apps.tenants.access import authorize, require_operator
 from apps.tenants.models import Organization
 from apps.tenants.roles import Action
@@ -645,7 +644,7 @@ def _start_provisioning(
     storage.create_data_disk(
         workload=instance.workload,
         node=node,
-        name=f"{instance.name}-data"[: Volume._meta.get_field("name").max_length],
+        host_name=instance.name,
         size_gb=instance.data_disk_gb,
     )
     on_commit_task(provision_instance, instance.pk)

@@ -115,10 +115,11 @@ def create_volume(*, organization, actor, region, name: str, size_gb: int, node=
     return volume
 
 
-def create_data_disk(*, workload, node, name: str, size_gb: int) -> Volume | None:
-    """The data disk ordered with the host of `workload`, placed on `node`: a volume attached
-    at /data, where the host has always found its data disk; None where that server keeps no
-    volumes (its backend keeps the disk with the host, as before). Runs in the order's
+def create_data_disk(*, workload, node, host_name: str, size_gb: int) -> Volume | None:
+    """The data disk ordered with the host `host_name` of `workload`, placed on `node`: a
+    volume named after the host, attached at /data, where the host has always found its data
+    disk; None where that server keeps no volumes (its backend keeps the disk with the host, as
+    before). Runs in the order's
     transaction, which holds the GB in the host's disk quota; the host's disk line bills them
     while it lives, so nothing is reserved or metered here."""
     if not size_gb or node.pool.backend.driver not in VOLUME_DRIVERS:
@@ -127,7 +128,7 @@ def create_data_disk(*, workload, node, name: str, size_gb: int) -> Volume | Non
         organization_id=workload.organization_id,
         region_id=node.pool.region_id,
         node=node,
-        name=name,
+        name=f"{host_name}-data"[: Volume._meta.get_field("name").max_length],
         size_gb=size_gb,
         workload=workload,
         mount_path=DATA_DISK_PATH,
