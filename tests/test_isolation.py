@@ -154,6 +154,7 @@ def foreign_objects(foreign_org):
                 "port-mappings",
                 "security-group",
                 "schedule-stop",
+                "data-disk",
             )
         },
         **foreign_catalog(),

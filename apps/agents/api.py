@@ -27,7 +27,6 @@ from apps.agents.serializers import (
 from apps.api.exceptions import flatten_errors, problem
 from apps.api.parsers import DepthLimitedJSONParser
 from apps.core.web import client_ip
-from apps.storage.selectors import server_volumes
 
 
 class AgentCredentialAuthentication(BaseAuthentication):
@@ -144,7 +143,7 @@ class HostsView(AgentView):
                 "hosts": selectors.desired_hosts(server),
                 "saved_images": selectors.kept_saved_images(server),
                 "image_transfers": image_copies.image_transfers(server),
-                "volumes": server_volumes(server.node),
+                "volumes": selectors.listed_volumes(server),
             },
             headers={"ETag": etag, "Cache-Control": "no-cache"},
         )

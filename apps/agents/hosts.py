@@ -284,6 +284,7 @@ class AgentHostStore:
             memory_mib=spec.ram_gb * 1024,
             system_disk_gb=spec.system_disk_gb,
             data_disk_gb=spec.data_disk_gb,
+            data_disk_volume=spec.data_disk_volume,
             bandwidth_mbps=spec.bandwidth_mbps,
             image=spec.image,
             ssh_public_keys=ssh_keys(spec.ssh_public_key),

@@ -342,6 +342,9 @@ class AgentHost(models.Model):
     memory_mib = models.PositiveIntegerField(_("memory (MiB)"))
     system_disk_gb = models.PositiveIntegerField(_("system disk (GB)"))
     data_disk_gb = models.PositiveIntegerField(_("cloud disk (GB)"), default=0)
+    # The volume that is its data disk, at /data (`HostSpec.data_disk_volume`): listed with it
+    # from its creation, before its instance knows this handle.
+    data_disk_volume = models.CharField(_("data disk volume"), max_length=40, blank=True)
     bandwidth_mbps = models.PositiveIntegerField(_("bandwidth (Mbps)"), default=0)
     image = models.CharField(_("image"), max_length=120)
     # The saved image (its code) asked of this stopped host, until the agent reports it saved.

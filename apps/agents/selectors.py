@@ -30,7 +30,9 @@ from apps.orchestration.selectors import schedulable_park_pools
 from apps.orders.hosts import network_group
 from apps.orders.models import Instance, InstanceState
 from apps.sharedfs import selectors as sharedfs_selectors
-from apps.storage.selectors import volumes_version, workload_volumes
+from apps.storage.models import Volume
+from apps.storage.selectors import server_volumes, volumes_version, workload_volumes
+from apps.storage.services import DATA_DISK_PATH
 
 CHART_MINUTES = 15
 MAX_CHART_MINUTES = 60
@@ -164,6 +166,11 @@ def desired_hosts(server: AgentServer) -> list[dict]:
         ).values_list("backend_handle", "workload_id")
     )
     volumes = workload_volumes(workloads.values())
+    data_disks = set(
+        Volume.objects.filter(data_disk_of__in=list(workloads.values())).values_list(
+            "data_disk_of_id", flat=True
+        )
+    )
     return [
         {
             "id": host.handle,
@@ -173,7 +180,10 @@ def desired_hosts(server: AgentServer) -> list[dict]:
             "vcpu": host.vcpu,
             "memory_mib": host.memory_mib,
             "system_disk_gb": host.system_disk_gb,
-            "data_disk_gb": host.data_disk_gb,
+            # A data disk that is a volume is listed with the volumes, at /data.
+            "data_disk_gb": 0
+            if _data_disk_is_volume(host, workloads, data_disks)
+            else host.data_disk_gb,
             "bandwidth_mbps": host.bandwidth_mbps,
             "image": host.image,
             "ssh_public_keys": list(host.ssh_public_keys),
@@ -182,9 +192,36 @@ def desired_hosts(server: AgentServer) -> list[dict]:
             "services": [{**service, "token": host.service_token} for service in host.services],
             "shared_fs": shared.get(host.network_group),
             **({"save_image": host.save_image} if host.state == WantedState.STOPPED else {}),
-            "volumes": volumes.get(workloads.get(host.handle), []),
+            "volumes": _host_volumes(host, volumes.get(workloads.get(host.handle), [])),
         }
         for host in hosts
+    ]
+
+
+def _data_disk_is_volume(host: AgentHost, workloads: dict, data_disks: set) -> bool:
+    return bool(host.data_disk_volume) or workloads.get(host.handle) in data_disks
+
+
+def _host_volumes(host: AgentHost, attached: list[dict]) -> list[dict]:
+    """The volumes a host has: those attached to its instance's workload, and its data disk
+    from its creation on (before its instance knows its handle)."""
+    if host.data_disk_volume and all(v["id"] != host.data_disk_volume for v in attached):
+        attached = [{"id": host.data_disk_volume, "mount_path": DATA_DISK_PATH}, *attached]
+    return attached
+
+
+def listed_volumes(server: AgentServer) -> list[dict]:
+    """The server's volumes as the hosts list names them (`storage.selectors.server_volumes`),
+    a host's data disk with the host (`adopt`) whose data.img the agent takes as the volume's
+    image where it has one: a data disk made before data disks were volumes."""
+    adopt = dict(
+        Instance.objects.filter(workload__data_disk__node_id=server.node_id)
+        .exclude(backend_handle="")
+        .values_list("workload__data_disk__public_id", "backend_handle")
+    )
+    return [
+        {**volume, "adopt": adopt[volume["id"]]} if volume["id"] in adopt else volume
+        for volume in server_volumes(server.node)
     ]
 
 

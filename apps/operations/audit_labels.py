@@ -100,6 +100,8 @@ ACTIONS = {
     "volume.created": gettext_lazy("Cloud disk created"),
     "volume.detached": gettext_lazy("Cloud disk detached"),
     "volume.grown": gettext_lazy("Cloud disk grown"),
+    "volume.kept_on_release": gettext_lazy("Data disk to be kept when its host is released"),
+    "volume.deleted_on_release": gettext_lazy("Data disk to be deleted with its host"),
     "volume.snapshotted": gettext_lazy("Cloud disk snapshot made"),
     "vat_invoice.issued": gettext_lazy("VAT invoice issued"),
     "vat_invoice.rejected": gettext_lazy("VAT invoice request rejected"),

@@ -265,6 +265,22 @@ class StartForm(forms.Form):
     without_cards = forms.BooleanField(required=False)
 
 
+class ReleaseForm(forms.Form):
+    """Its data disk deleted with it ("false") or kept as a cloud disk ("true"); left out (the
+    hosts list's release): as chosen before, else deleted."""
+
+    keep_data_disk = forms.NullBooleanField(required=False)
+
+
+class DataDiskForm(forms.Form):
+    keep_on_release = forms.NullBooleanField()
+
+    def clean_keep_on_release(self):
+        if self.cleaned_data["keep_on_release"] is None:
+            raise forms.ValidationError(_("Say whether its data disk is kept or deleted."))
+        return self.cleaned_data["keep_on_release"]
+
+
 class DiskForm(forms.Form):
     data_disk_gb = forms.IntegerField(label=_("New cloud disk size (GB)"), min_value=1)
 

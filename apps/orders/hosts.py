@@ -14,6 +14,7 @@ from apps.orchestration.backends.registry import driver_of
 from apps.orchestration.services import device_indices
 from apps.orders.models import Instance
 from apps.orders.selectors import ingress_rules_of, port_mappings_of
+from apps.storage.selectors import data_disk_of
 
 
 def host_driver(instance: Instance) -> HostDriver:
@@ -66,6 +67,7 @@ def host_spec(instance: Instance, flavor=None) -> HostSpec:
     lowest-indexed cards (as `orchestration.services.resize_capacity` does once it is done), so
     the spec names only those."""
     flavor = flavor or instance.flavor
+    data_disk = data_disk_of(instance.workload_id)
     return HostSpec(
         name=instance.name,
         node=instance.node.hostname,
@@ -79,4 +81,5 @@ def host_spec(instance: Instance, flavor=None) -> HostSpec:
         ssh_public_key=instance.ssh_public_key,
         network=host_network(instance),
         services=host_services(instance),
+        data_disk_volume=data_disk.public_id if data_disk else "",
     )

@@ -38,6 +38,7 @@ from apps.orders.services import (
 )
 from apps.orders.without_cards import check_without_cards, no_card_shape, no_card_spec
 from apps.quotas.services import Usage, demand_for
+from apps.storage import services as storage
 from apps.tenants.access import authorize
 from apps.tenants.roles import Action
 
@@ -167,8 +168,22 @@ def _reserve_disk(instance: Instance, params: dict) -> dict:
                 % {"max": MAX_DATA_DISK_GB}
             }
         )
+    # Where it is a volume, the volume grows (its server grows it while the host is stopped,
+    # which the backend's expand does), counted in the host's disk quota as it was ordered.
+    storage.grow_data_disk(workload_id=instance.workload_id, actor=None, size_gb=size)
     reserve(organization=instance.organization, demand=Usage(disk_gb=size - instance.data_disk_gb))
     return {"from": instance.data_disk_gb, "to": size}
+
+
+def _reserve_release(instance: Instance, params: dict) -> dict:
+    """The tenant's choice for the host's data disk where it is a volume: kept as a volume of
+    its own, or deleted with the host (the default). A release that says nothing (the park's
+    auto-release) leaves the tenant's earlier choice."""
+    keep = params.get("keep_data_disk")
+    if keep is None or (not keep and not storage.has_data_disk(instance.workload_id)):
+        return {}
+    storage.choose_data_disk_fate(workload_id=instance.workload_id, actor=None, keep=keep)
+    return {"keep_data_disk": keep}
 
 
 def _check_bandwidth(instance: Instance, params: dict) -> dict:
@@ -286,7 +301,7 @@ OPERATIONS: dict[str, Operation] = {
         allowed_from=frozenset({_I.RUNNING, _I.STOPPED, _I.ERROR}),
         busy_state=_I.RELEASING,
         action=Action.RELEASE,
-        reserve=_nothing_to_reserve,
+        reserve=_reserve_release,
         call=lambda driver, instance, order: driver.release(instance.backend_handle),
         complete=_complete_release,
     ),

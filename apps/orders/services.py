@@ -72,7 +72,7 @@ from apps.workloads.models import Workload, WorkloadKind
 HOURS_PER_MONTH = metering.HOURS_PER_MONTH
 MAX_COUNT = 10
 MAX_SYSTEM_DISK_GB = 2048
-MAX_DATA_DISK_GB = 32768
+MAX_DATA_DISK_GB = storage.MAX_VOLUME_GB  # the data disk is a volume where its server keeps them
 MAX_BANDWIDTH_MBPS = 10000
 
 
@@ -91,15 +91,16 @@ def move_instance(
 ) -> Instance:
     """`held`: see transition(); `created`: this transaction created the instance (it is held,
     and has no meters yet)."""
-    changes = {}
+    changes, now = {}, timezone.now()
     if to == InstanceState.ERROR:
         changes["error_message"] = error_message
     if to == InstanceState.RELEASED:
-        changes["released_at"] = timezone.now()
+        changes["released_at"] = now
         # Its backend freed their public ports with the host.
         PortMapping.objects.filter(instance_id=instance.pk).delete()
-        # Its volumes are kept, detached, for another host.
-        storage.detach_from_released(workload_id=instance.workload_id)
+        # Its volumes are kept, detached, for another host; its data disk deleted or kept, billed
+        # on its own from the instant the host's disk line ends.
+        storage.detach_from_released(workload_id=instance.workload_id, at=now)
     if to in SCHEDULE_ENDS_IN:
         changes["stop_at"] = None
     if to == InstanceState.STARTING:
@@ -116,7 +117,7 @@ def move_instance(
     # The wallet before the meters, in the order metering locks them (no deadlock).
     if to in (InstanceState.RELEASED, InstanceState.ERROR):
         billing.release_hold(instance)
-    meters.follow_instance(instance, created=created)
+    meters.follow_instance(instance, at=now, created=created)
     notify(instance.organization, f"instance.{to}", instance_event(instance))
     return instance
 
@@ -657,6 +658,13 @@ def _start_provisioning(
     )
     node = allocation.node
     Instance.objects.filter(pk=instance.pk).update(node=node, pool=node.pool)
+    # Its data disk lives on its server as a volume where the server keeps volumes.
+    storage.create_data_disk(
+        workload=instance.workload,
+        node=node,
+        host_name=instance.name,
+        size_gb=instance.data_disk_gb,
+    )
     on_commit_task(provision_instance, instance.pk)
     return order
 

@@ -9,6 +9,11 @@ urlpatterns = [
     path("instances/quote/", views.instance_quote, name="instance_quote"),
     path("instances/<int:instance_id>/", views.instance_detail, name="instance_detail"),
     path(
+        "instances/<int:instance_id>/data-disk/",
+        views.instance_data_disk,
+        name="instance_data_disk",
+    ),
+    path(
         "instances/<int:instance_id>/monitoring/",
         views.instance_monitoring,
         name="instance_monitoring",

@@ -16,10 +16,12 @@ from apps.core.web import back_to, refusals
 from apps.orders import expiry, monitoring, operations, services
 from apps.orders.forms import (
     BandwidthForm,
+    DataDiskForm,
     DiskForm,
     HostListFilterForm,
     InstanceOrderForm,
     OperationKeyForm,
+    ReleaseForm,
     ResizeForm,
     StartForm,
     StopScheduleForm,
@@ -40,8 +42,10 @@ from apps.orders.selectors import (
     pending_orders,
     release_date_of,
 )
+from apps.orders.volumes import keep_data_disk
 from apps.orders.without_cards import no_card_price
 from apps.quotas.selectors import quota_rows
+from apps.storage.selectors import data_disk_of
 from apps.tenants.decorators import organization_view
 from apps.tenants.roles import Action, can
 from apps.tenants.selectors import for_organization, get_for_organization
@@ -201,6 +205,8 @@ def instance_detail(request, instance_id):
         "orders": orders,
         "resize_form": ResizeForm(instance=instance),
         "disk_form": DiskForm(initial={"data_disk_gb": instance.data_disk_gb + 100}),
+        # Its data disk where it is a cloud disk (its server keeps volumes).
+        "data_disk": data_disk_of(instance.workload_id),
         "bandwidth_form": BandwidthForm(initial={"bandwidth_mbps": instance.bandwidth_mbps}),
         "network": network_context(request, instance),
         "schedule": _schedule_context(instance),
@@ -216,6 +222,28 @@ def instance_detail(request, instance_id):
     if request.htmx:
         return render(request, "orders/partials/_instance_status.html", context)
     return render(request, "orders/instance_detail.html", context)
+
+
+@organization_view(Action.RELEASE)
+@require_POST
+def instance_data_disk(request, instance_id):
+    """Whether the host's data disk is kept as a cloud disk when the host is released."""
+    instance = get_for_organization(Instance, request.organization, pk=instance_id)
+    form = DataDiskForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, form.errors["keep_on_release"][0])
+    else:
+        keep = form.cleaned_data["keep_on_release"]
+        with refusals(request) as outcome:
+            keep_data_disk(instance=instance, actor=request.user, keep=keep)
+        if not outcome.refused:
+            messages.success(
+                request,
+                _("Its data disk will be kept as a cloud disk when the host is released.")
+                if keep
+                else _("Its data disk will be deleted when the host is released."),
+            )
+    return redirect("orders:instance_detail", instance_id=instance.pk)
 
 
 @organization_view()
@@ -283,6 +311,7 @@ OPERATION_FORMS = {
     OrderKind.START: StartForm,
     OrderKind.RESIZE: ResizeForm,
     OrderKind.EXPAND_DISK: DiskForm,
+    OrderKind.RELEASE: ReleaseForm,
     OrderKind.SET_BANDWIDTH: BandwidthForm,
 }
 

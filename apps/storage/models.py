@@ -76,6 +76,19 @@ class Volume(models.Model):
         verbose_name=_("attached to"),
     )
     mount_path = models.CharField(_("mount path"), max_length=200, blank=True)
+    # The host (its workload) that ordered this volume as its data disk: while that host lives,
+    # the volume is billed on the host's disk line and counted in its disk quota (never twice).
+    # Released, the host deletes it, or leaves it a volume of its own where the tenant keeps it
+    # (`keep_on_release`), billed and counted as one from then on.
+    data_disk_of = models.OneToOneField(
+        Workload,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="data_disk",
+        verbose_name=_("data disk of"),
+    )
+    keep_on_release = models.BooleanField(_("kept when its host is released"), default=False)
     # What its GB are metered on (a workload of kind `volume`, made with it): billing's meters
     # point at workloads, never up at volumes.
     billed_as = models.OneToOneField(
@@ -123,6 +136,10 @@ class Volume(models.Model):
     @property
     def attached(self) -> bool:
         return self.workload_id is not None
+
+    @property
+    def is_data_disk(self) -> bool:
+        return self.data_disk_of_id is not None
 
     @property
     def growing(self) -> bool:

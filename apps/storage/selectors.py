@@ -12,8 +12,10 @@ def live_volumes():
 
 
 def volume_quota_usage(organizations) -> Usage:
-    """QUOTA_HOLDERS: the GB of every volume `organizations` keep, whatever it is attached to."""
-    total = live_volumes().filter(organization__in=organizations).aggregate(Sum("size_gb"))
+    """QUOTA_HOLDERS: the GB of every volume `organizations` keep, whatever it is attached to,
+    but hosts' data disks: their hosts count them (in the disk quota) while they live."""
+    kept = live_volumes().filter(organization__in=organizations, data_disk_of__isnull=True)
+    total = kept.aggregate(Sum("size_gb"))
     return Usage(storage_gb=total["size_gb__sum"] or 0)
 
 
@@ -45,3 +47,8 @@ def volumes_version(node) -> str:
     """Changes with every change of a volume on `node` (a deleted one is kept, marked)."""
     changed = Volume.objects.filter(node=node).aggregate(Max("updated_at"))["updated_at__max"]
     return changed.strftime("%Y%m%d%H%M%S%f") if changed else "0"
+
+
+def data_disk_of(workload_id: int) -> Volume | None:
+    """The host's (its workload's) data disk, where it is a volume."""
+    return live_volumes().filter(data_disk_of_id=workload_id).first()

@@ -28,9 +28,12 @@ from apps.storage.models import VOLUME_TRANSITIONS, Volume, VolumeState
 from apps.tenants.access import authorize
 from apps.workloads.models import Workload, WorkloadKind
 
-MAX_VOLUME_GB = 16384
+# A host's data disk is a volume too (`create_data_disk`): one limit for both.
+MAX_VOLUME_GB = 32768
 # The drivers whose servers keep volumes: an agent's keeps each as an ext4 image.
 VOLUME_DRIVERS = ("agent",)
+# Where a host's data disk appears in it, as it did before the disk was a volume.
+DATA_DISK_PATH = "/data"
 # Where a volume may appear in a host (the agent checks the same: loam_agent.hosts.volumes).
 MOUNT_PATH = re.compile(r"(/[A-Za-z0-9._-]+)+")
 SYSTEM_FOLDERS = frozenset(
@@ -112,6 +115,41 @@ def create_volume(*, organization, actor, region, name: str, size_gb: int, node=
     return volume
 
 
+def create_data_disk(*, workload, node, host_name: str, size_gb: int) -> Volume | None:
+    """The data disk ordered with the host `host_name` of `workload`, placed on `node`: a
+    volume named after the host, attached at /data, where the host has always found its data
+    disk; None where that server keeps no volumes (its backend keeps the disk with the host, as
+    before). Runs in the order's
+    transaction, which holds the GB in the host's disk quota; the host's disk line bills them
+    while it lives, so nothing is reserved or metered here."""
+    if not size_gb or node.pool.backend.driver not in VOLUME_DRIVERS:
+        return None
+    volume = Volume.objects.create(
+        organization_id=workload.organization_id,
+        region_id=node.pool.region_id,
+        node=node,
+        name=f"{host_name}-data"[: Volume._meta.get_field("name").max_length],
+        size_gb=size_gb,
+        workload=workload,
+        mount_path=DATA_DISK_PATH,
+        data_disk_of=workload,
+        billed_as=Workload.objects.create(
+            organization_id=workload.organization_id, kind=WorkloadKind.VOLUME
+        ),
+    )
+    record_event(
+        action="volume.created",
+        target=volume,
+        data={
+            "volume": volume.public_id,
+            "size_gb": size_gb,
+            "server": node.hostname,
+            "data_disk_of": workload.pk,
+        },
+    )
+    return volume
+
+
 def _locked_usable(volume: Volume) -> Volume:
     volume = locked(Volume, volume.pk, related=("organization", "node"))
     if volume.state == VolumeState.DELETED:
@@ -151,27 +189,53 @@ def snapshot_volume(*, volume: Volume, actor, name: str) -> Volume:
 
 def grow_volume(*, volume: Volume, actor, size_gb: int) -> Volume:
     """`volume` at `size_gb` GB, more than it has (the caller's transaction or its own). The
-    server grows it when no running host has it mounted (an ext4 image grows offline)."""
+    server grows it when no running host has it mounted (an ext4 image grows offline). A host's
+    data disk grows with its host's "expand disk" (`grow_data_disk`), which its quota counts."""
     authorize(actor, volume.organization, "order")
     check_size(size_gb)
     with transaction.atomic():
         volume = _locked_usable(volume)
-        if size_gb <= volume.size_gb:
+        if volume.is_data_disk:
             raise VolumeRefused(
-                _("A volume only grows: it has %(size)s GB, choose more.")
-                % {"size": volume.size_gb}
+                _("This volume is a host's data disk: grow it with “Expand disk” on the host.")
             )
+        _check_grows(volume, size_gb)
         reserve(organization=volume.organization, demand=Usage(storage_gb=size_gb - volume.size_gb))
-        before = volume.size_gb
-        volume.size_gb = size_gb
-        volume.save(update_fields=["size_gb", "updated_at"])
-        bill(volume)
-        record_event(
-            action="volume.grown",
-            actor=actor,
-            target=volume,
-            data={"volume": volume.public_id, "from_gb": before, "to_gb": size_gb},
+        _grow(volume, actor, size_gb)
+    return volume
+
+
+def grow_data_disk(*, workload_id: int, actor, size_gb: int) -> Volume | None:
+    """The data disk of the host of `workload_id` at `size_gb` GB, for its "expand disk" (in its
+    transaction, which holds the host's lock and reserved the GB in its disk quota); None when
+    the host's data disk is not a volume (its backend grows it)."""
+    volume = Volume.objects.filter(data_disk_of_id=workload_id).first()
+    if volume is None:
+        return None
+    volume = _locked_usable(volume)
+    _check_grows(volume, size_gb)
+    return _grow(volume, actor, size_gb)
+
+
+def _check_grows(volume: Volume, size_gb: int) -> None:
+    if size_gb <= volume.size_gb:
+        raise VolumeRefused(
+            _("A volume only grows: it has %(size)s GB, choose more.") % {"size": volume.size_gb}
         )
+
+
+def _grow(volume: Volume, actor, size_gb: int) -> Volume:
+    """The one way a volume grows (its row locked, the GB reserved by the caller)."""
+    before = volume.size_gb
+    volume.size_gb = size_gb
+    volume.save(update_fields=["size_gb", "updated_at"])
+    bill(volume)
+    record_event(
+        action="volume.grown",
+        actor=actor,
+        target=volume,
+        data={"volume": volume.public_id, "from_gb": before, "to_gb": size_gb},
+    )
     return volume
 
 
@@ -224,6 +288,11 @@ def detach(*, volume: Volume, actor, workload_id: int | None) -> Volume:
     volume = _locked_usable(volume)
     if not volume.attached:
         raise VolumeRefused(_("This volume is not attached to a host."))
+    if volume.is_data_disk:
+        raise VolumeRefused(
+            _("This volume is its host's data disk: it stays with the host until the host is "
+              "released, which deletes it or keeps it as a volume of its own.")
+        )  # fmt: skip
     if volume.workload_id != workload_id:
         raise VolumeRefused(_("This volume was attached to another host meanwhile; look again."))
     workload_id = volume.workload_id
@@ -258,13 +327,15 @@ def delete_volume(*, volume: Volume, actor) -> Volume:
     return deleted
 
 
-def bill(volume: Volume) -> None:
+def bill(volume: Volume, *, at=None) -> None:
     """The volume's meter as it is now (under its row lock, in the caller's transaction): its
     GB at the region's price of a GB of cloud disk a month while it exists, metered per second
-    like a host's disk; none once deleted, or where the region sells no disk."""
+    like a host's disk; none once deleted, none while it is a host's data disk (the host's disk
+    line bills it), or where the region sells no disk. `at`: when it changed (now)."""
     price = price_in_force(region=volume.region, kind=PriceKind.DISK_GB_MONTH)
     specs = []
-    if price is not None and price.amount_minor and volume.state != VolumeState.DELETED:
+    billed_alone = volume.state != VolumeState.DELETED and not volume.is_data_disk
+    if price is not None and price.amount_minor and billed_alone:
         monthly = Decimal(price.amount_minor) * volume.size_gb
         specs.append(MeterSpec(MeterKind.DISK, volume.size_gb, monthly / HOURS_PER_MONTH))
     reconcile(
@@ -272,7 +343,7 @@ def bill(volume: Volume) -> None:
         specs=specs,
         new={"organization_id": volume.organization_id, "workload_id": volume.billed_as_id},
         currency=price.currency if price else volume.organization.park.currency,
-        at=timezone.now(),
+        at=at or timezone.now(),
     )
 
 
@@ -316,15 +387,55 @@ def lock_volumes_of(workload_id: int) -> None:
     lock_all(Volume, Volume.objects.filter(workload_id=workload_id).values_list("pk", flat=True))
 
 
-def detach_from_released(*, workload_id: int) -> None:
-    """The volumes of a host being released, detached and kept (the caller, orders, holds the
-    host's row lock): a volume outlives its host."""
+def has_data_disk(workload_id: int) -> bool:
+    """Whether the host of `workload_id` has its data disk as a volume."""
+    return Volume.objects.filter(data_disk_of_id=workload_id).exists()
+
+
+def choose_data_disk_fate(*, workload_id: int, actor, keep: bool) -> Volume:
+    """What the release of the host of `workload_id` does with its data disk: keep it as a
+    volume of its own, or delete it (the host's use case holds its lock). A keep is counted in
+    the storage quota now, which the volume holds once the host is released."""
+    volume = Volume.objects.filter(data_disk_of_id=workload_id).first()
+    if volume is None:
+        raise VolumeRefused(_("This host has no data disk kept as a volume."))
+    volume = _locked_usable(volume)
+    if keep:
+        reserve(organization=volume.organization, demand=Usage(storage_gb=volume.size_gb))
+    if volume.keep_on_release != keep:
+        volume.keep_on_release = keep
+        volume.save(update_fields=["keep_on_release", "updated_at"])
+        record_event(
+            action="volume.kept_on_release" if keep else "volume.deleted_on_release",
+            actor=actor,
+            target=volume,
+            data={"volume": volume.public_id, "workload": workload_id},
+        )
+    return volume
+
+
+def detach_from_released(*, workload_id: int, at) -> None:
+    """The volumes of a host released at `at` (the caller, orders, holds the host's row lock):
+    each detached and kept, a volume outlives its host; its data disk deleted, or where the
+    tenant keeps it, a volume of its own, billed from `at` as the host's disk line ends."""
     volumes = Volume.objects.filter(workload_id=workload_id).select_for_update(no_key=True)
     for volume in volumes.order_by("pk"):
-        volume.workload, volume.mount_path = None, ""
-        volume.save(update_fields=["workload", "mount_path", "updated_at"])
+        data_disk = volume.is_data_disk
+        volume.workload, volume.mount_path, volume.data_disk_of = None, "", None
+        volume.save(update_fields=["workload", "mount_path", "data_disk_of", "updated_at"])
         record_event(
             action="volume.detached",
             target=volume,
             data={"volume": volume.public_id, "workload": workload_id, "reason": "released"},
         )
+        if data_disk and not volume.keep_on_release and volume.state != VolumeState.DELETED:
+            volume = transition(
+                volume,
+                VolumeState.DELETED,
+                table=VOLUME_TRANSITIONS,
+                actor=None,
+                held=True,
+                changes={"deleted_at": at, "source": None},
+                audit_data={"volume": volume.public_id, "reason": "released with its host"},
+            )
+        bill(volume, at=at)

@@ -3,9 +3,11 @@
 import itertools
 import threading
 import time
+from dataclasses import replace
 
 from loam_agent.hosts.model import ActualHost, DesiredHost, HostError, HostNetwork, HostStatus
 from loam_agent.hosts.reconcile import Reconciler, converge
+from loam_agent.hosts.volumes import HostVolume
 
 
 class FakeRuntime:
@@ -165,6 +167,18 @@ def test_a_smaller_disk_is_refused():
     runtime = FakeRuntime()
     run(runtime, host())
     assert "only grows" in run(runtime, host(generation=2, data_disk_gb=5))[-1].message
+
+
+def test_a_data_disk_that_became_a_volume_is_no_smaller_disk():
+    """A host made with its own data.img, listed with its data disk as a volume at /data and
+    `data_disk_gb` 0: neither refused nor grown (the volume adopts the data.img)."""
+    runtime = FakeRuntime()
+    run(runtime, host())
+    runtime.calls.clear()
+    as_volume = host(generation=2, data_disk_gb=0, volumes=(HostVolume("vol-d", "/data"),))
+    assert states(run(runtime, as_volume)) == ["running"]
+    assert states(run(runtime, replace(as_volume, generation=3, state="stopped"))) == ["stopped"]
+    assert ("grow_disk", "h-1", 0) not in runtime.calls
 
 
 def wait_for(condition, timeout_s=5.0):

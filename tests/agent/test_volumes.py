@@ -61,3 +61,59 @@ def test_volumes_are_made_copied_grown_and_deleted_as_listed(tmp_path):
     assert store.sizes() == {"vol-a": 2}
     store.apply([], in_use=set())
     assert store.sizes() == {}
+
+
+def _legacy_data_disk(store: VolumeStore, host_id: str) -> None:
+    """A host's own data.img, as hosts were made before their data disk was a volume."""
+    (store.hosts_dir / host_id / "data").mkdir(parents=True)
+    with store.data_image(host_id).open("wb") as file:
+        file.write(b"the tenant's files")
+        file.truncate(GIB)
+
+
+def test_a_hosts_data_img_becomes_its_data_disk_volume_once(tmp_path):
+    store = VolumeStore(tmp_path)
+    _legacy_data_disk(store, "h1")
+    data_disk = DesiredVolume("vol-d", 1, adopt="h1")
+    assert store.apply([data_disk], in_use=set()) == [
+        {"id": "vol-d", "state": "ready", "size_gb": 1}
+    ]
+    assert not store.data_image("h1").exists()
+    assert store.image("vol-d").read_bytes().startswith(b"the tenant's files")
+    # Listed again (or with a data.img that came back): the volume is kept as it is.
+    store.data_image("h1").write_bytes(b"other")
+    assert store.apply([data_disk], in_use=set())[0]["state"] == "ready"
+    assert store.image("vol-d").read_bytes().startswith(b"the tenant's files")
+    # A new host's data disk has no data.img to adopt: made empty.
+    assert store.apply([data_disk, DesiredVolume("vol-n", 1, adopt="h2")], in_use=set())[1] == {
+        "id": "vol-n",
+        "state": "ready",
+        "size_gb": 1,
+    }
+
+
+def test_a_mounted_data_img_is_adopted_when_its_host_stops(tmp_path, monkeypatch):
+    store = VolumeStore(tmp_path)
+    _legacy_data_disk(store, "h1")
+    running = {str(store.hosts_dir / "h1" / "data")}
+    monkeypatch.setattr("loam_agent.hosts.volumes.os.path.ismount", lambda p: str(p) in running)
+    data_disk = DesiredVolume("vol-d", 1, adopt="h1")
+    # Still the host's data.img, mounted in it: reported at its size, neither made nor moved.
+    assert store.apply([data_disk], in_use=set()) == [
+        {"id": "vol-d", "state": "ready", "size_gb": 1}
+    ]
+    assert store.data_image("h1").exists() and not store.image("vol-d").exists()
+    running.clear()  # the host stopped
+    store.adopt_waiting("h1")
+    assert store.image("vol-d").read_bytes().startswith(b"the tenant's files")
+    assert store.apply([data_disk], in_use=set())[0] == {
+        "id": "vol-d",
+        "state": "ready",
+        "size_gb": 1,
+    }
+
+
+def test_a_volume_adopts_only_a_host_ids_data_disk():
+    with pytest.raises(ValueError):
+        DesiredVolume.from_json({"id": "vol-a", "size_gb": 1, "adopt": "../etc"})
+    assert DesiredVolume.from_json({"id": "vol-a", "size_gb": 1, "adopt": "h1"}).adopt == "h1"

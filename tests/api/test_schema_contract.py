@@ -126,7 +126,7 @@ def test_a_create_for_several_hosts_is_documented_as_the_plain_list_it_answers(a
 INSTANCE_OPERATIONS = [
     ("stop", {}, False),
     ("start", {"without_cards": False}, True),
-    ("release", {}, False),
+    ("release", {"keep_data_disk": None}, False),
     ("resize", {"flavor": "g1.2x"}, False),
     ("expand-disk", {"data_disk_gb": 50}, False),
     ("set-bandwidth", {"bandwidth_mbps": 5}, False),

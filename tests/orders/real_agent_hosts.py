@@ -31,13 +31,14 @@ class RealAgent:
     park: AgentPark
     key: Path  # the tenant's private key; key.pub is on the hosts
 
-    def order(self, name: str) -> Instance:
-        """A host of the park's one-card flavor, running."""
+    def order(self, name: str, data_disk_gb: int = 0) -> Instance:
+        """A host of the park's one-card flavor, running (with a data disk of `data_disk_gb`)."""
         request = HostRequest(
             flavor=self.park.flavor,
             image=self.park.image,
             region=self.park.region,
             system_disk_gb=100,
+            data_disk_gb=data_disk_gb,
             ssh_public_key=self.key.with_suffix(".pub").read_text().strip(),
             name=name,
         )

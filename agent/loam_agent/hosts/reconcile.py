@@ -17,7 +17,7 @@ from typing import Protocol
 
 from loam_agent.hosts.image import BuiltImage
 from loam_agent.hosts.model import ActualHost, DesiredHost, HostError, HostNetwork, HostStatus
-from loam_agent.hosts.volumes import DesiredVolume
+from loam_agent.hosts.volumes import DATA_DISK_PATH, DesiredVolume
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +101,10 @@ def converge(
         if actual.network != host.network:
             # Live, whatever the host's state: its ports and rules are kept while it is stopped.
             runtime.set_network(host.id, host.network)
+        if any(volume.mount_path == DATA_DISK_PATH for volume in host.volumes):
+            # Its data disk is a volume, which the volumes' list grows; a data.img it had is
+            # that volume's image once the host has it unmounted (volumes.py).
+            actual.data_disk_gb = host.data_disk_gb
         if host.data_disk_gb < actual.data_disk_gb:
             raise HostError(
                 f"the data disk only grows: it has {actual.data_disk_gb} GB, "

@@ -1,7 +1,8 @@
 """Hosts as systemd-nspawn containers: no daemon, one detached nspawn process per host.
 
 Per host, state_dir/hosts/<id>/ holds the overlay's upper and work layers on the image and the
-merged root (`root`, mounted while the host runs), data.img (ext4, loop-mounted at /data inside),
+merged root (`root`, mounted while the host runs), data.img (ext4, loop-mounted at /data inside;
+a data disk is a volume now, which adopts the data.img of a host made before: volumes.py),
 the nspawn pid, the console log and state.json (the shape applied, the network index and the
 host's network: group, forwarded ports, ingress rules). The network is a namespace `loam-<key>`
 joined to the root namespace by a veth `vh-<key>` (10.213.N.1 root side, 10.213.N.2 inside, the
@@ -47,7 +48,7 @@ from loam_agent.hosts.network import AttachedHost, Firewall, ServerNetwork, reso
 from loam_agent.hosts.saved_images import HostLayers, find_image, save_host
 from loam_agent.hosts.shared_fs import SharedFileSystems
 from loam_agent.hosts.usage import host_usage
-from loam_agent.hosts.volumes import DesiredVolume, VolumeStore
+from loam_agent.hosts.volumes import DATA_DISK_PATH, DesiredVolume, VolumeStore
 
 STOP_TIMEOUT_S = 10.0
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -282,6 +283,8 @@ class HostRuntime:
             return None
         cgroups = self.cgroups(host_id)
         data = self.folder(host_id) / "data"
+        if state.get("data_volume"):
+            data = self.volumes.mount_point(state["data_volume"])
         return host_usage(
             v2=cgroups.v2,
             cpu_dir=cgroups.cpu_dir,
@@ -431,7 +434,10 @@ class HostRuntime:
         else:
             self._remove_from(root, GPU_LOADER_CONF)
         data, binds = folder / "data", [f"--bind-ro={file}" for file in gpu.files]
-        if (folder / "data.img").exists():  # none when the host was ordered without one
+        for volume in host.volumes:
+            if volume.mount_path == DATA_DISK_PATH:  # its data.img, if it has one, is this
+                self.volumes.adopt(host.id, volume.id)
+        if (folder / "data.img").exists():  # none when ordered without one, or it's a volume
             if not _mounted(data):
                 # nosuid, nodev: the tenant's root owns this disk's files (an id-mapped bind),
                 # so a setuid binary it leaves there must mean nothing on the server.
@@ -440,6 +446,9 @@ class HostRuntime:
             binds.append(f"--bind={data}:/data:idmap")
         state["shared_fs"] = host.shared_fs.name if host.shared_fs else ""
         state["volumes"] = [volume.id for volume in host.volumes]  # released by a failed start
+        state["data_volume"] = next(
+            (volume.id for volume in host.volumes if volume.mount_path == DATA_DISK_PATH), ""
+        )
         self._save(host.id, state)
         if host.shared_fs:
             binds.append(f"--bind={self.shared_fs.mount(host.shared_fs)}:/shared")
@@ -673,6 +682,7 @@ class HostRuntime:
         self.cgroups(host_id).remove()
         state = self._state(host_id) or {}
         self.volumes.release(state.get("volumes", []), self._volumes_in_use())
+        self.volumes.adopt_waiting(host_id)
 
     def _volumes_in_use(self) -> set[str]:
         """The volumes the running hosts have."""

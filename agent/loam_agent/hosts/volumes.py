@@ -10,6 +10,13 @@ spec names the volumes it has (`HostVolume`) and where they appear in it; they a
 id-mapped as the data disk is, when the host starts: nspawn can bind nothing into a host that runs
 (`machinectl bind` needs a machine registered with machined, which hosts are not), so a volume
 attached to a running host appears at its next start.
+
+A host's data disk is a volume too, at /data. One made before data disks were volumes is the
+host's own state_dir/hosts/<host>/data.img: the portal lists its volume with that host
+(`adopt`), and the image is moved into the volumes' folder, once (a rename on one file system,
+so it is whole or not moved), when the host does not have it mounted: at once for a stopped
+host, else when it stops, starts again or is removed. Until then the volume is reported ready
+at the size of the data.img it still is.
 """
 
 from __future__ import annotations
@@ -21,9 +28,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from loam_agent.hosts.model import HostError
+from loam_agent.hosts.model import HOST_ID, HostError
 
 GIB = 1024**3
+DATA_DISK_PATH = "/data"  # where a host's data disk appears in it
 VOLUME_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 # Where a volume may appear in a host: an absolute path of plain names, not in the system's own
 # folders (a volume over /etc or /usr would hide the image's files).
@@ -74,11 +82,13 @@ def host_volumes(values: list | None) -> tuple[HostVolume, ...]:
 
 @dataclass(frozen=True)
 class DesiredVolume:
-    """A volume the server is to keep: its size, and (when it is made) the volume it copies."""
+    """A volume the server is to keep: its size, and (when it is made) the volume it copies or
+    the host whose data.img it adopts."""
 
     id: str
     size_gb: int
     source: str = ""
+    adopt: str = ""
 
     @classmethod
     def from_json(cls, value: dict) -> DesiredVolume:
@@ -86,7 +96,10 @@ class DesiredVolume:
         if isinstance(size_gb, bool) or not isinstance(size_gb, int) or size_gb < 1:
             raise ValueError(f"volume size_gb must be a whole number of GB ≥ 1, not {size_gb!r}")
         source = value.get("source") or ""
-        return cls(_volume_id(value["id"]), size_gb, _volume_id(source) if source else "")
+        adopt = str(value.get("adopt") or "")
+        if adopt and not HOST_ID.fullmatch(adopt):
+            raise ValueError(f"volume adopts the disk of {adopt!r}, which is no host id")
+        return cls(_volume_id(value["id"]), size_gb, _volume_id(source) if source else "", adopt)
 
 
 def _run(*command: str) -> str:
@@ -99,6 +112,9 @@ def _run(*command: str) -> str:
 class VolumeStore:
     def __init__(self, state_dir: Path) -> None:
         self.folder = state_dir / "volumes"
+        self.hosts_dir = state_dir / "hosts"
+        # host id -> the volume that adopts its data.img once the host has it unmounted.
+        self._adopting: dict[str, str] = {}
         # id -> the size asked of a volume that was mounted then: grown once it isn't.
         self._wanted_gb: dict[str, int] = {}
 
@@ -130,7 +146,11 @@ class VolumeStore:
         for volume in ordered:
             try:
                 self.ensure(volume)
-                size_gb = self.sizes()[volume.id]
+                waiting = self._adopting.get(volume.adopt) == volume.id
+                if waiting:  # still the host's data.img, which it has mounted
+                    size_gb = self.data_image(volume.adopt).stat().st_size // GIB
+                else:
+                    size_gb = self.sizes()[volume.id]
                 state = "growing" if size_gb < volume.size_gb else "ready"
                 reports.append({"id": volume.id, "state": state, "size_gb": size_gb})
             except HostError as error:
@@ -142,6 +162,11 @@ class VolumeStore:
 
     def ensure(self, volume: DesiredVolume) -> None:
         image = self.image(volume.id)
+        if not image.exists() and volume.adopt and self.data_image(volume.adopt).exists():
+            if os.path.ismount(self.hosts_dir / volume.adopt / "data"):
+                self._adopting[volume.adopt] = volume.id
+                return
+            self.adopt(volume.adopt, volume.id)
         if not image.exists():
             self._make(volume)
         elif image.stat().st_size < volume.size_gb * GIB:
@@ -149,6 +174,27 @@ class VolumeStore:
                 self._wanted_gb[volume.id] = volume.size_gb  # when its host stops
             else:
                 self._grow(volume.id, volume.size_gb)
+
+    def data_image(self, host_id: str) -> Path:
+        """The data disk a host had before data disks were volumes."""
+        if not HOST_ID.fullmatch(host_id):
+            raise HostError(f"host id {host_id!r} can't name a folder")
+        return self.hosts_dir / host_id / "data.img"
+
+    def adopt(self, host_id: str, volume_id: str) -> None:
+        """The host's data.img as the volume `volume_id`'s image, unless the volume has one:
+        the caller knows the host does not have it mounted."""
+        self._adopting.pop(host_id, None)
+        image, data = self.image(volume_id), self.data_image(host_id)
+        if image.exists() or not data.exists():
+            return
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        data.replace(image)
+
+    def adopt_waiting(self, host_id: str) -> None:
+        """The host's data.img adopted now if a volume waited for it (the host stopped)."""
+        if host_id in self._adopting:
+            self.adopt(host_id, self._adopting[host_id])
 
     def _make(self, volume: DesiredVolume) -> None:
         image, partial = self.image(volume.id), self.folder / f"{volume.id}.partial"

@@ -177,6 +177,26 @@ class StartSerializer(InputSerializer):
     )
 
 
+class ReleaseSerializer(InputSerializer):
+    keep_data_disk = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Keep its data disk as a cloud disk of its own (billed and counted in the "
+        "storage quota from the release on, attachable to another host) instead of deleting "
+        "it with the host, which is the default. Absent or null: the choice set with "
+        "`data-disk`, else deleted. Only a data disk its server keeps as a volume can be "
+        "kept (else a 409); keeping one over the storage quota is a 409.",
+    )
+
+
+class DataDiskSerializer(InputSerializer):
+    keep_on_release = serializers.BooleanField(
+        help_text="True: its data disk is kept as a cloud disk when the host is released, "
+        "by you or by the park's auto-release; false: deleted with it (the default)."
+    )
+
+
 class DiskSerializer(InputSerializer):
     data_disk_gb = serializers.IntegerField(min_value=1, max_value=MAX_DATA_DISK_GB)
 

@@ -21,6 +21,11 @@ class VolumeSerializer(serializers.ModelSerializer):
         read_only=True,
         help_text="Grown here, not yet on its server: it grows while no running host has it.",
     )
+    data_disk_of = serializers.SerializerMethodField(
+        help_text="The id of the host that ordered it as its data disk, while that host lives "
+        "(it grows with the host's expand-disk, is billed on the host's disk line and goes "
+        "when the host is released unless `keep_on_release`); null: a cloud disk of its own."
+    )
 
     class Meta:
         model = Volume
@@ -37,10 +42,15 @@ class VolumeSerializer(serializers.ModelSerializer):
             "reported_message",
             "instance",
             "mount_path",
+            "data_disk_of",
+            "keep_on_release",
             "source",
             "created_at",
         ]
         read_only_fields = fields
+
+    def get_data_disk_of(self, volume) -> int | None:
+        return volume.workload.instance.pk if volume.is_data_disk else None
 
     def get_instance(self, volume) -> int | None:
         instance = getattr(volume.workload, "instance", None) if volume.workload_id else None

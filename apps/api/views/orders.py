@@ -18,19 +18,23 @@ from apps.api.serializers.networking import (
 )
 from apps.api.serializers.orders import (
     BandwidthSerializer,
+    DataDiskSerializer,
     DiskSerializer,
     HostRequestSerializer,
     InstanceSerializer,
     OrderSerializer,
     QuotaSerializer,
     QuoteSerializer,
+    ReleaseSerializer,
     ResizeSerializer,
     StartSerializer,
     StopScheduleSerializer,
 )
+from apps.api.serializers.storage import VolumeSerializer
 from apps.orders import expiry, networking, operations, services
 from apps.orders.models import Instance, Order, OrderKind, PortMapping
 from apps.orders.selectors import port_mappings_of
+from apps.orders.volumes import keep_data_disk
 from apps.quotas.models import QuotaLimit
 from apps.quotas.services import organization_usage
 from apps.tenants.roles import Action
@@ -142,6 +146,7 @@ class InstanceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
         "remove_port_mapping": Action.ORDER,
         "security_group": Action.ORDER,
         "schedule_stop": Action.ORDER,
+        "data_disk": Action.RELEASE,
     }
     filterset_fields = ["state"]
     ordering_fields = ["created_at", "name", "state"]
@@ -156,7 +161,7 @@ class InstanceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
 
     stop = _operation(OrderKind.STOP)
     start = _operation(OrderKind.START, StartSerializer)
-    release = _operation(OrderKind.RELEASE)
+    release = _operation(OrderKind.RELEASE, ReleaseSerializer)
     resize = _operation(OrderKind.RESIZE, ResizeSerializer)
     expand_disk = _operation(OrderKind.EXPAND_DISK, DiskSerializer, url_path="expand-disk")
     set_bandwidth = _operation(
@@ -181,6 +186,25 @@ class InstanceViewSet(LoamAPIMixin, viewsets.ReadOnlyModelViewSet):
             instance=instance, actor=current_actor(request), **serializer.validated_data
         )
         return Response(InstanceSerializer(self.get_queryset().get(pk=instance.pk)).data)
+
+    @extend_schema(
+        request=DataDiskSerializer,
+        responses=VolumeSerializer,
+        description="Whether the host's data disk is kept as a cloud disk when the host is "
+        "released (by you or by the park's auto-release) or deleted with it, the default; "
+        "its cloud disk answers. A host whose data disk is no volume (its server keeps "
+        "none), or that is being released, is a 409; keeping one over the storage quota too.",
+    )
+    @action(detail=True, methods=["post"], url_path="data-disk")
+    def data_disk(self, request, pk=None):
+        serializer = DataDiskSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        volume = keep_data_disk(
+            instance=self.get_object(),
+            actor=current_actor(request),
+            keep=serializer.validated_data["keep_on_release"],
+        )
+        return Response(VolumeSerializer(volume).data)
 
     # --- reaching the host: port mappings and its security group -------------------------------
 

@@ -223,6 +223,10 @@ class HostSpec:
     network: HostNetwork | None = None
     # For a driver that runs them (the agent's); others ignore them.
     services: tuple[HostService, ...] = ()
+    # For a driver whose servers keep volumes (the agent's): the volume that is its data disk,
+    # at /data, named before the host's handle is known (the host has no data disk of its own
+    # then); others keep `data_disk_gb` with the host.
+    data_disk_volume: str = ""
 
 
 @dataclass(frozen=True)
