@@ -7,10 +7,12 @@ at a time
 the nodes and over --organizations tenants (each runs as its own Slurm account and Unix user,
 made on its first job; 0: every job as the driver's own user), polls each every --poll seconds,
 cancels it once running, and prints p50/p95/max of submit → running, and of the submit call
-alone for a tenant's first job (its account made) and for the others. No database is needed.
+alone for a tenant's first job (its account made) and for the others. With --image (an image
+the cluster has a bundle of, in LOAM_SLURM_IMAGES_DIR: pytorch, debian-12) each job runs in it,
+as tasks do; without, on the bare node. No database is needed.
 
     python bench/slurm_submit.py --jobs 20 [--node-counts 1,2] [--organizations 2]
-        [--first-organization 9000]
+        [--first-organization 9000] [--image pytorch]
 """
 
 import argparse
@@ -53,18 +55,19 @@ def main() -> None:
     parser.add_argument(
         "--first-organization", type=int, default=9000, help="the tenants' ids start here"
     )
+    parser.add_argument("--image", default="", help="run each job in this image's bundle")
     args = parser.parse_args()
     s = cluster_settings()
-    driver = get_driver(
-        "slurm",
-        {
-            "url": s["LOAM_SLURM_URL"],
-            "user": s["LOAM_SLURM_USER"],
-            "key_file": s["LOAM_SLURM_JWT_KEY"],
-            "jobs_dir": s["LOAM_SLURM_JOBS_DIR"],
-            "slurm_conf": s.get("SLURM_CONF"),
-        },
-    )
+    config = {
+        "url": s["LOAM_SLURM_URL"],
+        "user": s["LOAM_SLURM_USER"],
+        "key_file": s["LOAM_SLURM_JWT_KEY"],
+        "jobs_dir": s["LOAM_SLURM_JOBS_DIR"],
+        "slurm_conf": s.get("SLURM_CONF"),
+    }
+    if args.image:
+        config["images_dir"] = s["LOAM_SLURM_IMAGES_DIR"]
+    driver = get_driver("slurm", config)
     nodes = sorted(n.hostname for pool in driver.capacity() for n in pool.nodes)
     made = set()  # organizations whose account exists: their next submit is not a first
     for count in (int(c) for c in args.node_counts.split(",")):
@@ -87,7 +90,7 @@ def run(driver, args, nodes: list[str], count: int, made: set) -> None:
             accelerator_milli=1000,
             vcpu=1,
             ram_gb=1,
-            image="bench",
+            image=args.image or "bench",
             command="sleep 30",
             organization_id=organization_id,
         )
@@ -106,7 +109,8 @@ def run(driver, args, nodes: list[str], count: int, made: set) -> None:
             time.sleep(args.poll)
     print(
         f"{count}-node jobs: {len(to_running)} over {len(nodes)} nodes and "
-        f"{args.organizations} organizations, polled every {args.poll:g} s"
+        f"{args.organizations} organizations, in {args.image or 'no image (the bare node)'}, "
+        f"polled every {args.poll:g} s"
     )
     print(f"submit -> running: {spread(to_running)}")
     print(f"submit call, an organization's first job: {spread(first_submits)}")
