@@ -257,7 +257,10 @@ class Story:
 
     def _meter(self, until: datetime) -> None:
         """The metering pass (apps.billing.tasks.meter_usage) of the park's organizations with
-        meters due."""
+        meters due, after a look at the tasks: the beat's looks every 30 s tell metering how
+        far each task is known to have run (a later run of the story, finding a task's meter
+        known further by then, would otherwise meter it here again)."""
+        self._look_at()
         meters = metering.due(Meter.objects.filter(organization__park=self.cast.park))
         organizations = sorted(set(meters.values_list("organization_id", flat=True)))
         metered = metering.meter_organizations(organizations, until=until)

@@ -9,6 +9,7 @@ from decimal import Decimal
 import pytest
 import time_machine
 from django.core.exceptions import ValidationError
+from django.db.models import Sum
 from django.utils import timezone
 
 from apps.agents.models import AgentHost, AgentServer, SavedImage, SavedImageState
@@ -171,9 +172,13 @@ def test_its_storage_is_charged_and_invoiced_under_its_name(saved, agent_world):
     day_later = meter.started_at + timedelta(days=1)
     with time_machine.travel(day_later, tick=False):
         metering.meter_organization(agent_world.organization.pk, until=day_later)
-        # A day of 3 GB at 36 a GB-month (720 h): 3.6, rounded half up.
-        record = UsageRecord.objects.get(meter=meter)
-        assert (record.seconds, record.amount_minor) == (86400, 4)
+        # A day of 3 GB at 36 a GB-month (720 h): 3.6, rounded half up (a record each side of
+        # midnight).
+        records = UsageRecord.objects.filter(meter=meter)
+        assert records.aggregate(Sum("seconds"), Sum("amount_minor")) == {
+            "seconds__sum": 86400,
+            "amount_minor__sum": 4,
+        }
         invoice = invoicing.issue_invoice(
             organization=agent_world.organization, period_end=timezone.now()
         )
