@@ -186,15 +186,9 @@ def sync_tenant_limits(self, organization_id: int) -> None:
     """The organization's accelerator limit, as it stands now, to each backend that has run its
     tasks and enforces the limit itself (`set_tenant_limit`: a Slurm account's GrpTRES), so a
     lowered quota holds there at once, not from the organization's next task."""
-    limit = accelerator_limit(organization_id)
-    for backend in Backend.objects.filter(pools__tasks__organization_id=organization_id).distinct():
-        set_tenant_limit = getattr(driver_of(backend), "set_tenant_limit", None)
-        if set_tenant_limit is None:
-            continue
-        try:
-            set_tenant_limit(organization_id, limit)
-        except BackendError as exc:
-            retry_if_transient(self, exc)
+    _tell_tenant_backends(
+        self, organization_id, "set_tenant_limit", accelerator_limit(organization_id)
+    )
 
 
 @shared_task(bind=True, acks_late=True, max_retries=MAX_RETRIES)
@@ -202,14 +196,20 @@ def sync_tenant_fair_share(self, organization_id: int) -> None:
     """The organization's share, as it stands now, to each backend that has run its tasks and
     keeps fair share itself (`set_tenant_fair_share`: a Slurm account's fairshare)."""
     shares = selectors.fair_share_of(organization_id)
+    _tell_tenant_backends(self, organization_id, "set_tenant_fair_share", shares)
+
+
+def _tell_tenant_backends(job, organization_id: int, method: str, value) -> None:
+    """`value` to each backend that has run the organization's tasks and keeps that setting
+    itself (its driver has `method`); a transient failure retries `job`."""
     for backend in Backend.objects.filter(pools__tasks__organization_id=organization_id).distinct():
-        set_tenant_fair_share = getattr(driver_of(backend), "set_tenant_fair_share", None)
-        if set_tenant_fair_share is None:
+        tell = getattr(driver_of(backend), method, None)
+        if tell is None:
             continue
         try:
-            set_tenant_fair_share(organization_id, shares)
+            tell(organization_id, value)
         except BackendError as exc:
-            retry_if_transient(self, exc)
+            retry_if_transient(job, exc)
 
 
 @shared_task

@@ -30,13 +30,13 @@ import logging
 import shutil
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 from loam_agent.client import PortalClient, PortalError
 from loam_agent.hosts.image import BuiltImage
 from loam_agent.hosts.model import HostError
 from loam_agent.hosts.saved_images import check_name, saved_image
+from loam_agent.hosts.workers import Workers
 
 logger = logging.getLogger(__name__)
 
@@ -108,14 +108,13 @@ def unpack(saved: Path, name: str, archive: Path) -> BuiltImage:
     return image
 
 
-class ImageCopier:
+class ImageCopier(Workers):
     """Runs the transfers the portal lists, each in a thread of its own."""
 
     def __init__(self, client: PortalClient, saved: Path) -> None:
+        super().__init__()
         self._client = client
         self._saved = saved
-        self._lock = threading.Lock()
-        self._busy: set[tuple[str, str]] = set()
 
     def apply(self, transfers: list[dict]) -> None:
         for transfer in transfers:
@@ -127,15 +126,6 @@ class ImageCopier:
             threading.Thread(
                 target=self._run, args=(key, transfer), name=f"image-{key[1]}-{key[0]}"
             ).start()
-
-    def wait_idle(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not self._busy:
-                    return True
-            time.sleep(0.05)
-        return False
 
     def _run(self, key: tuple[str, str], transfer: dict) -> None:
         name, direction = key

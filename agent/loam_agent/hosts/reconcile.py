@@ -18,6 +18,7 @@ from typing import Protocol
 from loam_agent.hosts.image import BuiltImage
 from loam_agent.hosts.model import ActualHost, DesiredHost, HostError, HostNetwork, HostStatus
 from loam_agent.hosts.volumes import DATA_DISK_PATH, DesiredVolume
+from loam_agent.hosts.workers import Workers
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ def converge(
     return status
 
 
-class Reconciler:
+class Reconciler(Workers):
     """Keeps one worker per host busy with the newest desired state of that host.
 
     `report(sequence, status)` sends each change, numbered by `next_sequence`."""
@@ -171,10 +172,9 @@ class Reconciler:
         self._runtime = runtime
         self._report_out = report
         self._next_sequence = next_sequence
+        super().__init__()
         self._host_keys = host_keys
-        self._lock = threading.Lock()
         self._pending: dict[str, DesiredHost | None] = {}  # None: remove
-        self._busy: set[str] = set()
         self._applied: dict[str, DesiredHost] = {}
         self.statuses: dict[str, HostStatus] = {}
 
@@ -203,15 +203,6 @@ class Reconciler:
         except HostError as error:
             # Each host's worker meets the same refusal and reports it on that host.
             logger.error("host networks not applied: %s", error)
-
-    def wait_idle(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not self._busy:
-                    return True
-            time.sleep(0.05)
-        return False
 
     def full_report(self) -> tuple[int, list[dict]]:
         """Every host's last status, and the report's number."""
