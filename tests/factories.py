@@ -7,7 +7,7 @@ with the double-underscore syntax (`InstanceFactory(organization__park=park)`).
 """
 
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from functools import cache
 from hashlib import sha256
@@ -29,6 +29,7 @@ from apps.agents.models import (
     CardSample,
     JoinToken,
     SavedImage,
+    SavedImageCopy,
     WantedState,
 )
 from apps.agents.services import secret_hash
@@ -47,6 +48,7 @@ from apps.billing.models import (
     LedgerEntry,
     Meter,
     MeterKind,
+    MonthlySpend,
     Payment,
     PaymentState,
     StripeEvent,
@@ -76,10 +78,12 @@ from apps.orchestration.models import (
     Allocation,
     Backend,
     CapacitySample,
+    FairShare,
     Node,
     NodeHealth,
     Placement,
     Pool,
+    Preemption,
     SchedulingPolicy,
     Task,
     TaskPreference,
@@ -1196,3 +1200,50 @@ from tests.partners.factories import (  # noqa: E402, F401
     SettlementFactory,
 )
 from tests.sharedfs.factories import SharedFileSystemFactory  # noqa: E402, F401
+
+
+class SavedImageCopyFactory(Factory):
+    """A saved image on its way to another server of its region, sent by its holder."""
+
+    class Meta:
+        model = SavedImageCopy
+
+    saved_image = factory.SubFactory(SavedImageFactory)
+    server = factory.SubFactory(AgentServerFactory)
+
+
+class MonthlySpendFactory(Factory):
+    """What an organization was charged in a month, as metering adds its records up."""
+
+    class Meta:
+        model = MonthlySpend
+
+    organization = factory.SubFactory(OrganizationFactory)
+    month = date(2026, 1, 1)
+    amount_minor = 2500
+
+
+class PreemptionFactory(Factory):
+    """A preemptible task requeued after ten minutes' run, for another of its organization."""
+
+    class Meta:
+        model = Preemption
+
+    task = factory.SubFactory(TaskFactory, state=TaskState.QUEUED, preemptible=True)
+    preempted_by = factory.SubFactory(
+        TaskFactory, organization=factory.SelfAttribute("..task.organization")
+    )
+    at = factory.LazyFunction(timezone.now)
+    ran_from = factory.LazyAttribute(lambda o: o.at - timedelta(minutes=10))
+    billed_seconds = 600
+    hourly_minor = 1750
+
+
+class FairShareFactory(Factory):
+    """An organization given twice the park's default share."""
+
+    class Meta:
+        model = FairShare
+
+    organization = factory.SubFactory(OrganizationFactory)
+    shares = 2

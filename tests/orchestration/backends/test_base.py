@@ -13,6 +13,7 @@ from apps.orchestration.backends.base import (
     InventoryDriver,
     MetricsDriver,
     NetworkDriver,
+    SharedFsDriver,
     TerminalDriver,
 )
 
@@ -24,6 +25,7 @@ PROTOCOLS = {
     Capability.METRICS: MetricsDriver,
     Capability.GANG: BatchDriver,
     Capability.TERMINAL: TerminalDriver,
+    Capability.SHARED_FS: SharedFsDriver,
 }
 
 

@@ -110,7 +110,8 @@ def test_neither_organization_reaches_the_others_job_or_output(
     # The uid the job has on the node, in its image too (root there only in a user namespace
     # whose one mapping is that uid), from its user namespace's map of its own id.
     host_uid = "awk -v me=$(id -u) '$1 <= me && me < $1 + $3 {{print \"uid=\" $2 + me - $1}}' "
-    command = "echo {secret}; " + host_uid + "/proc/self/uid_map; sleep 60"
+    # The secret last: once the portal reads it, the uid line is read too.
+    command = host_uid + "/proc/self/uid_map; echo {secret}; sleep 60"
     mine = run(
         two_tenants,
         organization,
