@@ -9,7 +9,7 @@ from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from apps.billing.metering import amount_for, due, month_start, next_month_start
+from apps.billing.metering import amount_for, day_start, due, month_start, next_month_start
 from apps.billing.models import (
     Invoice,
     InvoiceState,
@@ -165,9 +165,8 @@ def today_spend(organization: Organization, *, now: datetime | None = None) -> i
     """What the organization spent since midnight (the park's time zone): usage recorded today
     and what its running meters ran since they were last metered (minutes at most)."""
     now = now or timezone.now()
-    midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
     accrued, _hourly = _accrued(_unrecorded_meters(organization), now)
-    return _metered_since(organization, midnight) + accrued
+    return _metered_since(organization, day_start(now)) + accrued
 
 
 @dataclass(frozen=True)

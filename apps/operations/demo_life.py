@@ -92,7 +92,7 @@ def story_start(now: datetime) -> datetime:
     earliest = min(
         now - timedelta(days=demo.STORY_DAYS), metering.month_start(now) - timedelta(days=4)
     )
-    return timezone.localtime(earliest).replace(hour=0, minute=0, second=0, microsecond=0)
+    return metering.day_start(earliest)
 
 
 @dataclass

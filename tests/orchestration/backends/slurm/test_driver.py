@@ -389,13 +389,8 @@ def test_a_job_ending_while_slurmrestd_is_unreachable_is_billed_sacct_s_seconds(
     follow_until(task, {TaskState.RUNNING})
     meter_organization(organization.pk, until=timezone.now())
 
-    # The portal loses slurmrestd (a closed port); the job runs on and ends meanwhile.
-    reachable = backend.config
-    Backend.objects.filter(pk=backend.pk).update(config={**reachable, "url": "http://127.0.0.1:9"})
-    probe_backend(backend=backend)
-    assert set(Node.objects.filter(pool__backend=backend).values_list("health", flat=True)) == {
-        NodeHealth.UNKNOWN
-    }
+    # The portal loses slurmrestd; the job runs on and ends meanwhile.
+    reachable = lose_slurmrestd(backend)
 
     def ended_in_slurm():
         jobs.follow_task(task.pk)  # cannot ask: the task's state is unknown
@@ -425,6 +420,18 @@ def test_a_job_ending_while_slurmrestd_is_unreachable_is_billed_sacct_s_seconds(
     assert 20 <= elapsed <= 25
     assert abs(billed - elapsed) <= 1
     assert "unreachable_since" not in task.backend_status
+
+
+def lose_slurmrestd(backend) -> dict:
+    """The portal loses the backend's slurmrestd (its URL now a closed port): a probe finds the
+    pool's nodes unknown. Returns the configuration that reaches it again."""
+    reachable = backend.config
+    Backend.objects.filter(pk=backend.pk).update(config={**reachable, "url": "http://127.0.0.1:9"})
+    probe_backend(backend=backend)
+    assert set(Node.objects.filter(pool__backend=backend).values_list("health", flat=True)) == {
+        NodeHealth.UNKNOWN
+    }
+    return reachable
 
 
 def hostnames(cluster, nodelist: str) -> list[str]:
