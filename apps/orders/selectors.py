@@ -10,6 +10,7 @@ from apps.orchestration.models import Placement
 from apps.orders.models import (
     DEFAULT_SECURITY_RULES,
     INSTANCE_HOLDING_STATES,
+    ApprovalPolicy,
     IdlePolicy,
     Instance,
     InstanceState,
@@ -171,6 +172,30 @@ def pending_growth(organizations) -> Usage:
         )
         total += grow.positive()
     return total
+
+
+_APPROVAL_POLICY_COLUMNS = (
+    "id",
+    "unverified_needs_approval",
+    "max_accelerators",
+    "max_hourly_minor",
+)
+_APPROVAL_POLICY_SQL = f"""
+SELECT {", ".join(f"policy.{column}" for column in _APPROVAL_POLICY_COLUMNS)}
+FROM orders_approvalpolicy policy
+WHERE policy.park_id = %s
+"""
+
+
+def approval_policy_of(park_id: int) -> ApprovalPolicy:
+    """The park's approval policy, or the default one (unsaved) where it has set none. Written
+    out: read on every order, where the ORM took several times the statement's CPU."""
+    rows = sql.fetch_all(ApprovalPolicy, _APPROVAL_POLICY_SQL, [park_id])
+    if not rows:
+        return ApprovalPolicy()
+    values = dict(zip(_APPROVAL_POLICY_COLUMNS, rows[0], strict=True))
+    values["unverified_needs_approval"] = bool(values["unverified_needs_approval"])  # SQLite: 0/1
+    return ApprovalPolicy(park_id=park_id, **values)
 
 
 def instance_quota_usage(organizations) -> Usage:
