@@ -152,6 +152,38 @@ def lock_all(model, pks) -> None:
         )
 
 
+def locked_where(model, column: str, value):
+    """The row of `model` whose `column` (unique) is `value`, under FOR NO KEY UPDATE (see
+    `lock`), or None. Written out on PostgreSQL: every order locks its wallet so, where the
+    ORM took several times the statement's CPU to build it."""
+    rows = model._default_manager.select_for_update(no_key=True, of=("self",))
+    if connection.vendor != "postgresql":
+        return rows.filter(**{column: value}).first()
+    if not connection.in_atomic_block:
+        raise transaction.TransactionManagementError(
+            "select_for_update cannot be used outside of a transaction."
+        )
+    fields = model._meta.concrete_fields
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    columns = ", ".join(f"{table}.{quote(field.column)}" for field in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns} FROM {table} WHERE {table}.{quote(column)} = %s "
+            f"FOR NO KEY UPDATE OF {table}",
+            [value],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    # psycopg gives every column its Python type but JSON's (Django decodes that itself).
+    values = [
+        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
+        for field, value in zip(fields, row, strict=True)
+    ]
+    return model.from_db(connection.alias, [field.attname for field in fields], values)
+
+
 def in_transaction(step):
     """A step of larger use cases (a state move, a webhook event, a meter reconciled): it runs
     in its caller's transaction, or in one of its own when called outside any.

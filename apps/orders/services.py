@@ -59,7 +59,7 @@ from apps.orders.models import (
     SecurityGroup,
 )
 from apps.orders.networking import sync_provisioned
-from apps.orders.selectors import approval_policy_of
+from apps.orders.selectors import approval_policy_of, image_runs_on
 from apps.orders.validation import validate_hostname, validate_ssh_public_key
 from apps.quotas.services import demand_for, lock_quota_scope, quota_refusal
 from apps.storage import services as storage
@@ -376,7 +376,7 @@ def validate_host_request(organization: Organization, request: HostRequest) -> N
         or image.organization_id not in (None, organization.pk)
     ):
         errors["image"] = _("This image is not available in your park.")
-    elif not image.compatible_accelerators.filter(pk=flavor.family.accelerator_model_id).exists():
+    elif not image_runs_on(image.pk, flavor.family.accelerator_model_id):
         errors["image"] = _(
             "%(image)s (%(stack)s) does not run on %(model)s; choose an image for its software "
             "stack."
