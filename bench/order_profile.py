@@ -6,14 +6,14 @@ order, at one park size or several.
     python bench/order_profile.py --nodes 12,1300,13000
 
 Builds the world `bench/load.py` orders in (a scratch PostgreSQL database on DATABASE_URL's
-server, `loam_bench_order`, dropped first: the demo park, 8-card L40S nodes in two regions, a
-funded organization with large quotas and a write API key). The park grows to each size of
-`--nodes` in turn (nodes `bench-0`, `bench-1`, … added in bulk, each with fresh telemetry whose
-loaded cards draw one of a few powers, as the host agent reports it, so placement reads
-measured power), and at each size it posts `--orders` orders, then as many quotes, through
-Django's test client with the production settings (DEBUG off), after five to warm up,
-connections kept as in production. With several sizes it prints a line per size, how far
-each size's CPU an order and a quote is from the first size's, and pgbench's TPC-B TPS on
+server, `loam_bench_order` or `--scratch-db`, dropped first: the demo park, 8-card L40S nodes
+in two regions, a funded organization with large quotas and a write API key). The park grows
+to each size of `--nodes` in turn (nodes `bench-0`, `bench-1`, … added in bulk, each with fresh
+telemetry whose loaded cards draw one of a few powers, as the host agent reports it, so
+placement reads measured power), and at each size it posts `--orders` orders, then as many
+quotes, through Django's test client with the production settings (DEBUG off), after five to
+warm up, connections kept as in production. With several sizes it prints a line per size, how
+far each size's CPU an order and a quote is from the first size's, and pgbench's TPC-B TPS on
 the same server right after (bench/metering.py's `same_server_pgbench`). Prints the median
 and best of batches of ten (this machine's speed drifts, so the best is the steadier figure),
 the queries an order takes, and the time its statements took as the database driver saw
@@ -59,12 +59,17 @@ def main():
     parser.add_argument("--sort", default="cumulative", help="cProfile's order: tottime, …")
     parser.add_argument("--queries", action="store_true", help="print one order's statements")
     parser.add_argument("--default-gc", action="store_true", help="Python's collector settings")
+    parser.add_argument(
+        "--scratch-db",
+        default=SCRATCH_DB,
+        help="the database to seed; another name lets two runs share a server",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     import load  # bench/load.py: the same world
 
-    load.scratch_database("bench/order_profile.py", SCRATCH_DB, ALLOWED_HOSTS="testserver")
+    load.scratch_database("bench/order_profile.py", args.scratch_db, ALLOWED_HOSTS="testserver")
 
     import django
 

@@ -555,8 +555,13 @@ class SavedImage(models.Model):
 
     @property
     def size_gb(self) -> int:
-        """What is billed: whole GB, rounded up (a saved root is never free)."""
-        return max(1, -(-self.size_bytes // 10**9))
+        return billed_gb(self.size_bytes)
+
+
+def billed_gb(size_bytes: int) -> int:
+    """What a saved image of `size_bytes` is billed: whole GB, rounded up (a saved root is
+    never free)."""
+    return max(1, -(-size_bytes // 10**9))
 
 
 class SavedImageCopyState(models.TextChoices):

@@ -32,12 +32,14 @@ from apps.agents.models import (
     SavedImage,
     SavedImageState,
     WantedState,
+    billed_gb,
 )
 from apps.agents.services import bump_hosts_version
 from apps.billing.metering import HOURS_PER_MONTH, MeterSpec, reconcile
 from apps.billing.models import Meter, MeterKind
 from apps.catalog.models import Image, PriceKind
 from apps.catalog.selectors import price_in_force
+from apps.core import sql
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.transactions import lock, lock_all, locked
@@ -224,17 +226,32 @@ def _follow_meter(saved: SavedImage, *, billed: bool, at) -> None:
     )
 
 
+_KEPT_SAVED_SQL = """
+SELECT saved.state, saved.size_bytes, host.system_disk_gb
+FROM agents_savedimage saved
+LEFT JOIN orders_instance host ON host.id = saved.instance_id
+WHERE saved.organization_id IN ({organizations}) AND saved.state IN (%s, %s)
+"""
+
+
 def saved_image_quota_usage(organizations) -> Usage:
     """QUOTA_HOLDERS: the GB of the images `organizations` keep (storage_gb, as cloud disks):
     each ready one its size as billed, each being saved its host's system disk. Copies of one
-    to other servers of its region are the portal's to make and count once."""
-    kept = SavedImage.objects.filter(organization__in=organizations, state__in=_KEPT)
+    to other servers of its region are the portal's to make and count once. Written out:
+    counted on every order, where the ORM took several times the statement's CPU to build it.
+    `organizations`: ids, rows or a queryset."""
+    members, params = sql.members(organizations)
+    rows = sql.fetch_all(
+        SavedImage,
+        _KEPT_SAVED_SQL.format(organizations=members),
+        [*params, *(state.value for state in _KEPT)],
+    )
     total = 0
-    for saved in kept.select_related("instance").only("state", "size_bytes", "instance"):
-        if saved.state == SavedImageState.READY:
-            total += saved.size_gb
-        elif saved.instance is not None:
-            total += saved.instance.system_disk_gb
+    for state, size_bytes, system_disk_gb in rows:
+        if state == SavedImageState.READY:
+            total += billed_gb(size_bytes)
+        elif system_disk_gb is not None:
+            total += system_disk_gb
     return Usage(storage_gb=total)
 
 

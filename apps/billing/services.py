@@ -25,7 +25,7 @@ from apps.core.errors import DomainError
 from apps.core.extensions import ExtensionPoint
 from apps.core.models import AuditEvent
 from apps.core.money import format_money
-from apps.core.transactions import in_transaction, lock_all, on_commit_task
+from apps.core.transactions import in_transaction, lock_all, locked_where, on_commit_task
 from apps.tenants.access import SystemActor, require_operator
 from apps.tenants.models import Organization, Role
 
@@ -54,11 +54,10 @@ def wallet_of(organization: Organization) -> Wallet:
 
 def locked_wallet(organization_id: int) -> Wallet:
     """The organization's wallet under a row lock (created on first use)."""
-    locked = Wallet.objects.select_for_update(no_key=True)
-    wallet = locked.filter(organization_id=organization_id).first()
+    wallet = locked_where(Wallet, "organization_id", organization_id)
     if wallet is None:
         wallet_of(Organization.objects.select_related("park").get(pk=organization_id))
-        wallet = locked.get(organization_id=organization_id)
+        wallet = locked_where(Wallet, "organization_id", organization_id)
     return wallet
 
 
@@ -106,8 +105,8 @@ def require_funds(organization: Organization, amount_minor: int) -> Wallet:
 
 def hold(wallet: Wallet, *, instance, amount_minor: int) -> Hold:
     """Hold the first hour of `instance` on the (locked) wallet."""
-    Wallet.objects.filter(pk=wallet.pk).update(held_minor=wallet.held_minor + amount_minor)
     wallet.held_minor += amount_minor
+    update_rows(Wallet, [wallet], ["held_minor"])
     return Hold.objects.create(
         wallet=wallet, workload_id=instance.workload_id, amount_minor=amount_minor
     )

@@ -125,13 +125,63 @@ def share_key(model, pk) -> bool:
 
 def lock_all(model, pks) -> None:
     """`lock` for several rows in one statement, taken in id order (two transactions locking
-    overlapping sets then wait for each other instead of deadlocking)."""
-    list(
-        model._default_manager.select_for_update(no_key=True, of=("self",))
-        .filter(pk__in=list(pks))
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
+    overlapping sets then wait for each other instead of deadlocking). Written out on
+    PostgreSQL, one statement text whatever the number of rows (prepared once): every order
+    takes one, where the ORM took several times the statement's CPU to build it."""
+    ids = [getattr(pk, "pk", pk) for pk in pks]
+    if not ids:
+        return
+    if connection.vendor != "postgresql":  # no row locks to take: the ORM's no-op
+        list(
+            model._default_manager.select_for_update(no_key=True, of=("self",))
+            .filter(pk__in=ids)
+            .values_list("pk", flat=True)
+        )
+        return
+    if not connection.in_atomic_block:
+        raise transaction.TransactionManagementError(
+            "select_for_update cannot be used outside of a transaction."
+        )
+    quote = connection.ops.quote_name
+    table, pk = quote(model._meta.db_table), quote(model._meta.pk.column)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {table}.{pk} FROM {table} WHERE {table}.{pk} = ANY(%s) "
+            f"ORDER BY 1 FOR NO KEY UPDATE OF {table}",
+            [ids],
+        )
+
+
+def locked_where(model, column: str, value):
+    """The row of `model` whose `column` (unique) is `value`, under FOR NO KEY UPDATE (see
+    `lock`), or None. Written out on PostgreSQL: every order locks its wallet so, where the
+    ORM took several times the statement's CPU to build it."""
+    rows = model._default_manager.select_for_update(no_key=True, of=("self",))
+    if connection.vendor != "postgresql":
+        return rows.filter(**{column: value}).first()
+    if not connection.in_atomic_block:
+        raise transaction.TransactionManagementError(
+            "select_for_update cannot be used outside of a transaction."
+        )
+    fields = model._meta.concrete_fields
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    columns = ", ".join(f"{table}.{quote(field.column)}" for field in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns} FROM {table} WHERE {table}.{quote(column)} = %s "
+            f"FOR NO KEY UPDATE OF {table}",
+            [value],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    # psycopg gives every column its Python type but JSON's (Django decodes that itself).
+    values = [
+        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
+        for field, value in zip(fields, row, strict=True)
+    ]
+    return model.from_db(connection.alias, [field.attname for field in fields], values)
 
 
 def in_transaction(step):

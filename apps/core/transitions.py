@@ -36,6 +36,7 @@ def transition(
     audit_data: Mapping | None = None,
     held: bool = False,
     action: str | None = None,
+    write: bool = True,
 ) -> models.Model:
     """Move `obj` to `target` under a row lock and record an audit event.
 
@@ -48,9 +49,15 @@ def transition(
     The same holds for a row this transaction read after taking its row lock.
     `action`: the audit event's action, where the app names it (`bank_transfer.credited`);
     by default "<model>.<target>".
+    `write=False`: the move is made on the returned row and recorded, but its UPDATE is left to
+    that row's next move (`held`) or `write_moved` in this transaction, which writes both in
+    one: for a row that goes on to another change before anything reads it again (an order
+    goes through two states at once).
     """
     if held:
         locked = obj
+    elif getattr(obj, _UNWRITTEN, None):
+        raise RuntimeError(f"{obj!r} was moved without being written: write_moved() it first")
     else:
         locked = type(obj)._default_manager.select_for_update(no_key=True).get(pk=obj.pk)
         _keep_loaded_relations(obj, locked)
@@ -63,7 +70,10 @@ def transition(
     setattr(locked, field, target)
     for name, value in changes.items():
         setattr(locked, name, value)
-    locked.save(update_fields=[field, *changes, *_auto_now_fields(locked)])
+    unwritten = {*getattr(locked, _UNWRITTEN, ()), field, *changes}
+    setattr(locked, _UNWRITTEN, unwritten)
+    if write:
+        write_moved(locked)
     record_event(
         actor=actor,
         action=action or f"{locked._meta.model_name}.{target}",
@@ -71,6 +81,18 @@ def transition(
         data={"from": current, "to": target, **(audit_data or {})},
     )
     return locked
+
+
+# The fields of a row that moves made with write=False changed, not yet written.
+_UNWRITTEN = "_moved_unwritten"
+
+
+def write_moved(obj: models.Model, *fields: str) -> None:
+    """Write what `transition(..., write=False)` left unwritten on `obj`, with its other
+    `fields`, in one UPDATE."""
+    unwritten = getattr(obj, _UNWRITTEN, set())
+    obj.save(update_fields=[*unwritten, *fields, *_auto_now_fields(obj)])
+    setattr(obj, _UNWRITTEN, set())
 
 
 def _keep_loaded_relations(obj, locked) -> None:

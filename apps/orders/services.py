@@ -30,7 +30,7 @@ from apps.core.transactions import (
     on_commit_task,
     share_key,
 )
-from apps.core.transitions import transition
+from apps.core.transitions import transition, write_moved
 from apps.orchestration.backends.base import Capability
 from apps.orchestration.backends.registry import supports
 from apps.orchestration.models import TaskPreference
@@ -59,6 +59,7 @@ from apps.orders.models import (
     SecurityGroup,
 )
 from apps.orders.networking import sync_provisioned
+from apps.orders.selectors import approval_policy_of, image_runs_on
 from apps.orders.validation import validate_hostname, validate_ssh_public_key
 from apps.quotas.services import demand_for, lock_quota_scope, quota_refusal
 from apps.storage import services as storage
@@ -88,9 +89,12 @@ def move_instance(
     error_message: str = "",
     held: bool = False,
     created: bool = False,
+    write: bool = True,
 ) -> Instance:
-    """`held`: see transition(); `created`: this transaction created the instance (it is held,
-    and has no meters yet)."""
+    """`held`, `write`: see transition(); `created`: this transaction created the instance (it
+    is held, and has no meters yet)."""
+    if not write and to in meters.DISK_BILLED_STATES:
+        raise ValueError("the meters of a host whose disk is billed read it back: write it")
     changes, now = {}, timezone.now()
     if to == InstanceState.ERROR:
         changes["error_message"] = error_message
@@ -113,6 +117,7 @@ def move_instance(
         changes=lambda row: {**changes, **_stopped_since(row, to)},
         audit_data={"error": error_message} if error_message else None,
         held=held or created,
+        write=write,
     )
     # The wallet before the meters, in the order metering locks them (no deadlock).
     if to in (InstanceState.RELEASED, InstanceState.ERROR):
@@ -137,8 +142,10 @@ def _stopped_since(row: Instance, to: str) -> dict:
 
 
 @in_transaction
-def move_order(*, order: Order, to: str, actor=None, reason: str = "", held: bool = False) -> Order:
-    """`held`: see transition()."""
+def move_order(
+    *, order: Order, to: str, actor=None, reason: str = "", held: bool = False, write: bool = True
+) -> Order:
+    """`held`, `write`: see transition()."""
     changes = {"reason": reason} if reason else {}
     if to in (OrderState.APPROVED, OrderState.REJECTED) and actor is not None:
         changes.update(decided_by=actor, decided_at=timezone.now())
@@ -150,6 +157,7 @@ def move_order(*, order: Order, to: str, actor=None, reason: str = "", held: boo
         changes=changes,
         audit_data={"reason": reason} if reason else None,
         held=held,
+        write=write,
     )
     notify(order.organization, f"order.{to}", order_event(order))
     return order
@@ -368,7 +376,7 @@ def validate_host_request(organization: Organization, request: HostRequest) -> N
         or image.organization_id not in (None, organization.pk)
     ):
         errors["image"] = _("This image is not available in your park.")
-    elif not image.compatible_accelerators.filter(pk=flavor.family.accelerator_model_id).exists():
+    elif not image_runs_on(image.pk, flavor.family.accelerator_model_id):
         errors["image"] = _(
             "%(image)s (%(stack)s) does not run on %(model)s; choose an image for its software "
             "stack."
@@ -467,7 +475,7 @@ def _image_not_held(organization, request: HostRequest) -> str | None:
 
 
 def needs_approval(organization: Organization, request: HostRequest, quoted: Quote) -> bool:
-    policy = ApprovalPolicy.objects.filter(park=organization.park).first() or ApprovalPolicy()
+    policy = approval_policy_of(organization.park_id)
     if policy.unverified_needs_approval and not organization.is_verified:
         return True
     accelerators = request.flavor.accelerator_count * request.count
@@ -554,7 +562,10 @@ def submit_create(
                 move_order(order=order, to=OrderState.AWAITING_APPROVAL, actor=actor, held=True)
             )
         else:
-            order = move_order(order=order, to=OrderState.APPROVED, actor=None, held=True)
+            # Written with its move to fulfilling, next.
+            order = move_order(
+                order=order, to=OrderState.APPROVED, actor=None, held=True, write=False
+            )
             # Later hosts of the same order are scored again, with the earlier ones placed.
             decided.append(
                 _start_provisioning(
@@ -648,7 +659,10 @@ def _start_provisioning(
     # the allocation to the commit, so concurrent orders landing on one node wait less. Both
     # are in this transaction, so no one sees the order fulfilling without its allocation.
     order = move_order(order=order, to=OrderState.FULFILLING, held=True)
-    move_instance(instance=instance, to=InstanceState.PROVISIONING, created=created)
+    # Written with the node it is placed on, below: nothing reads it back before.
+    instance = move_instance(
+        instance=instance, to=InstanceState.PROVISIONING, created=created, write=False
+    )
     allocation = reservation.place(
         instance,
         shape=shape_of(instance.flavor),
@@ -656,12 +670,13 @@ def _start_provisioning(
         preference=order.parameters.get("preference", TaskPreference.BALANCED),
         plan=plan,
     )
-    node = allocation.node
-    Instance.objects.filter(pk=instance.pk).update(node=node, pool=node.pool)
+    instance.node = allocation.node
+    instance.pool = allocation.node.pool
+    write_moved(instance, "node", "pool")
     # Its data disk lives on its server as a volume where the server keeps volumes.
     storage.create_data_disk(
         workload=instance.workload,
-        node=node,
+        node=instance.node,
         host_name=instance.name,
         size_gb=instance.data_disk_gb,
     )

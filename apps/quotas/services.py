@@ -24,11 +24,11 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils.translation import gettext as _
 
 from apps.catalog.models import PriceKind
 from apps.catalog.selectors import prices_in_force
+from apps.core import sql
 from apps.core.audit import record_event
 from apps.core.errors import DomainError
 from apps.core.extensions import ExtensionPoint
@@ -289,6 +289,17 @@ def flavor_refusals(organization: Organization, offers: list) -> dict[int, str]:
     return quota_refusals(organization=organization, demands=demands)
 
 
+_LIMIT_COLUMNS = ("id", "park_id", "organization_id", "resource", "accelerator_model_id", "limit")
+# Written out: read on every order, where the ORM took several times the statement's CPU.
+_LIMITS_SQL = f"""
+SELECT {", ".join(f'quota."{column}"' for column in _LIMIT_COLUMNS)}
+FROM quotas_quotalimit quota
+WHERE quota.park_id = %s
+    AND (quota.organization_id IN ({{organizations}}) OR quota.organization_id IS NULL)
+ORDER BY quota.id
+"""
+
+
 class QuotaChecker:
     """The quota's rules, in one place: the limits of a park and of some of its organizations,
     read once (one query), against which demand after demand is checked. `reserve` checks one
@@ -306,13 +317,13 @@ class QuotaChecker:
     def __init__(self, *, park_id: int, organization_ids: list[int]):
         self._organization_limits: dict[int, list[QuotaLimit]] = {}
         self._park_limits: list[QuotaLimit] = []
-        rows = (
-            QuotaLimit.objects.filter(park=park_id)
-            .filter(Q(organization_id__in=list(organization_ids)) | Q(organization__isnull=True))
-            .select_related("accelerator_model")  # to word a refusal
-            .order_by("pk")
+        members, params = sql.members(organization_ids)
+        rows = sql.fetch_all(
+            QuotaLimit, _LIMITS_SQL.format(organizations=members), [park_id, *params]
         )
-        for limit in rows:
+        for row in rows:
+            # A refusal naming a model reads it then (`_quota_message`).
+            limit = QuotaLimit(**dict(zip(_LIMIT_COLUMNS, row, strict=True)))
             if limit.organization_id is None:
                 self._park_limits.append(limit)
             else:

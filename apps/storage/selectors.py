@@ -1,7 +1,8 @@
 """Reads of volumes: what they hold of the quota, a tenant's list, a server's and a host's."""
 
-from django.db.models import Max, Sum
+from django.db.models import Max
 
+from apps.core import sql
 from apps.quotas.services import Usage
 from apps.storage.models import Volume, VolumeState
 
@@ -11,12 +12,26 @@ def live_volumes():
     return Volume.objects.exclude(state=VolumeState.DELETED)
 
 
+_KEPT_VOLUMES_GB_SQL = """
+SELECT SUM(volume.size_gb)
+FROM storage_volume volume
+WHERE volume.organization_id IN ({organizations}) AND volume.data_disk_of_id IS NULL
+    AND volume.state <> %s
+"""
+
+
 def volume_quota_usage(organizations) -> Usage:
     """QUOTA_HOLDERS: the GB of every volume `organizations` keep, whatever it is attached to,
-    but hosts' data disks: their hosts count them (in the disk quota) while they live."""
-    kept = live_volumes().filter(organization__in=organizations, data_disk_of__isnull=True)
-    total = kept.aggregate(Sum("size_gb"))
-    return Usage(storage_gb=total["size_gb__sum"] or 0)
+    but hosts' data disks: their hosts count them (in the disk quota) while they live (the
+    volumes `live_volumes` answers). Written out: counted on every order, where the ORM took
+    several times the statement's CPU to build it. `organizations`: ids, rows or a queryset."""
+    members, params = sql.members(organizations)
+    ((total,),) = sql.fetch_all(
+        Volume,
+        _KEPT_VOLUMES_GB_SQL.format(organizations=members),
+        [*params, VolumeState.DELETED.value],
+    )
+    return Usage(storage_gb=total or 0)
 
 
 def organization_volumes(organization):

@@ -43,6 +43,7 @@ from apps.webhooks.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
+from apps.webhooks.selectors import active_endpoints
 from apps.webhooks.validators import validate_event_types, validate_url
 
 SECRET_PREFIX = "whsec_"
@@ -227,18 +228,18 @@ def _write_deliveries(events: list[_Event]) -> list[WebhookDelivery]:
 
     if not events:
         return []
-    endpoints = defaultdict(list)
-    for endpoint in WebhookEndpoint.objects.filter(
-        organization_id__in={event.organization_id for event in events}, is_active=True
-    ).order_by("pk"):
-        endpoints[endpoint.organization_id].append(endpoint)
+    endpoints = defaultdict(list)  # organization id: [(endpoint id, its event types)]
+    for endpoint_id, organization_id, event_types in active_endpoints(
+        {event.organization_id for event in events}
+    ):
+        endpoints[organization_id].append((endpoint_id, event_types))
     deliveries = []
     for event in events:
         # JSON containment is not portable to SQLite; an organization has few endpoints.
         subscribed = [
-            endpoint
-            for endpoint in endpoints[event.organization_id]
-            if event.event_type in endpoint.event_types
+            endpoint_id
+            for endpoint_id, event_types in endpoints[event.organization_id]
+            if event.event_type in event_types
         ]
         if not subscribed:
             continue
@@ -251,13 +252,13 @@ def _write_deliveries(events: list[_Event]) -> list[WebhookDelivery]:
         }
         deliveries += [
             WebhookDelivery(
-                endpoint=endpoint,
+                endpoint_id=endpoint_id,
                 event_id=event_id,
                 event_type=event.event_type,
                 payload=payload,
                 next_attempt_at=event.at,
             )
-            for endpoint in subscribed
+            for endpoint_id in subscribed
         ]
     if not deliveries:
         return []

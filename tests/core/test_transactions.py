@@ -1,12 +1,15 @@
+import threading
+
 import pytest
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from apps.core.audit import record_event, recorded_together
 from apps.core.models import AuditEvent
-from apps.core.transactions import in_transaction, locked_update_or_create
+from apps.core.transactions import in_transaction, lock_all, locked_update_or_create
 from apps.orchestration.services import register_node
 from apps.orders.models import ApprovalPolicy
+from apps.tenants.models import Organization
 from tests.factories import OrganizationFactory, PoolFactory
 
 
@@ -125,3 +128,43 @@ def test_an_update_or_create_under_lock_writes_only_what_changed():
     )
     changed.refresh_from_db()
     assert changed.max_accelerators == 8
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_lock_all_holds_its_rows_against_other_lockers_until_the_transaction_ends():
+    """Written out, it still takes FOR NO KEY UPDATE on exactly its rows: another locker of one
+    of them is refused (NOWAIT), a foreign-key check's FOR KEY SHARE is not, nor a row it did
+    not name; and outside a transaction it is refused, as the ORM's select_for_update is."""
+    first, second, other = (OrganizationFactory() for _ in range(3))
+    with pytest.raises(transaction.TransactionManagementError):
+        lock_all(Organization, [first.pk])
+    seen = {}
+
+    def another_connection():
+        try:
+            with connection.cursor() as cursor:
+                for name, pk, taken in (
+                    ("update", second.pk, "NO KEY UPDATE"),
+                    ("key share", second.pk, "KEY SHARE"),
+                    ("other row", other.pk, "NO KEY UPDATE"),
+                ):
+                    with transaction.atomic():
+                        try:
+                            cursor.execute(
+                                "SELECT id FROM tenants_organization WHERE id = %s "
+                                f"FOR {taken} NOWAIT",
+                                [pk],
+                            )
+                            seen[name] = "taken"
+                        except OperationalError:
+                            seen[name] = "refused"
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        lock_all(Organization, [second, first.pk])  # rows or ids, in any order
+        thread = threading.Thread(target=another_connection)
+        thread.start()
+        thread.join(10)
+    assert seen == {"update": "refused", "key share": "taken", "other row": "taken"}

@@ -2,9 +2,12 @@ import threading
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from apps.core.errors import InvalidTransition
-from apps.orders.models import InstanceState
+from apps.core.models import AuditEvent
+from apps.core.transitions import write_moved
+from apps.orders.models import Instance, InstanceState
 from apps.orders.services import move_instance
 from tests.factories import InstanceFactory
 
@@ -111,3 +114,45 @@ def test_a_row_this_transaction_holds_moves_without_being_read_again():
     assert order.state == OrderState.APPROVED
     event = AuditEvent.objects.get(action="order.approved", object_id=str(order.pk))
     assert event.data == {"from": OrderState.SUBMITTED, "to": OrderState.APPROVED}
+
+
+@pytest.mark.django_db
+def test_a_move_left_unwritten_is_written_with_the_rows_next_change():
+    """`write=False` records the move at once and writes it with the row's next change, in one
+    UPDATE: the row in the database keeps its state until then."""
+    instance = InstanceFactory(state=InstanceState.PENDING)
+    with transaction.atomic():
+        moved = move_instance(
+            instance=instance, to=InstanceState.PROVISIONING, held=True, write=False
+        )
+        assert moved.state == InstanceState.PROVISIONING
+        stored = Instance.objects.values_list("state", flat=True).get(pk=instance.pk)
+        assert stored == InstanceState.PENDING
+        moved.name = "renamed"
+        with CaptureQueriesContext(connection) as captured:
+            write_moved(moved, "name")
+    assert [q["sql"].split()[0] for q in captured.captured_queries] == ["UPDATE"]
+    instance.refresh_from_db()
+    assert (instance.state, instance.name) == (InstanceState.PROVISIONING, "renamed")
+    assert AuditEvent.objects.filter(
+        action="instance.provisioning", object_id=str(instance.pk)
+    ).exists()
+
+
+@pytest.mark.django_db
+def test_a_row_with_a_move_unwritten_is_not_read_back_over_it():
+    """Re-reading the row for the next move would lose the move made in memory: refused."""
+    instance = InstanceFactory(state=InstanceState.PENDING)
+    with transaction.atomic():
+        moved = move_instance(
+            instance=instance, to=InstanceState.PROVISIONING, held=True, write=False
+        )
+        with pytest.raises(RuntimeError, match="write_moved"):
+            move_instance(instance=moved, to=InstanceState.ERROR, error_message="boom")
+
+
+@pytest.mark.django_db
+def test_a_move_to_a_state_whose_meters_read_the_row_back_is_always_written():
+    instance = InstanceFactory(state=InstanceState.PROVISIONING)
+    with transaction.atomic(), pytest.raises(ValueError, match="write it"):
+        move_instance(instance=instance, to=InstanceState.RUNNING, held=True, write=False)

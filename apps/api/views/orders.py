@@ -29,6 +29,7 @@ from apps.api.serializers.orders import (
     ResizeSerializer,
     StartSerializer,
     StopScheduleSerializer,
+    order_data,
 )
 from apps.api.serializers.storage import VolumeSerializer
 from apps.orders import expiry, networking, operations, services
@@ -91,7 +92,7 @@ class OrderViewSet(
             actor=current_actor(request),
             request=serializer.host_request(),
         )
-        return Response(OrderSerializer(orders, many=True).data, status=status.HTTP_201_CREATED)
+        return Response([order_data(order) for order in orders], status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=OrderSerializer)
     @action(detail=True, methods=["post"])

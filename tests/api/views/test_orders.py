@@ -1,10 +1,12 @@
 """Quotes, orders, instances and quotas through the partner API: the same services as the pages,
 refusals as problem+json (400 with field errors, 403, 404, 409)."""
 
+import json
 from decimal import Decimal
 
 import pytest
 
+from apps.api.serializers.orders import OrderSerializer, order_data
 from apps.orders.models import Instance, Order, OrderKind
 from apps.orders.services import approve_order, submit_create
 from apps.quotas.models import QuotaResource
@@ -182,6 +184,26 @@ def test_create_without_running_tasks_is_provisioning(api, world):
     (order,) = response.json()
     assert order["state"] == "fulfilling"
     assert Instance.objects.get(pk=order["instance"]).state == "provisioning"
+
+
+def test_create_answers_each_order_as_the_order_serializer_does(
+    api, client, world, other_organization, other_owner, make_key
+):
+    """The create answer is written out (`order_data`); it is OrderSerializer's, field for
+    field, for an order placed at once and one that waits, with and without a decision."""
+    placed = api.post("/api/v1/orders/", body(count=2, name="job")).json()
+    key = make_key(ApiKeyScope.WRITE, org=other_organization, actor=other_owner)
+    waiting = client.post(
+        "/api/v1/orders/", body(), content_type="application/json", **bearer(key)
+    ).json()
+    answered = placed + waiting
+    orders = Order.objects.in_bulk([order["id"] for order in answered])
+    assert {order["state"] for order in answered} == {"fulfilling", "awaiting_approval"}
+    for order in answered:
+        assert order == json.loads(json.dumps(OrderSerializer(orders[order["id"]]).data))
+    decided = Order.objects.get(pk=waiting[0]["id"])
+    decided.decided_at = decided.created_at
+    assert order_data(decided) == OrderSerializer(decided).data
 
 
 def test_the_created_instance_is_running_through_the_api(api, world, run_tasks):
