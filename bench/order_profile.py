@@ -6,9 +6,8 @@ order, at one park size or several.
     python bench/order_profile.py --nodes 12,1300,13000
 
 Builds the world `bench/load.py` orders in (a scratch PostgreSQL database on DATABASE_URL's
-server, `loam_bench_order` or
-LOAM_BENCH_DB, dropped first: the demo park, 8-card L40S nodes in two regions, a
-funded organization with large quotas and a write API key). The park grows to each size of
+server, `loam_bench_order` or the one LOAM_BENCH_DB names, dropped first: the demo park, 8-card
+L40S nodes in two regions, a funded organization with large quotas and a write API key). The park grows to each size of
 `--nodes` in turn (nodes `bench-0`, `bench-1`, … added in bulk, each with fresh telemetry whose
 loaded cards draw one of a few powers, as the host agent reports it, so placement reads
 measured power), and at each size it posts `--orders` orders, then as many quotes, through
