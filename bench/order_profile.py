@@ -139,11 +139,13 @@ def growth(first: dict, then: dict) -> str:
 
 def grow_park(size: int, load) -> None:
     """Add 8-card nodes to the L40S pools bench/load.py orders in until `size` are there
-    (`bench-<n>`, as load.seed names them), in bulk, with their telemetry; then ANALYZE."""
+    (`bench-<n>`, as load.seed names them), in bulk, with their telemetry; then VACUUM ANALYZE."""
     from django.db import connection, transaction
     from django.utils import timezone
 
+    from apps.orchestration.adapter import measured_power
     from apps.orchestration.models import Accelerator, Node, Pool
+    from apps.orchestration.rooms import correct_rooms
 
     pools = list(
         Pool.objects.filter(
@@ -154,6 +156,17 @@ def grow_park(size: int, load) -> None:
     )
     have = Node.objects.filter(hostname__startswith="bench-").count()
     now = timezone.now().isoformat()
+
+    def telemetry(n):
+        return {
+            "accelerators": {
+                str(i): {"util": 90.0, "power_w": DRAWN_W[n % len(DRAWN_W)]}
+                for i in range(load.NODE_CARDS)
+            },
+            "updated_at": now,
+            "simulated": True,
+        }
+
     with transaction.atomic():
         for begin in range(have, size, 1000):
             nodes = Node.objects.bulk_create(
@@ -162,14 +175,10 @@ def grow_park(size: int, load) -> None:
                     hostname=f"bench-{n}",
                     vcpu_total=load.NODE_VCPU,
                     ram_gb_total=load.NODE_RAM_GB,
-                    telemetry={
-                        "accelerators": {
-                            str(i): {"util": 90.0, "power_w": DRAWN_W[n % len(DRAWN_W)]}
-                            for i in range(load.NODE_CARDS)
-                        },
-                        "updated_at": now,
-                        "simulated": True,
-                    },
+                    telemetry=telemetry(n),
+                    # As probing the backend keeps them with the telemetry.
+                    loaded_watts=measured_power(telemetry(n))[0],
+                    loaded_watts_at=measured_power(telemetry(n))[1],
                 )
                 for n in range(begin, min(size, begin + 1000))
             )
@@ -178,8 +187,13 @@ def grow_park(size: int, load) -> None:
                 for node in nodes
                 for i in range(load.NODE_CARDS)
             )
+    # Their cards were written in bulk, behind the nodes' kept rooms: counted as the
+    # capacity sampler's beat counts them.
+    correct_rooms()
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+        # As autovacuum leaves a park's rows once they are written: visible to index-only
+        # reads.
+        cursor.execute("VACUUM ANALYZE")
 
 
 def measure(args, key, load, endpoint, *, listing: bool) -> dict:

@@ -73,6 +73,7 @@ from apps.catalog.models import (
 )
 from apps.core.models import AuditEvent
 from apps.core.money import Currency
+from apps.orchestration.adapter import measured_power
 from apps.orchestration.models import (
     Accelerator,
     Allocation,
@@ -89,7 +90,7 @@ from apps.orchestration.models import (
     TaskPreference,
     TaskState,
 )
-from apps.orchestration.rooms import NodeRoom
+from apps.orchestration.rooms import NodeRoom, recount
 from apps.orders.models import (
     ApprovalPolicy,
     HostSample,
@@ -452,6 +453,9 @@ class NodeFactory(Factory):
     health = NodeHealth.HEALTHY
     is_drained = False
     telemetry = factory.LazyFunction(dict)
+    # Kept with the telemetry, as probing a backend keeps them.
+    loaded_watts = factory.LazyAttribute(lambda node: measured_power(node.telemetry)[0])
+    loaded_watts_at = factory.LazyAttribute(lambda node: measured_power(node.telemetry)[1])
 
 
 class AcceleratorFactory(Factory):
@@ -462,6 +466,12 @@ class AcceleratorFactory(Factory):
     index = factory.Sequence(lambda n: n % 32767)
     serial = factory.Sequence(lambda n: f"GPU-{n:08d}")
     allocation = None
+
+    @factory.post_generation
+    def counted(card, create, extracted, **kwargs):
+        """The node's kept room counts its new card (as registering the node does)."""
+        if create:
+            recount([card.node_id])
 
 
 # --- orders ----------------------------------------------------------------------------------
@@ -669,6 +679,12 @@ class AllocationFactory(Factory):
     vcpu = 16
     ram_gb = 128
     released_at = None
+
+    @factory.post_generation
+    def counted(allocation, create, extracted, **kwargs):
+        """The node's kept room counts what the allocation holds (as placing it does)."""
+        if create:
+            recount([allocation.node_id])
 
     class Params:
         for_task = factory.Trait(

@@ -46,6 +46,7 @@ from apps.orchestration.models import (
     NodeHealth,
     Pool,
 )
+from apps.orchestration.rooms import recount
 from apps.orders.models import Instance, InstanceState
 from apps.storage.services import record_volume_reports as record_volumes
 from apps.tenants.access import require_operator
@@ -502,6 +503,7 @@ def _sync_cards(server: AgentServer, cards: list[dict], samples: dict, now) -> l
             out_of_service=False
         )
     if new or flips:
+        recount([node.pk])  # locked above
         free_room_changed()
     return changed
 

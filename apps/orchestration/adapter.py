@@ -19,7 +19,7 @@ on its node, the better, which keeps whole nodes for large requests.
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cached_property
 
@@ -77,7 +77,8 @@ class NodeRow:
     ram_gb_total: int
     health: str
     is_drained: bool
-    telemetry: dict
+    loaded_watts: float | None  # `Node.loaded_watts`, and when it was measured
+    loaded_watts_at: datetime | None
     pool: object = None  # set by the caller (a few pools are read once for all their nodes)
     # Set by node_views, as on a Node:
     free_accelerators: int = 0
@@ -288,21 +289,33 @@ LOADED_PCT = 50
 MEASURED_POWER_FRESH_FOR = timedelta(minutes=10)
 
 
-def watts_under_load(node, tdp_w: int, now) -> float:
-    """What one of the node's cards draws under load: the mean measured power of its loaded
-    cards where fresh telemetry has it (the host agent reads it through NVML), else its TDP."""
-    telemetry = node.telemetry
-    if not telemetry:
-        return float(tdp_w)
+def measured_power(telemetry: dict) -> tuple[float | None, datetime | None]:
+    """(what one of the node's loaded cards draws, when it was read) from a node's telemetry:
+    the mean measured power of its cards at LOADED_PCT or more (the host agent reads it
+    through NVML), and the telemetry's time; (None, None) where no loaded card has power or
+    the telemetry has no time. Kept on the node with its telemetry (`Node.loaded_watts`)."""
+    telemetry = telemetry or {}
     updated = parse_datetime(telemetry.get("updated_at") or "")
-    if updated is None or now - updated > MEASURED_POWER_FRESH_FOR:
-        return float(tdp_w)
+    accelerators = telemetry.get("accelerators")
     loaded = [
         float(reading["power_w"])
-        for reading in (telemetry.get("accelerators") or {}).values()
+        for reading in (accelerators.values() if isinstance(accelerators, dict) else ())
         if reading.get("power_w") is not None and (reading.get("util") or 0) >= LOADED_PCT
     ]
-    return sum(loaded) / len(loaded) if loaded else float(tdp_w)
+    if updated is None or not loaded:
+        return None, None
+    return sum(loaded) / len(loaded), updated
+
+
+def watts_under_load(node, tdp_w: int, now) -> float:
+    """What one of the node's cards draws under load: its measured power (`measured_power`)
+    while fresh, else its TDP."""
+    measured_at = node.loaded_watts_at
+    if node.loaded_watts is None or measured_at is None:
+        return float(tdp_w)
+    if now - measured_at > MEASURED_POWER_FRESH_FOR:
+        return float(tdp_w)
+    return node.loaded_watts
 
 
 def node_views(nodes, *, prices: dict, rooms_of: dict | None = None) -> list[NodeView]:

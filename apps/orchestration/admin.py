@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from apps.core.transactions import lock
 from apps.orchestration.models import (
     Accelerator,
     Allocation,
@@ -11,6 +12,7 @@ from apps.orchestration.models import (
     SchedulingPolicy,
     Task,
 )
+from apps.orchestration.rooms import ROOM_FIELDS, recount
 
 
 @admin.register(Backend)
@@ -47,6 +49,14 @@ class NodeAdmin(admin.ModelAdmin):
     list_display = ["hostname", "pool", "vcpu_total", "ram_gb_total", "health", "is_drained"]
     list_filter = ["pool", "health", "is_drained"]
     inlines = [AcceleratorInline]
+    # Kept by the portal (what the node has free, counted; what its loaded cards draw).
+    readonly_fields = [*ROOM_FIELDS, "loaded_watts", "loaded_watts_at"]
+
+    def save_related(self, request, form, formsets, change):
+        super().save_related(request, form, formsets, change)
+        # Cards edited here change what the node has free: counted again under its lock.
+        lock(Node, form.instance.pk)
+        recount([form.instance.pk])
 
 
 @admin.register(Allocation)

@@ -121,8 +121,13 @@ NODE_HEALTH_TRANSITIONS = {
 
 
 class Node(models.Model):
-    """A host in a pool. Free capacity is derived from allocations, never kept as a counter;
-    placement locks the node row while it allocates (SELECT ... FOR UPDATE)."""
+    """A host in a pool. What it has free is counted from its cards and live allocations under
+    its row lock (`rooms.NodeRoom`), which placement takes while it allocates (SELECT ... FOR
+    UPDATE); the `room_*` columns keep the last count, written under the same lock, so that
+    placement's shortlist reads a few rows per pool instead of counting every node's cards.
+    They only propose: a node is always re-counted under its lock before anything is taken,
+    and a count that differs from them is written back (`rooms.correct_rooms` too, on the
+    capacity sampler's beat)."""
 
     pool = models.ForeignKey(
         Pool, on_delete=models.CASCADE, related_name="nodes", verbose_name=_("pool")
@@ -138,11 +143,55 @@ class Node(models.Model):
     )
     telemetry = models.JSONField(_("telemetry"), default=dict, blank=True)
     last_seen_at = models.DateTimeField(_("last seen at"), null=True, blank=True)
+    # The room counted under the node's lock (see above): its cards, those idle (in service,
+    # nothing holds them), the milli-accelerators free on its cards (idle ones whole, shared
+    # ones less their live shares), and what its live allocations hold. A new node holds
+    # nothing and has no cards yet.
+    room_cards = models.PositiveSmallIntegerField(_("accelerators counted"), default=0)
+    room_idle = models.PositiveSmallIntegerField(_("idle accelerators counted"), default=0)
+    room_free_milli = models.PositiveIntegerField(_("free milli-accelerators counted"), default=0)
+    room_vcpu_held = models.PositiveIntegerField(_("vCPU held counted"), default=0)
+    room_ram_gb_held = models.PositiveIntegerField(_("RAM held counted (GB)"), default=0)
+    # What one loaded card draws, from the telemetry it was read in (`adapter.measured_power`,
+    # written with the telemetry), and when that telemetry was taken: placement's energy
+    # score reads it while fresh, and the TDP otherwise. None: nothing loaded was measured.
+    loaded_watts = models.FloatField(_("measured power under load (W)"), null=True, blank=True)
+    loaded_watts_at = models.DateTimeField(_("measured at"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("node")
         verbose_name_plural = _("nodes")
         ordering = ["pool", "hostname"]
+        # Placement's reads of the nodes that may take new work (`shortlist`): each pool's
+        # few best nodes for each amount of free room, drawing least first (and the unmeasured
+        # ones, by id, after them); the counts of those that fit or not, from the index
+        # alone; and those whose measured power went stale.
+        indexes = [
+            models.Index(
+                fields=["pool", "room_free_milli", "loaded_watts", "id"],
+                condition=Q(health="healthy", is_drained=False),
+                name="node_shortlist",
+            ),
+            models.Index(
+                fields=[
+                    "pool",
+                    "room_cards",
+                    "room_idle",
+                    "vcpu_total",
+                    "room_vcpu_held",
+                    "ram_gb_total",
+                    "room_ram_gb_held",
+                    "id",
+                ],
+                condition=Q(health="healthy", is_drained=False),
+                name="node_room_counts",
+            ),
+            models.Index(
+                fields=["pool", "loaded_watts_at"],
+                condition=Q(health="healthy", is_drained=False, loaded_watts__isnull=False),
+                name="node_power_measured_at",
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["pool", "hostname"], name="node_hostname_unique"),
             models.CheckConstraint(

@@ -39,7 +39,7 @@ from apps.catalog.selectors import free_room_changed
 from apps.core import sql
 from apps.core.transactions import lock_all
 from apps.orchestration.models import Accelerator, Allocation, Node, Task, TaskState
-from apps.orchestration.rooms import NodeRoom
+from apps.orchestration.rooms import NodeRoom, recount
 from apps.orchestration.services import (
     PlacementPlan,
     Shape,
@@ -308,4 +308,5 @@ def release_allocations(allocations) -> None:
                 Accelerator.objects.filter(pk=card).update(allocation=heir)
         else:
             Accelerator.objects.filter(allocation=allocation).update(allocation=None)
+    recount({allocation.node_id for allocation in allocations})
     free_room_changed()

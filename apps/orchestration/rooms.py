@@ -4,14 +4,100 @@ or a training task, before it writes the allocation. Every change to what a node
 through it, on the one reservation path (`reservations`): a new host (`services.place`), a
 stopped host starting again on its node (`services.allocate_again`), a host resized in place
 (`services.resize_capacity`) and the queue pass's tasks, one node each or a gang's several
-(`reservations.TaskReservation`), count and take cards the same way."""
+(`reservations.TaskReservation`), count and take cards the same way.
+
+What a room counts is kept on the node's row as well (`Node.room_*`), for placement's
+shortlist to read: written under the lock whenever the count or what is taken differs from it
+(`NodeRoom.save_room`), counted again in the database where cards or allocations change
+outside a room (`recount`: a release, a node registered again, a card out of service), and
+corrected where it drifted anyway (`correct_rooms`, on the capacity sampler's beat)."""
 
 from dataclasses import dataclass
 
+from django.db import transaction
+
 from apps.catalog.selectors import free_room_changed
+from apps.core import sql
+from apps.core.transactions import lock_all
 from apps.orchestration import adapter
 from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth
 from apps.orchestration.scheduler import MILLI
+
+ROOM_FIELDS = ("room_cards", "room_idle", "room_free_milli", "room_vcpu_held", "room_ram_gb_held")
+
+# Each of ROOM_FIELDS as the database counts it for the node `node`, as `adapter.card_states`
+# and `adapter.held_by_nodes` count it: its cards; those idle; what is free on its cards in
+# service (an idle one whole, one shared by tasks less its live shares); what its live
+# allocations hold.
+_COUNTED = (
+    "(SELECT COUNT(*) FROM orchestration_accelerator card WHERE card.node_id = node.id)",
+    """(SELECT COUNT(*) FROM orchestration_accelerator card
+        WHERE card.node_id = node.id AND card.allocation_id IS NULL AND NOT card.out_of_service)""",
+    f"""(SELECT COALESCE(SUM(CASE
+            WHEN card.allocation_id IS NULL THEN {MILLI}
+            WHEN holder.share_milli > 0 THEN {MILLI} - COALESCE((
+                SELECT CASE WHEN SUM(share.share_milli) > {MILLI} THEN {MILLI}
+                    ELSE SUM(share.share_milli) END
+                FROM orchestration_allocation share
+                WHERE share.shared_accelerator_id = card.id AND share.released_at IS NULL
+            ), 0)
+            ELSE 0 END), 0)
+        FROM orchestration_accelerator card
+        LEFT JOIN orchestration_allocation holder ON holder.id = card.allocation_id
+        WHERE card.node_id = node.id AND NOT card.out_of_service)""",
+    """(SELECT COALESCE(SUM(live.vcpu), 0) FROM orchestration_allocation live
+        WHERE live.node_id = node.id AND live.released_at IS NULL)""",
+    """(SELECT COALESCE(SUM(live.ram_gb), 0) FROM orchestration_allocation live
+        WHERE live.node_id = node.id AND live.released_at IS NULL)""",
+)
+
+_RECOUNT_SQL = "UPDATE orchestration_node AS node SET {counted} WHERE node.id IN ({nodes})"
+
+_DRIFTED_SQL = """
+SELECT id FROM (
+    SELECT node.id, {stored}, {counted} FROM orchestration_node node
+) room
+WHERE {differs}
+ORDER BY id
+"""
+
+
+def recount(node_ids) -> None:
+    """Count the rooms of `node_ids` (locked by the caller) again in the database and keep
+    them on their rows: where cards or allocations changed outside a `NodeRoom`. One
+    statement."""
+    node_ids = list(node_ids)
+    if not node_ids:
+        return
+    counted = ", ".join(
+        f"{field} = {expression}" for field, expression in zip(ROOM_FIELDS, _COUNTED, strict=True)
+    )
+    with transaction.get_connection().cursor() as cursor:
+        cursor.execute(
+            _RECOUNT_SQL.format(counted=counted, nodes=sql.placeholders(node_ids)), node_ids
+        )
+
+
+def correct_rooms() -> list[int]:
+    """Every node whose kept room differs from what its cards and allocations say, counted
+    again under its lock and kept: a change no room or recount saw (a row written by hand,
+    a path that forgot). Read without locks first, so a park that agrees costs one statement
+    and locks nothing. Returns the ids of the nodes corrected."""
+    statement = _DRIFTED_SQL.format(
+        stored=", ".join(f"node.{field} AS kept_{field}" for field in ROOM_FIELDS),
+        counted=", ".join(
+            f"{expression} AS counted_{field}"
+            for field, expression in zip(ROOM_FIELDS, _COUNTED, strict=True)
+        ),
+        differs=" OR ".join(f"kept_{field} <> counted_{field}" for field in ROOM_FIELDS),
+    )
+    drifted = [row[0] for row in sql.fetch_all(Node, statement)]
+    if drifted:
+        with transaction.atomic():
+            lock_all(Node, drifted)
+            recount(drifted)
+        free_room_changed()
+    return drifted
 
 
 @dataclass
@@ -23,6 +109,44 @@ class NodeRoom:
     vcpu_free: int
     ram_gb_free: int
     cards: list[adapter.Card]  # index order
+
+    @property
+    def counted(self) -> tuple[int, int, int, int, int]:
+        """The room as `Node.room_*` keeps it (ROOM_FIELDS' order)."""
+        node = self.node
+        return (
+            len(self.cards),
+            self.idle_cards,
+            sum(card.free for card in self.cards),
+            node.vcpu_total - self.vcpu_free,
+            node.ram_gb_total - self.ram_gb_free,
+        )
+
+    def save_room(self) -> bool:
+        """Keep the room as counted now (what was taken included) on the node's row, where it
+        differs from what the row kept: one UPDATE, or none. True when it wrote."""
+        if not self._keep_counted():
+            return False
+        kept = {field: getattr(self.node, field) for field in ROOM_FIELDS}
+        Node.objects.filter(pk=self.node.pk).update(**kept)
+        return True
+
+    @staticmethod
+    def save_rooms(rooms) -> None:
+        """`save_room` for several rooms (a queue pass's): one UPDATE of those that differ."""
+        changed = [room.node for room in rooms if room._keep_counted()]
+        if changed:
+            Node.objects.bulk_update(changed, ROOM_FIELDS)
+
+    def _keep_counted(self) -> bool:
+        """Set the node's `room_*` to the room counted now; False when they said so already."""
+        counted = dict(zip(ROOM_FIELDS, self.counted, strict=True))
+        node = self.node
+        if all(getattr(node, field) == value for field, value in counted.items()):
+            return False
+        for field, value in counted.items():
+            setattr(node, field, value)
+        return True
 
     @classmethod
     def lock(cls, node_ids) -> dict[int, "NodeRoom"]:
@@ -120,6 +244,7 @@ class NodeRoom:
             if card.id in cards:
                 card.holder = allocation.pk
         Accelerator.objects.filter(pk__in=cards).update(allocation=allocation)
+        self.save_room()
         free_room_changed()
         return True
 
@@ -152,6 +277,7 @@ class NodeRoom:
             )
         allocation.vcpu, allocation.ram_gb = vcpu, ram_gb
         allocation.save(update_fields=["vcpu", "ram_gb"])
+        self.save_room()
         free_room_changed()
         return True
 

@@ -65,6 +65,7 @@ from apps.orchestration.reservations import (
     release,
     reserve_tasks,
 )
+from apps.orchestration.rooms import NodeRoom
 from apps.orchestration.scheduler import PRESETS, Hold, filters, schedule_queue
 from apps.quotas.services import QuotaExceeded
 from apps.tenants.access import SystemActor, authorize, require_operator
@@ -579,6 +580,9 @@ def schedule_queue_pass(*, park, now=None) -> QueuePass:
         if request.id in plan.backfilled:
             result.backfilled.append(task.pk)
     _write_placements(placed, park=park, discount=discount)
+    if started or gangs:
+        # What the pass took (and any room that had drifted), kept on the nodes' rows.
+        NodeRoom.save_rooms(reservation.rooms.values())
     result.reserved = {int(t): int(n) for t, n in plan.reserved.items()}
     result.waiting += [int(r.id) for r in plan.waiting] + list(result.held_back)
     for task_id in plan.impossible:

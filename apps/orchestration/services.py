@@ -1,6 +1,7 @@
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
+from functools import cached_property
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -36,7 +37,7 @@ from apps.orchestration.models import (
     Placement,
     Pool,
 )
-from apps.orchestration.rooms import NodeRoom
+from apps.orchestration.rooms import NodeRoom, recount
 from apps.orchestration.scheduler import MILLI, decide
 from apps.orchestration.selectors import schedulable_park_pools
 from apps.orchestration.shortlist import shortlist
@@ -63,6 +64,7 @@ def register_node(*, pool: Pool, hostname: str, accelerators: int, vcpu: int, ra
     if surplus.filter(allocation__isnull=False).exists():
         raise ValueError(f"{hostname}: cannot remove accelerators that are allocated")
     surplus.delete()
+    recount([node.pk])
     free_room_changed()
     return node
 
@@ -135,19 +137,41 @@ class PlacementPlan:
     committed rows and without any lock, so an order can score before it takes its
     organization's lock. It only proposes: `place` allocates under each node's own lock and
     re-counts there, so a plan that went stale meanwhile costs a fallback to the next
-    candidate, never an oversold node."""
+    candidate, never an oversold node.
+
+    What a Placement keeps of it (`record`, `weights`: how many nodes fitted or not, and why)
+    is worked out when first asked: a quote that found its node never asks."""
 
     shape: Shape
     region: object  # the Region it was scored in; None: every region the flavor is sold in
     ranked: tuple  # the NodeViews shortlisted that fitted, best first
-    complete: bool  # every node that fitted is in `ranked`
-    record: tuple  # the candidates a Placement keeps (see adapter.placement_record)
-    weights: dict
     scored: dict  # {node id as the engine names it: its Candidate}, for a record not kept
     request: object  # the engine's TaskRequest it was scored for
     # The prices in force in the regions scored ({region id: {kind: Price or None}}, as
     # catalog.selectors.prices_by_region): what the host is quoted at, read once.
     prices_in_force: dict
+    # () -> (weights, candidates) as adapter.placement_record keeps them, and the shortlist.
+    recorded: object = field(repr=False, compare=False)
+    shortlisted: object = field(repr=False, compare=False)
+
+    @cached_property
+    def _kept(self) -> tuple[dict, tuple]:
+        weights, record = self.recorded()
+        return weights, tuple(record)
+
+    @property
+    def record(self) -> tuple:
+        """The candidates a Placement keeps (see adapter.placement_record)."""
+        return self._kept[1]
+
+    @property
+    def weights(self) -> dict:
+        return self._kept[0]
+
+    @property
+    def complete(self) -> bool:
+        """Every node that fitted is in `ranked`."""
+        return self.shortlisted.complete
 
     @property
     def nodes_considered(self) -> int:
@@ -175,7 +199,7 @@ def plan_placement(
     those that can't start image `image_code` (`NODES_WITHOUT_IMAGE`), with the tenant's
     `preference`; nothing is locked or written."""
     shape = shape or shape_of(flavor)
-    decision, views, request, record, weights, prices_in_force, complete = _decide_placement(
+    decision, views, request, recorded, prices_in_force, found = _decide_placement(
         park=park,
         flavor=flavor,
         shape=shape,
@@ -190,12 +214,11 @@ def plan_placement(
         shape=shape,
         region=region,
         ranked=tuple(by_id[candidate.node_id] for candidate in ranked),
-        complete=complete,
-        record=tuple(record),
-        weights=weights,
         scored={candidate.node_id: candidate for candidate in ranked},
         request=request,
         prices_in_force=prices_in_force,
+        recorded=recorded,
+        shortlisted=found,
     )
 
 
@@ -358,8 +381,8 @@ def _decide_placement(
 ):
     """The scorer's decision for one host of `flavor` on the park's shortlisted nodes (of
     `region`, or of every region the flavor is sold in; not those of `excluding`, nor those
-    that can't start `image_code`), how it is kept, and whether every node that fitted was
-    scored."""
+    that can't start `image_code`), how it is kept (a callable: counting the nodes not
+    shortlisted waits until asked), and the shortlist."""
     pools = schedulable_park_pools(park, capability=Capability.HOSTS).filter(
         Exists(
             Node.objects.filter(pool=OuterRef("pk"), health=NodeHealth.HEALTHY, is_drained=False)
@@ -408,19 +431,23 @@ def _decide_placement(
         operator_share=weights_of_park.operator_share,
         distribution=adapter.BEST_FIT,
     )
-    weights, record = adapter.placement_record(
-        decision,
-        views,
-        request=request,
-        park=weights_of_park,
-        currency=park.currency,
-        counted=(
-            found.fitted,
-            found.rejected,
-            [(adapter.NodeView(node=node, state=None), code) for node, code in found.refused],
-        ),
-    )
-    return decision, views, request, record, weights, prices_in_force, found.complete
+
+    def recorded():
+        census = found.census
+        return adapter.placement_record(
+            decision,
+            views,
+            request=request,
+            park=weights_of_park,
+            currency=park.currency,
+            counted=(
+                census.fitted,
+                census.rejected,
+                [(adapter.NodeView(node=node, state=None), code) for node, code in census.refused],
+            ),
+        )
+
+    return decision, views, request, recorded, prices_in_force, found
 
 
 def _nodes_without_image(pools, image_code: str) -> set[int]:
@@ -454,6 +481,7 @@ def _allocate_on(node, *, instance, shape: Shape) -> tuple[Allocation, NodeRoom]
         node=room.node, workload_id=instance.workload_id, vcpu=shape.vcpu, ram_gb=shape.ram_gb
     )
     if not room.allocate(allocation, shape.accelerators * MILLI):
+        room.save_room()  # proposed on a kept room that no longer holds: kept as counted
         return None
     return allocation, room
 
@@ -843,13 +871,19 @@ def _record_telemetry(backend, nodes, readings: list[NodeTelemetry], now) -> Non
             health = NodeHealth.DOWN
         else:
             node.telemetry = merged_telemetry(node.telemetry, reading, now)
+            node.loaded_watts, node.loaded_watts_at = adapter.measured_power(node.telemetry)
             node.last_seen_at = now
             if not reading.healthy:
                 health = NodeHealth.DOWN
             elif node.health in (NodeHealth.DOWN, NodeHealth.UNKNOWN):
                 health = NodeHealth.HEALTHY
         healths[node.pk] = health
-    _write_health(backend, nodes, healths, also=("telemetry", "last_seen_at"))
+    _write_health(
+        backend,
+        nodes,
+        healths,
+        also=("telemetry", "loaded_watts", "loaded_watts_at", "last_seen_at"),
+    )
 
 
 @transaction.atomic

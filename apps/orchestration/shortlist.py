@@ -8,23 +8,33 @@ loaded cards draw (the energy part, `adapter.watts_under_load`). Each part is no
 between the best and the worst fitting node of the park, so within a pool a node's total is a
 fixed weighted sum of those two: whatever the weights, the pool's best node is, for some
 amount of free room, the one drawing least among the nodes with that room. One statement
-counts every node's room in the database and returns, for each pool,
+returns, for each pool,
 
 - for each amount of free room, the PER_ROOM fitting nodes drawing least (ties: lowest id), so
   the best node and its runners-up are there;
 - its fitting node drawing most (the worst energy part, which sets that part's scale; the best
-  and worst free room are there already);
+  and worst free room are there already).
 
-and, over the park, how many nodes fitted and how many were rejected for each reason, with the
-first KEPT_CANDIDATES rejected for each (a decision lists them). Scored among these, every
-shortlisted node gets the parts and total that scoring every node gives it, and the choice is
-the same. What a node has free is only proposed: the node's lock counts it again.
+Both read what each node has free and draws from its own row (`Node.room_*`, kept under the
+node's lock, and `Node.loaded_watts`, kept with its telemetry), so PostgreSQL reads a few rows
+of an index per pool and amount of free room (`Node.Meta.indexes`), whatever the size of the
+park; SQLite, the development database, ranks every node's row instead. Scored among these,
+every shortlisted node gets the parts and total that scoring every node gives it, and the
+choice is the same.
+
+How many nodes fitted and how many were rejected for each reason, with the first
+KEPT_CANDIDATES rejected for each (a decision lists them), are counted apart and only when
+asked (`Shortlist.census`): a quote that finds a node never needs them, and an order's count
+reads the index alone. What a node has free is only proposed: the node's lock counts it again.
 """
 
-import json
 from dataclasses import dataclass
+from datetime import UTC
+from functools import cached_property
 
 from django.db import connections, router
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from apps.core import sql
 from apps.orchestration import adapter
@@ -35,131 +45,189 @@ from apps.orchestration.scheduler import MILLI, filters
 # node filled up before its lock (a plan that runs out of them is made again without them).
 PER_ROOM = 3
 
-# What a node's loaded cards draw (NULL: nothing fresh measured), as `adapter.watts_under_load`
-# reads its telemetry, spelled per database: the mean power of its cards at LOADED_PCT or
-# more, from readings not older than MEASURED_POWER_FRESH_FOR. Params: the oldest fresh
-# reading's time (ISO 8601), LOADED_PCT.
-_MEASURED_WATTS = {
-    "postgresql": """
-        CASE WHEN (node.telemetry ->> 'updated_at')::timestamptz >= %s::timestamptz THEN (
-            SELECT AVG((reading.value ->> 'power_w')::float8)
-            FROM jsonb_each(CASE WHEN jsonb_typeof(node.telemetry -> 'accelerators') = 'object'
-                THEN node.telemetry -> 'accelerators' END) reading
-            WHERE reading.value ->> 'power_w' IS NOT NULL
-                AND COALESCE((reading.value ->> 'util')::float8, 0) >= %s
-        ) END""",
-    "sqlite": """
-        CASE WHEN julianday(json_extract(node.telemetry, '$.updated_at')) >= julianday(%s) THEN (
-            SELECT AVG(json_extract(reading.value, '$.power_w'))
-            FROM json_each(node.telemetry, '$.accelerators') reading
-            WHERE json_extract(reading.value, '$.power_w') IS NOT NULL
-                AND COALESCE(json_extract(reading.value, '$.util'), 0) >= %s
-        ) END""",
-}
+# The nodes that may take new work: the condition of the nodes' partial indexes, spelled as
+# they are (a parameter there would keep PostgreSQL from using them).
+_SCHEDULABLE = f"node.health = '{NodeHealth.HEALTHY}' AND NOT node.is_drained"
 
-# Every candidate node's room as `adapter.rooms` counts it (cards, idle cards, cards shared by
-# tasks and what they have free, what live allocations hold), why it cannot take the host
-# (`filters.check`'s codes, in its order; healthy and undrained nodes only are read), and the
-# rows described above. A node's rank within its pool uses what its cards draw only where the
-# pool's grid carbon makes it count (with none, energy ties every node, and the lowest id wins).
-_SHORTLIST_SQL = """
-WITH card_room AS (
-    SELECT card.node_id, COUNT(*) AS cards,
-        SUM(CASE WHEN card.allocation_id IS NULL AND NOT card.out_of_service THEN 1 ELSE 0 END)
-            AS idle,
-        SUM(CASE WHEN holder.share_milli > 0 AND NOT card.out_of_service THEN 1 ELSE 0 END)
-            AS shared,
-        SUM(CASE WHEN holder.share_milli > 0 AND NOT card.out_of_service THEN
-            CASE WHEN COALESCE(shares.milli, 0) >= {milli} THEN 0
-                ELSE {milli} - COALESCE(shares.milli, 0) END
-            ELSE 0 END) AS shared_free
-    FROM orchestration_accelerator card
-    JOIN orchestration_node node ON node.id = card.node_id
-    LEFT JOIN orchestration_allocation holder ON holder.id = card.allocation_id
-    LEFT JOIN (
-        SELECT shared_accelerator_id, SUM(share_milli) AS milli
-        FROM orchestration_allocation
-        WHERE shared_accelerator_id IS NOT NULL AND released_at IS NULL
-        GROUP BY shared_accelerator_id
-    ) shares ON shares.shared_accelerator_id = card.id
-    WHERE {candidate}
-    GROUP BY card.node_id
-), held AS (
-    SELECT live.node_id, SUM(live.vcpu) AS vcpu, SUM(live.ram_gb) AS ram_gb
-    FROM orchestration_allocation live
-    JOIN orchestration_node node ON node.id = live.node_id
-    WHERE {candidate} AND live.released_at IS NULL
-    GROUP BY live.node_id
-), room AS (
-    SELECT node.id, node.pool_id, node.vcpu_total, node.ram_gb_total,
-        COALESCE(card_room.cards, 0) AS cards, COALESCE(card_room.idle, 0) AS idle,
-        COALESCE(card_room.shared, 0) AS shared,
-        COALESCE(card_room.idle, 0) * {milli} + COALESCE(card_room.shared_free, 0) AS free_milli,
-        COALESCE(held.vcpu, 0) AS vcpu_used, COALESCE(held.ram_gb, 0) AS ram_used
-    FROM orchestration_node node
-    LEFT JOIN card_room ON card_room.node_id = node.id
-    LEFT JOIN held ON held.node_id = node.id
-    WHERE {candidate}
-), judged AS (
-    SELECT room.*, CASE
-        WHEN %s > 0 AND cards = 0 THEN '{gpu_model}'
-        WHEN vcpu_total - (CASE WHEN vcpu_used > vcpu_total THEN vcpu_total ELSE vcpu_used END)
-            < %s THEN '{cpu}'
-        WHEN ram_gb_total - (CASE WHEN ram_used > ram_gb_total THEN ram_gb_total ELSE ram_used
-            END) < %s THEN '{memory}'
-        WHEN idle < %s THEN '{gpu_count}'
-    END AS rejected
-    FROM room
-), fitted AS (
-    SELECT judged.*, {energy} AS energy
-    FROM judged
-    JOIN orchestration_node node ON node.id = judged.id
-    WHERE judged.rejected IS NULL
-), shortlisted AS (
-    SELECT ranked.*, (SELECT COUNT(*) FROM fitted) AS counted FROM (
-        SELECT fitted.*,
-            ROW_NUMBER() OVER (PARTITION BY pool_id, free_milli ORDER BY energy, id) AS in_room,
-            ROW_NUMBER() OVER (PARTITION BY pool_id ORDER BY energy DESC, id) AS most_drawn
-        FROM fitted
-    ) ranked
-    WHERE in_room <= %s OR most_drawn = 1
-), refused AS (
-    SELECT ranked.* FROM (
-        SELECT judged.*, ROW_NUMBER() OVER (PARTITION BY rejected ORDER BY id) AS nth,
-            COUNT(*) OVER (PARTITION BY rejected) AS counted
-        FROM judged
-        WHERE rejected IS NOT NULL
-    ) ranked
-    WHERE nth <= %s
-), listed AS (
-    SELECT id, cards, idle, shared, vcpu_used, ram_used, rejected, counted FROM shortlisted
+# What a node has free of vCPU and memory, as `filters.check` counts it (a node registered
+# smaller than what it holds has nothing free).
+_VCPU_FREE = """(CASE WHEN node.room_vcpu_held > node.vcpu_total THEN 0
+    ELSE node.vcpu_total - node.room_vcpu_held END)"""
+_RAM_FREE = """(CASE WHEN node.room_ram_gb_held > node.ram_gb_total THEN 0
+    ELSE node.ram_gb_total - node.room_ram_gb_held END)"""
+
+_FITS = f"""node.room_idle >= %(cards)s AND {_VCPU_FREE} >= %(vcpu)s
+    AND {_RAM_FREE} >= %(ram_gb)s"""
+
+_COLUMNS = """node.id, node.pool_id, node.hostname, node.vcpu_total, node.ram_gb_total,
+    node.health, node.is_drained, node.loaded_watts, node.loaded_watts_at, node.room_cards,
+    node.room_idle, node.room_free_milli, node.room_vcpu_held, node.room_ram_gb_held"""
+
+# PostgreSQL: each pool's amounts of free room, one index probe each (a loose index scan),
+# then, for each, the nodes drawing least (three index scans that stop at PER_ROOM rows: those
+# with fresh measured power by power, those never measured by id, and in pools without grid
+# carbon, where power scores nothing, every node by id) and the lowest id of those drawing
+# most; with the few whose measured power went stale (TDP stands in for it: the
+# `node_power_measured_at` index finds them), they are ranked below as SQLite ranks them all.
+_GATHERED_POSTGRESQL = """
+WITH RECURSIVE room (pool_id, free_milli) AS (
+    SELECT pool.id, (
+        SELECT MIN(node.room_free_milli) FROM orchestration_node node
+        WHERE node.pool_id = pool.id AND {schedulable}
+            AND node.room_free_milli >= %(least_milli)s
+    )
+    FROM orchestration_pool pool WHERE pool.id IN ({pools})
     UNION ALL
-    SELECT id, cards, idle, shared, vcpu_used, ram_used, rejected, counted FROM refused
+    SELECT room.pool_id, (
+        SELECT MIN(node.room_free_milli) FROM orchestration_node node
+        WHERE node.pool_id = room.pool_id AND {schedulable}
+            AND node.room_free_milli > room.free_milli
+    )
+    FROM room WHERE room.free_milli IS NOT NULL
+), in_room AS (
+    SELECT near.* FROM room CROSS JOIN LATERAL (
+        (SELECT {columns} FROM orchestration_node node
+        WHERE {in_this_room} AND node.loaded_watts IS NOT NULL
+            AND node.loaded_watts_at >= %(fresh_since)s
+        ORDER BY node.loaded_watts, node.id LIMIT %(per_room)s)
+        UNION ALL
+        (SELECT {columns} FROM orchestration_node node
+        WHERE {in_this_room} AND node.loaded_watts = (
+            SELECT node.loaded_watts FROM orchestration_node node
+            WHERE {in_this_room} AND node.loaded_watts IS NOT NULL
+                AND node.loaded_watts_at >= %(fresh_since)s
+            ORDER BY node.loaded_watts DESC LIMIT 1
+        ) AND node.loaded_watts_at >= %(fresh_since)s
+        ORDER BY node.id LIMIT 1)
+        UNION ALL
+        (SELECT {columns} FROM orchestration_node node
+        WHERE {in_this_room} AND node.loaded_watts IS NULL
+        ORDER BY node.id LIMIT %(per_room)s)
+        {carbonless_by_id}
+    ) near
+    WHERE room.free_milli IS NOT NULL
+), gathered AS (
+    SELECT * FROM in_room
+    UNION
+    SELECT {columns} FROM orchestration_node node
+    WHERE {candidate} AND {fits} AND node.loaded_watts IS NOT NULL
+        AND node.loaded_watts_at < %(fresh_since)s
+)"""
+
+_IN_THIS_ROOM = """node.pool_id = room.pool_id AND node.room_free_milli = room.free_milli
+    AND {candidate} AND {fits}"""
+
+_CARBONLESS_BY_ID = """UNION ALL
+        (SELECT {columns} FROM orchestration_node node
+        WHERE {in_this_room} AND room.pool_id IN ({carbonless})
+        ORDER BY node.id LIMIT %(per_room)s)"""
+
+# SQLite: every fitting node's row.
+_GATHERED_SQLITE = """
+WITH gathered AS (
+    SELECT {columns} FROM orchestration_node node WHERE {candidate} AND {fits}
+)"""
+
+# What a node's loaded cards draw, for its rank in its pool: the measured power while fresh,
+# else the TDP; nothing where the pool's grid carbon makes energy count for nothing (every
+# node ties there, and the lowest id wins).
+_ENERGY = """CASE
+    WHEN gathered.pool_id IN ({carbonless}) THEN 0
+    WHEN gathered.loaded_watts IS NOT NULL AND gathered.loaded_watts_at >= %(fresh_since)s
+        THEN gathered.loaded_watts
+    ELSE %(tdp_w)s END"""
+
+_RANKED = """, ranked AS (
+    SELECT gathered.*,
+        ROW_NUMBER() OVER (
+            PARTITION BY pool_id, room_free_milli ORDER BY {energy}, id
+        ) AS in_room,
+        ROW_NUMBER() OVER (PARTITION BY pool_id ORDER BY {energy} DESC, id) AS most_drawn
+    FROM gathered
 )
-SELECT node.id, node.pool_id, node.hostname, node.vcpu_total, node.ram_gb_total, node.health,
-    node.is_drained, CASE WHEN listed.rejected IS NULL THEN node.telemetry END AS telemetry,
-    listed.cards, listed.idle, listed.shared, listed.vcpu_used, listed.ram_used,
-    listed.rejected, listed.counted
-FROM listed
+SELECT id, pool_id, hostname, vcpu_total, ram_gb_total, health, is_drained, loaded_watts,
+    loaded_watts_at, room_cards, room_idle, room_free_milli, room_vcpu_held, room_ram_gb_held
+FROM ranked
+WHERE in_room <= %(per_room)s OR most_drawn = 1
+ORDER BY id
+"""
+
+# Why each candidate node cannot take the host (`filters.check`'s codes, in its order), from
+# the columns of the `node_room_counts` index alone.
+_JUDGED = f"""
+WITH judged AS (
+    SELECT node.id, CASE
+        WHEN %(cards)s > 0 AND node.room_cards = 0 THEN '{filters.GPU_MODEL}'
+        WHEN {_VCPU_FREE} < %(vcpu)s THEN '{filters.CPU}'
+        WHEN {_RAM_FREE} < %(ram_gb)s THEN '{filters.MEMORY}'
+        WHEN node.room_idle < %(cards)s THEN '{filters.GPU_COUNT}'
+    END AS rejected
+    FROM orchestration_node node
+    WHERE {{candidate}}
+)"""
+
+# PostgreSQL: how many, and the first KEPT_CANDIDATES rejected for each reason, in one scan of
+# the index (their rows are read by id after it).
+_COUNTED_POSTGRESQL = (
+    _JUDGED
+    + """
+SELECT rejected, COUNT(*),
+    (ARRAY_AGG(id ORDER BY id) FILTER (WHERE rejected IS NOT NULL))[1:%(kept)s]
+FROM judged
+GROUP BY rejected
+"""
+)
+
+_BY_ID = "SELECT {columns} FROM orchestration_node node WHERE node.id IN ({nodes})"
+
+# SQLite: how many, then the first rejected (in a statement of their own).
+_COUNTED_SQLITE = _JUDGED + "SELECT rejected, COUNT(*), NULL FROM judged GROUP BY rejected"
+
+_REFUSED = (
+    _JUDGED
+    + """
+SELECT listed.rejected, {columns}
+FROM (
+    SELECT judged.id, judged.rejected,
+        ROW_NUMBER() OVER (PARTITION BY judged.rejected ORDER BY judged.id) AS nth
+    FROM judged
+    WHERE judged.rejected IS NOT NULL
+) listed
 JOIN orchestration_node node ON node.id = listed.id
+WHERE listed.nth <= %(kept)s
 ORDER BY node.id
 """
+)
 
 
 @dataclass
-class Shortlist:
-    nodes: list[adapter.NodeRow]  # those shortlisted, in id order, pools set
-    rooms: dict[int, adapter.Room]  # {node id: its room}, for `adapter.node_views`
+class Census:
+    """What a decision keeps of the nodes that were not shortlisted."""
+
     fitted: int  # every node that could take the host
     rejected: dict[str, int]  # {reason code: how many nodes could not}
     # The first KEPT_CANDIDATES rejected, in id order, with why (a decision lists them): rows
     # with their room set as on a node (`free_accelerators`, `vcpu_used`, `ram_used`).
     refused: list[tuple[adapter.NodeRow, str]]
 
+
+@dataclass
+class Shortlist:
+    nodes: list[adapter.NodeRow]  # those shortlisted, in id order, pools set
+    rooms: dict[int, adapter.Room]  # {node id: its room}, for `adapter.node_views`
+    _query: "_Query | None" = None
+
+    @cached_property
+    def census(self) -> Census:
+        """Counted on first asking: one statement, and one more where nodes were rejected."""
+        if self._query is None:
+            return Census(fitted=0, rejected={}, refused=[])
+        return self._query.census()
+
     @property
     def complete(self) -> bool:
         """Every node that fitted is in `nodes`."""
-        return len(self.nodes) >= self.fitted
+        return len(self.nodes) >= self.census.fitted
 
 
 def shortlist(*, pools, shape, excluding=(), now) -> Shortlist:
@@ -167,69 +235,111 @@ def shortlist(*, pools, shape, excluding=(), now) -> Shortlist:
     accelerator model) for one host of `shape` (services.Shape), leaving out the nodes of
     `excluding` (ids): one statement, and one more where shortlisted nodes have cards shared
     by training tasks (what each of those has free)."""
-    by_id = {pool.pk: pool for pool in pools}
-    if not by_id:
-        return Shortlist(nodes=[], rooms={}, fitted=0, rejected={}, refused=[])
-    database = router.db_for_read(Node)
-    vendor = connections[database].vendor
-    pool_ids, excluded = list(by_id), list(excluding)
-    # A host's pools are all of its accelerator model: one TDP stands in for unmeasured power.
-    drawn = f"COALESCE({_MEASURED_WATTS[vendor]}, {int(pools[0].accelerator_model.tdp_w)})"
-    carbonless = [pool.pk for pool in pools if not pool.carbon_g_per_kwh]
-    statement = _SHORTLIST_SQL.format(
-        energy=(
-            f"CASE WHEN judged.pool_id IN ({sql.placeholders(carbonless)}) THEN 0 ELSE {drawn} END"
-            if carbonless
-            else drawn
-        ),
-        candidate=(
-            f"node.pool_id IN ({sql.placeholders(pool_ids)}) AND node.health = %s"
-            " AND NOT node.is_drained"
-            + (f" AND node.id NOT IN ({sql.placeholders(excluded)})" if excluded else "")
-        ),
-        milli=MILLI,
-        gpu_model=filters.GPU_MODEL,
-        cpu=filters.CPU,
-        memory=filters.MEMORY,
-        gpu_count=filters.GPU_COUNT,
-    )
-    fresh_since = now - adapter.MEASURED_POWER_FRESH_FOR
-    candidate = [*pool_ids, NodeHealth.HEALTHY, *excluded]
-    params = [
-        *candidate,  # the cards counted
-        *candidate,  # what allocations hold
-        *candidate,  # the nodes
-        shape.accelerators,
-        shape.vcpu,
-        shape.ram_gb,
-        shape.accelerators,
-        *carbonless,
-        fresh_since.isoformat(),
-        adapter.LOADED_PCT,
-        PER_ROOM,
-        adapter.KEPT_CANDIDATES,
-    ]
-    rows = sql.fetch_all(Node, statement, params)
-    partial = adapter.shared_cards_free([row[0] for row in rows if row[10] and row[13] is None])
-    found = Shortlist(nodes=[], rooms={}, fitted=0, rejected={}, refused=[])
-    for (
-        pk,
-        pool_id,
-        hostname,
-        vcpu_total,
-        ram_gb_total,
-        health,
-        is_drained,
-        telemetry,
-        cards,
-        idle,
-        _shared,
-        vcpu_used,
-        ram_used,
-        code,
-        counted,
-    ) in rows:
-        node = adapter.NodeRow(
+    if not pools:
+        return Shortlist(nodes=[], rooms={})
+    query = _Query(pools, shape, excluding, now)
+    rows = query.shortlisted()
+    partial = adapter.shared_cards_free([row[0] for row in rows if row[11] > row[10] * MILLI])
+    found = Shortlist(nodes=[], rooms={}, _query=query)
+    for row in rows:
+        node = query.node_row(row)
+        cards, idle = row[9], row[10]
+        shared = partial.get(node.pk, [])
+        found.rooms[node.pk] = adapter.Room(
+            idle=idle,
+            free=[MILLI] * idle + shared + [0] * (cards - idle - len(shared)),
+            vcpu_used=row[12],
+            ram_gb_used=row[13],
+        )
+        found.nodes.append(node)
+    return found
+
+
+class _Query:
+    """The statements of one shortlist, and their parameters."""
+
+    def __init__(self, pools, shape, excluding, now):
+        self.by_id = {pool.pk: pool for pool in pools}
+        self.database = router.db_for_read(Node)
+        connection = connections[self.database]
+        self.vendor = connection.vendor
+        pool_ids, excluded = list(self.by_id), sorted(excluding)
+        carbonless = [pool.pk for pool in pools if not pool.carbon_g_per_kwh]
+        self.params = {
+            "cards": shape.accelerators,
+            "vcpu": shape.vcpu,
+            "ram_gb": shape.ram_gb,
+            "least_milli": shape.accelerators * MILLI,
+            "per_room": PER_ROOM,
+            "kept": adapter.KEPT_CANDIDATES,
+            # A host's pools are all of its accelerator model: one TDP for unmeasured power.
+            "tdp_w": float(pools[0].accelerator_model.tdp_w),
+            "fresh_since": connection.ops.adapt_datetimefield_value(
+                now - adapter.MEASURED_POWER_FRESH_FOR
+            ),
+        }
+        self.pools = self._named("pool", pool_ids)
+        self.carbonless = self._named("carbonless", carbonless)
+        self.candidate = f"node.pool_id IN ({self.pools}) AND {_SCHEDULABLE}" + (
+            f" AND node.id NOT IN ({self._named('excluded', excluded)})" if excluded else ""
+        )
+
+    def _named(self, prefix: str, values) -> str:
+        """`%(prefix_0)s, …` for `values`, added to the parameters (NULL for none)."""
+        names = [f"{prefix}_{index}" for index in range(len(values))]
+        self.params.update(zip(names, values, strict=True))
+        return ", ".join(f"%({name})s" for name in names) or "NULL"
+
+    def shortlisted(self) -> list[tuple]:
+        if self.vendor == "postgresql":
+            in_this_room = _IN_THIS_ROOM.format(candidate=self.candidate, fits=_FITS)
+            gathered = _GATHERED_POSTGRESQL.format(
+                schedulable=_SCHEDULABLE,
+                pools=self.pools,
+                columns=_COLUMNS,
+                in_this_room=in_this_room,
+                candidate=self.candidate,
+                fits=_FITS,
+                carbonless_by_id=(
+                    _CARBONLESS_BY_ID.format(
+                        columns=_COLUMNS, in_this_room=in_this_room, carbonless=self.carbonless
+                    )
+                    if self.params.get("carbonless_0") is not None
+                    else ""
+                ),
+            )
+        else:
+            gathered = _GATHERED_SQLITE.format(
+                columns=_COLUMNS, candidate=self.candidate, fits=_FITS
+            )
+        statement = gathered + _RANKED.format(energy=_ENERGY.format(carbonless=self.carbonless))
+        return sql.fetch_all(Node, statement, self.params)
+
+    def census(self) -> Census:
+        postgresql = self.vendor == "postgresql"
+        counting = _COUNTED_POSTGRESQL if postgresql else _COUNTED_SQLITE
+        counted = sql.fetch_all(Node, counting.format(candidate=self.candidate), self.params)
+        rejected = {code: count for code, count, _first in counted if code is not None}
+        fitted = sum(count for code, count, _first in counted if code is None)
+        if not rejected:
+            return Census(fitted=fitted, rejected={}, refused=[])
+        if postgresql:
+            code_of = {pk: code for code, _count, first in counted if code for pk in first}
+            statement = _BY_ID.format(columns=_COLUMNS, nodes=self._named("refused", list(code_of)))
+            rows = [(code_of[row[0]], *row) for row in sql.fetch_all(Node, statement, self.params)]
+        else:
+            statement = _REFUSED.format(candidate=self.candidate, columns=_COLUMNS)
+            rows = sql.fetch_all(Node, statement, self.params)
+        refused = []
+        for code, *row in sorted(rows, key=lambda row: row[1]):
+            node = self.node_row(row)
+            node.free_accelerators, node.vcpu_used, node.ram_used = row[10], row[12], row[13]
+            refused.append((node, code))
+        return Census(fitted=fitted, rejected=rejected, refused=refused)
+
+    def node_row(self, row) -> adapter.NodeRow:
+        pk, pool_id, hostname, vcpu_total, ram_gb_total, health, is_drained, watts, at = row[:9]
+        return adapter.NodeRow(
             pk=pk,
             pool_id=pool_id,
             hostname=hostname,
@@ -237,22 +347,16 @@ def shortlist(*, pools, shape, excluding=(), now) -> Shortlist:
             ram_gb_total=ram_gb_total,
             health=health,
             is_drained=bool(is_drained),
-            # Read for the nodes that fitted only: a rejected node's power scores nothing.
-            telemetry=json.loads(telemetry) if isinstance(telemetry, str) else telemetry or {},
-            pool=by_id[pool_id],
+            loaded_watts=watts,
+            loaded_watts_at=_aware(at),
+            pool=self.by_id[pool_id],
         )
-        if code is not None:
-            found.rejected[code] = counted
-            node.free_accelerators, node.vcpu_used, node.ram_used = idle, vcpu_used, ram_used
-            found.refused.append((node, code))
-            continue
-        found.fitted = counted
-        shared = partial.get(pk, [])
-        found.rooms[pk] = adapter.Room(
-            idle=idle,
-            free=[MILLI] * idle + shared + [0] * (cards - idle - len(shared)),
-            vcpu_used=vcpu_used,
-            ram_gb_used=ram_used,
-        )
-        found.nodes.append(node)
-    return found
+
+
+def _aware(value):
+    """A datetime column as read in SQL: SQLite answers it as UTC without a time zone."""
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if value is not None and timezone.is_naive(value):
+        return timezone.make_aware(value, UTC)
+    return value

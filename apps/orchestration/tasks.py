@@ -16,7 +16,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from apps.core.transactions import on_commit_task
-from apps.orchestration import capacity, preemption, scheduling, selectors, services
+from apps.orchestration import capacity, preemption, rooms, scheduling, selectors, services
 from apps.orchestration.backends.base import (
     TASK_PENDING,
     TASK_RUNNING,
@@ -274,4 +274,7 @@ def probe_backends() -> int:
 
 @shared_task
 def sample_capacity() -> int:
+    # Placement's kept rooms corrected where they drifted from the cards (on the same beat:
+    # both read every node's cards).
+    rooms.correct_rooms()
     return len(capacity.sample_capacity())

@@ -590,3 +590,29 @@ def test_a_stop_asked_while_the_agent_reports_waits_for_the_report(server, drive
     assert request == f"{running.handle}@2"
     host = AgentHost.objects.get(pk=running.pk)
     assert (host.state, host.generation, host.reported_state) == ("stopped", 2, "running")
+
+
+def test_a_probe_keeps_the_nodes_measured_power_and_its_cards_out_of_service(agent_world, server):
+    """Placement ranks nodes by what their loaded cards draw and counts what they have free
+    from the node's row: the probe and the heartbeat keep both."""
+    cards = [card(i) for i in range(4)]
+    services.record_heartbeat(
+        server=server,
+        agent_version="0.1.0",
+        taken_at=timezone.now(),
+        readers=[],
+        cards=cards,
+        samples=[
+            sample(cards[0]["uuid"], utilization_pct=90, power_w=300.0),
+            sample(cards[1]["uuid"], utilization_pct=70, power_w=340.0),
+            sample(cards[2]["uuid"], utilization_pct=2, power_w=80.0),  # not under load
+            sample(cards[3]["uuid"], health="ecc_errors", health_message="ECC"),
+        ],
+    )
+
+    probe_backend(backend=agent_world.backend)
+
+    node = Node.objects.get(pk=server.node_id)
+    assert node.loaded_watts == 320.0
+    assert node.loaded_watts_at is not None
+    assert (node.room_cards, node.room_idle, node.room_free_milli) == (4, 3, 3000)

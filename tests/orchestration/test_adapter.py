@@ -61,7 +61,8 @@ def agent_readings(node, *, age=timedelta(0), **cards):
             for index, (util, watts) in cards.items()
         },
     }
-    node.save(update_fields=["telemetry"])
+    node.loaded_watts, node.loaded_watts_at = adapter.measured_power(node.telemetry)
+    node.save(update_fields=["telemetry", "loaded_watts", "loaded_watts_at"])
 
 
 def test_the_energy_score_uses_the_measured_power_of_loaded_cards(task_world):

@@ -16,6 +16,7 @@ from apps.orchestration import selectors, tasks
 from apps.orchestration.backends.base import BackendError
 from apps.orchestration.backends.simulator import SimulatorDriver
 from apps.orchestration.models import Accelerator, Allocation, Placement, Pool, Task, TaskState
+from apps.orchestration.rooms import recount
 from apps.orchestration.scheduling import cancel_task
 from apps.quotas.models import QuotaLimit, QuotaResource
 from apps.tenants.models import ApiKeyScope
@@ -46,6 +47,7 @@ def hold_cards(node, count):
         .values_list("pk", flat=True)[:count]
     )
     Accelerator.objects.filter(pk__in=cards).update(allocation=allocation)
+    recount([node.pk])  # as the portal's paths keep the node's room when cards are taken
     return allocation
 
 

@@ -13,6 +13,7 @@ from apps.catalog.selectors import prices_by_region
 from apps.orchestration import adapter, services, shortlist
 from apps.orchestration.backends.base import Capability
 from apps.orchestration.models import Accelerator, Node, NodeHealth, Placement
+from apps.orchestration.rooms import correct_rooms
 from apps.orchestration.scheduler import decide
 from apps.orchestration.selectors import schedulable_nodes
 from apps.orchestration.services import Shape, plan_placement
@@ -111,9 +112,13 @@ def varied_park(world, rng):
         if cards and rng.random() < 0.15:
             Accelerator.objects.filter(pk=rng.choice(cards).pk).update(out_of_service=True)
         node.telemetry = telemetry(rng, now, len(cards))
+        node.loaded_watts, node.loaded_watts_at = adapter.measured_power(node.telemetry)
         node.health = NodeHealth.DOWN if rng.random() < 0.05 else NodeHealth.HEALTHY
         node.is_drained = rng.random() < 0.05
         node.save()
+    # Cards were held and taken out of service by hand, behind the nodes' kept rooms: counted
+    # again as the capacity sampler's beat corrects them.
+    correct_rooms()
     return flavor
 
 
