@@ -2,15 +2,16 @@
 HTTP, load or noise from other clients: milliseconds, queries and CPU per request.
 
     python bench/read_profile.py [--requests 200] [--nodes 360] [--profile 30] [--queries]
+                                 [--scratch-db loam_bench_reads]
 
 Builds the world `bench/load.py` reads in (a scratch PostgreSQL database on DATABASE_URL's
-server, `loam_bench_reads`, dropped first: the demo park and `--nodes` 8-card L40S nodes, an
-organization with a write API key), then sends `--requests` of each read through Django's test
-client with the production settings (DEBUG off, the cache CACHE_URL names, else memory), after
-five to warm up. Prints per read the median and best of batches of ten, its queries and the
-Python CPU a request took; `--profile N` adds cProfile's top N functions by `--sort`
-(cumulative by default) for each, `--queries` lists one request's statements. Beside them, to
-tell what is theirs: `GET /api/v1/regions/` (what any authenticated API list costs) and the
+server, `loam_bench_reads` or `--scratch-db`, dropped first: the demo park and `--nodes` 8-card
+L40S nodes, an organization with a write API key), then sends `--requests` of each read through
+Django's test client with the production settings (DEBUG off, the cache CACHE_URL names, else
+memory), after five to warm up. Prints per read the median and best of batches of ten, its
+queries and the Python CPU a request took; `--profile N` adds cProfile's top N functions by
+`--sort` (cumulative by default) for each, `--queries` lists one request's statements. Beside
+them, to tell what is theirs: `GET /api/v1/regions/` (what any authenticated API list costs) and the
 catalog's list of flavors alone (an htmx request: the page without its layout and filters).
 """
 
@@ -47,13 +48,21 @@ def main():
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions")
     parser.add_argument("--sort", default="cumulative", help="cProfile's order: tottime, …")
     parser.add_argument("--queries", action="store_true", help="print one request's statements")
+    parser.add_argument(
+        "--scratch-db",
+        default=SCRATCH_DB,
+        help="the database to seed; another name lets two runs share a server",
+    )
     args = parser.parse_args()
 
     import load  # bench/load.py: the same world
 
     static_root = tempfile.mkdtemp(prefix="loam-reads-static-")
     _server, env = load.scratch_database(
-        "bench/read_profile.py", SCRATCH_DB, ALLOWED_HOSTS="testserver", STATIC_ROOT=static_root
+        "bench/read_profile.py",
+        args.scratch_db,
+        ALLOWED_HOSTS="testserver",
+        STATIC_ROOT=static_root,
     )
     subprocess.run([*load.MANAGE, "collectstatic", "--noinput", "-v0"], env=env, check=True)
 

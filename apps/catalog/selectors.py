@@ -3,8 +3,9 @@ capacity free for them right now (through `FREE_ROOM`)."""
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
+from datetime import datetime
 from decimal import Decimal
-from functools import cached_property
+from functools import cached_property, partial
 from uuid import uuid4
 
 from django.core.cache import cache
@@ -67,6 +68,19 @@ def with_order_refusals(organization, cards: list["FlavorCard"]) -> list["Flavor
 # embedded default's Celery worker, beside runserver's memory): a recount costs three queries.
 FREE_ROOM_CACHED_FOR = 10
 FREE_ROOM_VERSION_KEY = "catalog:free-room:version"
+# The catalog's own rows (accelerator models, flavor families, flavors, regions, prices), versioned
+# the same way for the reads kept whole (`apps.catalog.kept_reads`): `catalog_changed` replaces it.
+CATALOG_VERSION_KEY = "catalog:rows:version"
+
+
+def version_in(found: dict, key: str) -> str:
+    """The version stored under `key`, from what one `get_many` `found` (or a new one, where
+    none was stored yet: never changed since the cache started, or evicted)."""
+    version = found.get(key)
+    if version is None:
+        cache.add(key, uuid4().hex, timeout=None)
+        version = cache.get(key)
+    return version
 
 
 def free_room(park=None) -> dict[int, list[NodeRoom]]:
@@ -75,10 +89,7 @@ def free_room(park=None) -> dict[int, list[NodeRoom]]:
     # Not the key the count was cached under before versions (another shape of value).
     key = f"catalog:free-room-by-model:{park.pk if park is not None else 'all'}"
     found = cache.get_many([FREE_ROOM_VERSION_KEY, key])
-    version = found.get(FREE_ROOM_VERSION_KEY)
-    if version is None:  # never changed since the cache started, or evicted
-        cache.add(FREE_ROOM_VERSION_KEY, uuid4().hex, timeout=None)
-        version = cache.get(FREE_ROOM_VERSION_KEY)
+    version = version_in(found, FREE_ROOM_VERSION_KEY)
     stored = found.get(key)
     if stored is not None and stored[0] == version:
         return stored[1]
@@ -103,13 +114,24 @@ def free_room_changed() -> None:
     Called inside the transaction that changes it, it moves the cache to a new version now (the
     transaction's own reads count again) and once more when the transaction commits (a count
     read meanwhile, without the change, is not kept)."""
-    _new_free_room_version()
+    _version_changed(FREE_ROOM_VERSION_KEY)
+
+
+def catalog_changed() -> None:
+    """Say that a row the catalog shows changed (a flavor, its family or accelerator model, a
+    region, a price): the reads kept whole are built again, now and once the change commits, as
+    free room's count is (apps.catalog.apps calls it on every save and delete of those rows)."""
+    _version_changed(CATALOG_VERSION_KEY)
+
+
+def _version_changed(key: str) -> None:
+    _new_version(key)
     if transaction.get_connection().in_atomic_block:
-        transaction.on_commit(_new_free_room_version, robust=True)
+        transaction.on_commit(partial(_new_version, key), robust=True)
 
 
-def _new_free_room_version() -> None:
-    cache.set(FREE_ROOM_VERSION_KEY, uuid4().hex, timeout=None)
+def _new_version(key: str) -> None:
+    cache.set(key, uuid4().hex, timeout=None)
 
 
 def _in_force(*, kind: str, at=None, **filters):
@@ -143,6 +165,17 @@ def current_flavor_prices(at=None, *, park=None) -> dict[int, list[Price]]:
             seen.add((price.flavor_id, price.region_id))
             by_flavor[price.flavor_id].append(price)
     return by_flavor
+
+
+def next_price_start(after) -> datetime | None:
+    """When the first price scheduled after `after` takes effect, or None: what is in force
+    changes then without a write."""
+    return (
+        Price.objects.filter(effective_from__gt=after)
+        .order_by("effective_from")
+        .values_list("effective_from", flat=True)
+        .first()
+    )
 
 
 def price_in_force(*, region, kind: str, flavor=None, at=None) -> Price | None:

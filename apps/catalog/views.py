@@ -1,7 +1,9 @@
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
 
 from apps.catalog.forms import CatalogFilterForm
+from apps.catalog.kept_reads import is_plain_visit, visitor_page
 from apps.catalog.models import Flavor
 from apps.catalog.selectors import (
     catalog_flavors,
@@ -18,14 +20,22 @@ def _park(request):
 
 
 def flavor_list(request):
+    # A visitor's page is the same for every visitor at its address (bar the CSRF token): kept
+    # whole. Unknown query parameters (ignored by the filters) would only add copies of it.
+    if is_plain_visit(request) and request.GET.keys() <= CatalogFilterForm.base_fields.keys():
+        return visitor_page(request, lambda extra: _flavor_list_html(request, extra))
+    return HttpResponse(_flavor_list_html(request))
+
+
+def _flavor_list_html(request, extra_context=None) -> str:
     park = _park(request)
     form = CatalogFilterForm(request.GET or None, park=park)
     cards = catalog_flavors(form.filters())
     if request.organization:
         cards = with_order_refusals(request.organization, cards)
-    context = {"form": form, "cards": cards}
+    context = {"form": form, "cards": cards, **(extra_context or {})}
     template = "catalog/partials/_flavor_list.html" if request.htmx else "catalog/flavor_list.html"
-    return render(request, template, context)
+    return render_to_string(template, context, request)
 
 
 def flavor_detail(request, code):

@@ -3,6 +3,7 @@
 Each takes the acting user (or API key) and checks the role matrix before it writes.
 """
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -11,7 +12,7 @@ from datetime import timedelta
 from allauth.account.models import EmailAddress
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 from django.utils.translation import gettext as _
@@ -463,12 +464,69 @@ def revoke_api_key(*, api_key: ApiKey, actor) -> ApiKey:
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
+# The key by its prefix with its organization and their park, read on every API call: one
+# statement, which the ORM took ~0.7 ms of CPU to build and compile each time, eight times what
+# running it takes. Written out once here; each value is converted as the ORM converts it (dates
+# on SQLite, JSON), and the objects are the ones `select_related("organization__park")` gives.
+_KEY_WITH_ORGANIZATION = ((ApiKey, "k"), (Organization, "o"), (Park, "p"))
+
+
+@functools.cache
+def _key_lookup(alias: str) -> tuple[str, list[tuple]]:
+    """(the statement, [(model, its attribute names, [(column, its converters), …]), …])."""
+    connection = connections[alias]
+    quote = connection.ops.quote_name
+    models, selected = [], []
+    for model, table in _KEY_WITH_ORGANIZATION:
+        fields = model._meta.concrete_fields
+        columns = [field.get_col(table) for field in fields]
+        converters = [
+            connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+            for column in columns
+        ]
+        names = [field.attname for field in fields]
+        models.append((model, names, list(zip(columns, converters, strict=True))))
+        selected += [f"{table}.{quote(field.column)}" for field in fields]
+    statement = (
+        f"SELECT {', '.join(selected)} FROM {quote(ApiKey._meta.db_table)} k"
+        f" JOIN {quote(Organization._meta.db_table)} o"
+        f" ON o.{quote('id')} = k.{quote(ApiKey._meta.get_field('organization').column)}"
+        f" JOIN {quote(Park._meta.db_table)} p"
+        f" ON p.{quote('id')} = o.{quote(Organization._meta.get_field('park').column)}"
+        f" WHERE k.{quote('prefix')} = %s"
+    )
+    return statement, models
+
+
+def _key_with_organization(prefix: str) -> ApiKey | None:
+    statement, models = _key_lookup(connection.alias)
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [prefix])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    loaded, start = [], 0
+    for model, names, columns in models:
+        values = row[start : start + len(columns)]
+        start += len(columns)
+        converted = []
+        for (column, converters), value in zip(columns, values, strict=True):
+            for convert in converters:
+                value = convert(value, column, connection)
+            converted.append(value)
+        loaded.append(model.from_db(connection.alias, names, converted))
+    key, organization, park = loaded
+    organization.park = park
+    key.organization = organization
+    return key
+
+
 def authenticate_api_key(secret: str, *, ip_address: str | None) -> ApiKey | None:
     """The key for a presented secret, if it is valid, unexpired and not revoked."""
     parts = secret.split("_", 2)  # the random part may itself contain "_"
     if len(parts) != 3 or parts[0] != API_KEY_PREFIX:
         return None
-    key = ApiKey.objects.select_related("organization__park").filter(prefix=parts[1]).first()
+    key = _key_with_organization(parts[1])
     if key is None or not hmac.compare_digest(key.key_hash, _hash(secret)):
         return None
     if not is_usable_key(key):

@@ -1083,6 +1083,27 @@ class TestAuthenticateApiKey:
         assert found == key
         assert found.organization == organization
 
+    def test_the_key_comes_with_its_organization_and_park_as_the_orm_reads_them(
+        self, organization, owner, django_assert_num_queries
+    ):
+        """One statement written out by hand: every field as the ORM would read it (dates
+        aware, on SQLite too), and the organization and park need no further query."""
+        key, secret = new_key(organization, owner, expires_at=timezone.now() + timedelta(days=1))
+        authenticate_api_key(secret, ip_address="198.51.100.7")  # records last use
+
+        with django_assert_num_queries(1):
+            found = authenticate_api_key(secret, ip_address="198.51.100.7")
+            rows = (found, found.organization, found.organization.park)
+        by_orm = ApiKey.objects.select_related("organization__park").get(pk=key.pk)
+        expected_rows = (by_orm, by_orm.organization, by_orm.organization.park)
+        for row, expected in zip(rows, expected_rows, strict=True):
+            fields = type(row)._meta.concrete_fields
+            assert {f.attname: getattr(row, f.attname) for f in fields} == {
+                f.attname: getattr(expected, f.attname) for f in fields
+            }
+            assert not row._state.adding
+        assert found.expires_at.tzinfo is not None
+
     def test_every_generated_secret_authenticates(self, organization, owner):
         # With the real generator: about half of these secrets contain "_" in the random part.
         keys = [new_key(organization, owner) for _ in range(24)]

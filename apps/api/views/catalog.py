@@ -1,6 +1,7 @@
 """The catalog, for partners: what is sold in the caller's park, at what price, with how much
 free now."""
 
+from django.utils.translation import get_language
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import viewsets
 from rest_framework.response import Response
@@ -16,6 +17,7 @@ from apps.api.serializers.catalog import (
     RegionSerializer,
 )
 from apps.catalog.forms import CatalogFilterForm
+from apps.catalog.kept_reads import kept
 from apps.catalog.models import AcceleratorModel, Flavor, Image, Price, Region
 from apps.catalog.selectors import catalog_flavors
 from apps.tenants.roles import Action
@@ -101,6 +103,14 @@ class FlavorViewSet(ParkScopedViewSet):
     def list(self, request, *args, **kwargs):
         """Flavors with their cheapest price in force and the hosts that fit now, filtered as
         the catalog page filters (invalid filters are reported and ignored)."""
-        form = CatalogFilterForm(request.query_params, park=current_organization(request).park)
-        cards = catalog_flavors(form.filters())
-        return Response(CatalogFlavorSerializer(cards, many=True).data)
+        # The same for every organization of a park: kept whole per park, filters and language.
+        organization = current_organization(request)
+
+        def build():
+            form = CatalogFilterForm(request.query_params, park=organization.park)
+            cards = catalog_flavors(form.filters())
+            return CatalogFlavorSerializer(cards, many=True).data
+
+        filters = tuple(sorted(request.query_params.lists()))
+        identity = (organization.park_id, filters, get_language())
+        return Response(kept("api-flavors", identity, build))

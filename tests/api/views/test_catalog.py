@@ -110,6 +110,20 @@ def test_flavors_are_the_parks_catalog_cards(api, catalog, elsewhere):
     assert elsewhere_code not in cards
 
 
+def test_each_park_gets_its_own_kept_list_of_flavors(api, client, catalog, elsewhere, make_key):
+    """The list is kept per park (and filters): another park's organization, asking between
+    two reads of this one, gets its own park's flavors, and this one still its own."""
+    ours = codes_of(api.get("/api/v1/flavors/"))
+    theirs = make_key("read", org=elsewhere.organization, actor=elsewhere.owner)
+
+    response = client.get("/api/v1/flavors/", **bearer(theirs))
+    assert codes_of(response) == [elsewhere.flavor.code]
+    assert response.json()[0]["cheapest_hourly_minor"] == 777
+    assert codes_of(api.get("/api/v1/flavors/")) == ours
+    assert codes_of(api.get("/api/v1/flavors/", {"accelerator_count": "8"})) == ["bm1-8x", "g1.8x"]
+    assert codes_of(api.get("/api/v1/flavors/")) == ours
+
+
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
