@@ -433,10 +433,11 @@ class World:
 
     def _orders_meters_usage(self, instances):
         """Each instance's create order (pending ones wait for an operator), its host meter and
-        a usage record per day it ran."""
+        a usage record per day it ran, as metering writes them: a record a meter and day of the
+        park's, from midnight to midnight."""
         from django.utils import timezone
 
-        from apps.billing.metering import add_monthly_spend
+        from apps.billing.metering import add_monthly_spend, day_start
         from apps.billing.models import Meter, MeterKind, UsageRecord
         from apps.orders.models import Order, OrderKind, OrderState
 
@@ -481,7 +482,7 @@ class World:
         for meter in meters:
             start = meter.started_at
             while start < meter.metered_until:
-                end = min(start + timedelta(days=1), meter.metered_until)
+                end = min(day_start(start + timedelta(days=1)), meter.metered_until)
                 seconds = int((end - start).total_seconds())
                 if seconds > 0:
                     records.append(
@@ -497,6 +498,7 @@ class World:
                             hourly_minor=meter.hourly_minor,
                             amount_minor=int(meter.hourly_minor * seconds / 3600),
                             currency=meter.currency,
+                            day=timezone.localtime(start).date(),
                         )
                     )
                 start = end

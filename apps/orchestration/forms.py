@@ -5,6 +5,7 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import AcceleratorModel, Image, Region
 from apps.core.numbers import IdsField
+from apps.core.widgets import LongSelect
 from apps.orchestration import selectors
 from apps.orchestration.models import SchedulingPolicy, TaskPreference
 from apps.orchestration.scheduling import (
@@ -151,7 +152,8 @@ class SchedulingPolicyForm(forms.Form):
 
 
 class FairShareForm(forms.Form):
-    organization = forms.ModelChoiceField(label=_("Organization"), queryset=None)
+    # A park's every organization (1,000 at issue 15's scale): options written out in Python.
+    organization = forms.ModelChoiceField(label=_("Organization"), queryset=None, widget=LongSelect)
     shares = forms.IntegerField(
         label=_("Shares"),
         min_value=1,

@@ -6,6 +6,7 @@ from django.utils.translation import gettext_lazy as _
 from apps.catalog.models import Flavor, Image, PriceKind, Region
 from apps.catalog.selectors import compatible_images, offered_images, price_in_force
 from apps.core.money import format_money
+from apps.core.widgets import LongSelect
 from apps.orchestration.models import TaskPreference
 from apps.orders.expiry import MAX_AFTER_HOURS, MIN_AFTER_HOURS
 from apps.orders.models import PORT_MAX, PORT_MIN, InstanceState, PortProtocol, SecurityGroup
@@ -131,8 +132,13 @@ class HostListFilterForm(forms.Form):
         required=False,
         choices=[(NOT_RELEASED, _("Not released")), ("", _("All states"))] + InstanceState.choices,
     )
+    # The park's every region (tens at issue 15's scale): options written out in Python.
     region = forms.ModelChoiceField(
-        label=_("Region"), queryset=Region.objects.none(), required=False, empty_label=_("All")
+        label=_("Region"),
+        queryset=Region.objects.none(),
+        required=False,
+        empty_label=_("All"),
+        widget=LongSelect,
     )
 
     def __init__(self, data, *, park):

@@ -1,14 +1,15 @@
 import random
-from datetime import timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
 from apps.billing import invoicing
-from apps.billing.selectors import instance_cost, metering_lag_seconds
+from apps.billing.selectors import instance_cost, metering_lag_seconds, usage_series
 from apps.orders.models import Instance, InstanceState, OrderKind
-from tests.factories import EPOCH, MeterFactory
+from tests.billing.conftest import local
+from tests.factories import EPOCH, MeterFactory, UsageRecordFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -162,3 +163,31 @@ def test_a_tasks_cost_so_far_goes_no_further_than_its_backend_said_it_ran():
         known_until=NOW - timedelta(seconds=45),
     )
     assert task_cost_minor(task, now=NOW) == 75
+
+
+def test_the_usage_chart_sums_each_records_day_and_a_record_before_days_on_its_start(
+    organization,
+):
+    """A record holds a meter's use of its `day`; those written a pass each, before days, have
+    none and count on the day they started, in the park's time zone (Shanghai)."""
+    now = local(2026, 12, 20, 9)
+    UsageRecordFactory(  # as metering writes them: a meter's day
+        organization=organization, started_at=local(2026, 12, 20), day=date(2026, 12, 20)
+    )
+    UsageRecordFactory(  # 16:30 UTC on 20 November: 21 November in Shanghai, the chart's first
+        organization=organization, started_at=local(2026, 11, 21, 0, 30), amount_minor=20
+    )
+    UsageRecordFactory(  # the day before the chart's first, in Shanghai
+        organization=organization, started_at=local(2026, 11, 20, 23, 30), amount_minor=400
+    )
+    UsageRecordFactory(
+        organization=organization, started_at=local(2026, 11, 20, 8), day=date(2026, 11, 20)
+    )
+    UsageRecordFactory(started_at=local(2026, 12, 20, 1), day=date(2026, 12, 20))  # another's
+
+    chart = usage_series(organization, group="kind", now=now)
+
+    assert (chart["x"][0], chart["x"][-1]) == ("2026-11-21", "2026-12-20")
+    ((compute),) = chart["series"]
+    assert compute["data"][0] == 20 and compute["data"][-1] == 2500
+    assert sum(compute["data"]) == 2520

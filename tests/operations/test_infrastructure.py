@@ -12,7 +12,7 @@ from django.utils import timezone, translation
 
 from apps.core.errors import PermissionDenied
 from apps.core.models import AuditEvent
-from apps.operations.selectors import pools_with_allocation
+from apps.operations.selectors import counted_pools, pools_with_allocation
 from apps.operations.selectors.dashboard import capacity_breakdown, capacity_series
 from apps.orchestration.backends.base import BackendError
 from apps.orchestration.backends.simulator import SimulatorDriver
@@ -32,6 +32,7 @@ from apps.orders.idle import set_idle_policy
 from apps.orders.services import submit_create
 from tests.factories import (
     BackendFactory,
+    NodeFactory,
     ParkFactory,
     ParkOperatorFactory,
     RegionFactory,
@@ -484,6 +485,24 @@ def test_capacity_breakdown_by_level_site_and_vendor(console, running):
     assert by_level == {"Center": (16, 4, 12), "Edge": (0, 0, 0)}
     assert [(r.label, r.total) for r in breakdown["vendor"]] == [("NVIDIA", 16)]
     assert {r.label for r in breakdown["region"]} == {"Center", "Edge"}
+
+
+def test_the_overviews_counted_pools_are_the_annotated_ones(console, running):
+    running(4)
+    Pool.objects.create(  # no nodes: nothing to count
+        backend=console.backend,
+        region=console.region,
+        name="empty",
+        accelerator_model=console.model,
+    )
+    NodeFactory(pool=console.pool)  # a node without cards
+
+    def counts(pools):
+        return [(pool.pk, pool.total, pool.allocated, pool.node_count) for pool in pools]
+
+    counted = counts(counted_pools([console.park]))
+    assert counted == counts(pools_with_allocation([console.park]))
+    assert sorted(counted)[0][1:] == (16, 4, 3) and sorted(counted)[-1][1:] == (0, 0, 0)
 
 
 @pytest.mark.django_db(transaction=True)

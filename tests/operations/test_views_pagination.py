@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from apps.operations.views._common import PAGE_SIZE
 from apps.operations.views.infrastructure import IDLE_PER_PAGE
-from apps.orchestration.models import Accelerator, Allocation
+from apps.orchestration.models import Accelerator, Allocation, Node
 from apps.orders.models import Instance
 from tests.factories import (
     AllocationFactory,
@@ -45,17 +45,26 @@ def hosts(park, n):
     InstanceFactory.create_batch(n, organization=organization, running=True)
 
 
+def nodes(park, n):
+    NodeFactory.create_batch(n, pool=PoolFactory(backend__park=park))
+
+
 def names(response):
-    return [getattr(row, "instance", row).name for row in response.context["page"]]
+    return [_name(getattr(row, "instance", row)) for row in response.context["page"]]
+
+
+def _name(row):
+    return row.hostname if isinstance(row, Node) else row.name
 
 
 LISTS = [
     ("/ops/instances/", hosts, PAGE_SIZE),
     ("/ops/parks/{park}/idle/", idle_hosts, IDLE_PER_PAGE),
+    ("/ops/parks/{park}/nodes/", nodes, PAGE_SIZE),
 ]
 
 
-@pytest.mark.parametrize(("path", "make", "per_page"), LISTS, ids=["instances", "idle"])
+@pytest.mark.parametrize(("path", "make", "per_page"), LISTS, ids=["instances", "idle", "nodes"])
 def test_page_two_shows_the_rest_and_a_bad_page_number_is_no_error(
     client, park, operator, path, make, per_page
 ):
@@ -86,3 +95,29 @@ def test_the_idle_page_lists_the_longest_idle_first_across_pages(client, park, o
     assert {row.instance.pk for row in rows} == set(
         Instance.objects.filter(organization__park=park).values_list("pk", flat=True)
     )
+
+
+FILTERED = [
+    # (list, its filter in the query string, whether a row named so is one the filter keeps)
+    ("/ops/instances/", "q=keep", lambda name: name.startswith("keep")),
+    ("/ops/parks/{park}/nodes/", "q=keep", lambda name: name.startswith("keep")),
+]
+
+
+@pytest.mark.parametrize(("path", "query", "kept"), FILTERED, ids=["instances", "nodes"])
+def test_a_filtered_list_keeps_its_filter_on_page_two(client, park, operator, path, query, kept):
+    organization = OrganizationFactory(park=park)
+    pool = PoolFactory(backend__park=park)
+    for prefix in ("keep", "drop"):
+        for n in range(PAGE_SIZE + EXTRA):
+            InstanceFactory(organization=organization, running=True, name=f"{prefix}-{n}")
+            NodeFactory(pool=pool, hostname=f"{prefix}-node-{n}")
+    url = path.format(park=park.pk)
+    client.force_login(operator)
+
+    first = client.get(f"{url}?{query}")
+    assert f'href="?{query}&page=2"' in first.content.decode()
+    second = client.get(f"{url}?{query}&page=2")
+    rows = names(first) + names(second)
+    assert len(names(second)) == EXTRA
+    assert len(set(rows)) == PAGE_SIZE + EXTRA and all(kept(name) for name in rows)

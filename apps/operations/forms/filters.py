@@ -5,6 +5,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import PriceKind
+from apps.core.widgets import LongSelect
 from apps.operations.selectors.lists import ACTIVE
 from apps.orchestration.models import NodeHealth
 from apps.orders.models import InstanceState, OrderKind, OrderState
@@ -13,6 +14,10 @@ from apps.tenants.models import VerificationState
 
 def _all(label=None):
     return [("", label or _("All"))]
+
+
+# The regions' and pools' selects grow with the park (tens of each at issue 15's scale): their
+# options are written out in Python (LongSelect).
 
 
 class FilterForm(forms.Form):
@@ -72,7 +77,7 @@ class InstanceFilterForm(FilterForm):
     )
     organization_name = forms.CharField(label=_("Organization"), required=False, max_length=100)
     region = forms.ModelChoiceField(
-        label=_("Region"), queryset=None, required=False, empty_label=_("All")
+        label=_("Region"), queryset=None, required=False, empty_label=_("All"), widget=LongSelect
     )
     q = forms.CharField(label=_("Name or host"), required=False, max_length=100)
 
@@ -87,7 +92,7 @@ class InstanceFilterForm(FilterForm):
 
 class NodeFilterForm(FilterForm):
     pool = forms.ModelChoiceField(
-        label=_("Pool"), queryset=None, required=False, empty_label=_("All")
+        label=_("Pool"), queryset=None, required=False, empty_label=_("All"), widget=LongSelect
     )
     health = forms.ChoiceField(
         label=_("Health"), required=False, choices=_all() + NodeHealth.choices
@@ -108,7 +113,7 @@ class NodeFilterForm(FilterForm):
 
 class PriceFilterForm(FilterForm):
     region = forms.ModelChoiceField(
-        label=_("Region"), queryset=None, required=False, empty_label=_("All")
+        label=_("Region"), queryset=None, required=False, empty_label=_("All"), widget=LongSelect
     )
     kind = forms.ChoiceField(label=_("Kind"), required=False, choices=_all() + PriceKind.choices)
     when = forms.ChoiceField(

@@ -1,12 +1,11 @@
 import json
 
 from django import forms
-from django.forms.utils import flatatt
-from django.utils.html import format_html, format_html_join
 from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
 from apps.billing.forms import to_minor
+from apps.core.widgets import LongSelect, RowCheckboxInput, RowHiddenInput, RowNumberInput
 from apps.orchestration.backends.registry import config_examples, driver_names
 from apps.orders.expiry import MAX_RELEASE_DAYS
 from apps.orders.models import IdlePolicy
@@ -39,25 +38,6 @@ class BackendForm(forms.Form):
         return {name: json.dumps(example, indent=2) for name, example in config_examples().items()}
 
 
-class RowSelect(forms.Select):
-    """A select written out in Python, for a table of forms: Django renders each option from a
-    template, and 20 rows of a select of 70 regions took most of the pools page (issue 37)."""
-
-    def render(self, name, value, attrs=None, renderer=None):
-        widget = self.get_context(name, value, attrs)["widget"]
-        options = format_html_join(
-            "",
-            '<option value="{}"{}>{}</option>',
-            (
-                (option["value"], flatatt(option["attrs"]), option["label"])
-                for _group, group_options, _index in widget["optgroups"]
-                for option in group_options
-            ),
-        )
-        attributes = flatatt(widget["attrs"])
-        return format_html('<select name="{}"{}>{}</select>', name, attributes, options)
-
-
 class RegionChoices:
     """The park's regions as every row of the pools table offers them, read and labelled once
     for the whole table (a ModelChoiceField would query them again for every row it renders,
@@ -72,21 +52,34 @@ class RegionChoices:
 
 
 class PoolForm(forms.Form):
-    """One row of the pools table; `regions` is a RegionChoices."""
+    """One row of the pools table; `regions` is a RegionChoices. Its widgets are written out in
+    Python (apps.core.widgets): the table has a page of these rows."""
 
-    pool = forms.IntegerField(widget=forms.HiddenInput)
-    region = forms.TypedChoiceField(label=_("Region"), coerce=int, choices=(), widget=RowSelect)
+    pool = forms.IntegerField(widget=RowHiddenInput)
+    region = forms.TypedChoiceField(label=_("Region"), coerce=int, choices=(), widget=LongSelect)
     pue = forms.DecimalField(
-        label=_("PUE"), min_value=1, max_value=5, max_digits=4, decimal_places=2
+        label=_("PUE"),
+        min_value=1,
+        max_value=5,
+        max_digits=4,
+        decimal_places=2,
+        widget=RowNumberInput,
     )
     # Typed in yuan (as on the power bill, ¥0.65), stored in fen.
     power_price_per_kwh = forms.DecimalField(
-        label=_("Power price per kWh"), min_value=0, max_value=1000, max_digits=6, decimal_places=2
+        label=_("Power price per kWh"),
+        min_value=0,
+        max_value=1000,
+        max_digits=6,
+        decimal_places=2,
+        widget=RowNumberInput,
     )
     carbon_g_per_kwh = forms.IntegerField(
-        label=_("Carbon intensity (gCO₂/kWh)"), min_value=0, max_value=5000
+        label=_("Carbon intensity (gCO₂/kWh)"), min_value=0, max_value=5000, widget=RowNumberInput
     )
-    is_schedulable = forms.BooleanField(label=_("Schedulable"), required=False)
+    is_schedulable = forms.BooleanField(
+        label=_("Schedulable"), required=False, widget=RowCheckboxInput
+    )
 
     def __init__(self, *args, regions: RegionChoices, currency: str, html_form: str = "", **kwargs):
         super().__init__(*args, **kwargs)

@@ -2,7 +2,7 @@ from datetime import timedelta
 
 from django.shortcuts import render
 
-from apps.operations.selectors import pools_with_allocation
+from apps.operations.selectors import counted_pools
 from apps.operations.selectors.dashboard import (
     backends_with_errors,
     capacity_breakdown,
@@ -20,7 +20,7 @@ PERIODS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta
 @operator_view
 def overview(request):
     parks = list(parks_of(request))
-    pools = list(pools_with_allocation(parks))
+    pools = counted_pools(parks)
     totals = {
         "total": sum(p.total for p in pools),
         "allocated": sum(p.allocated for p in pools),
