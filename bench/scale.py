@@ -176,7 +176,7 @@ class World:
     def add_copies(self, copies):
         from django.db import connection, transaction
 
-        from apps.orchestration import capacity
+        from apps.orchestration import capacity, rooms
 
         with transaction.atomic(), _historic_timestamps():
             for copy in copies:
@@ -185,6 +185,8 @@ class World:
                     print(f"built {copy + 1} copies", file=sys.stderr)
             self._sample_capacity()
         capacity.sample_capacity(now=self.now)  # a durable transaction of its own
+        # The nodes' kept rooms from the rows written in bulk, as the sampler's beat keeps them.
+        rooms.correct_rooms()
         if connection.vendor == "postgresql":
             # Fresh statistics, as autovacuum keeps them on a live site after bulk loads (without
             # them the planner guesses one row a table and the pages' timings measure its guess).
