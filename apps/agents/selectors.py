@@ -95,6 +95,8 @@ def nodes_without_image(pool_ids, image_code: str) -> set[int]:
         "node_id", "images", "images_reported_at"
     )
     lacking = {server.node_id for server in servers if image_code not in server.image_names}
+    if not lacking:  # most parks: no agent servers, or all of them hold it
+        return lacking
     return lacking - image_copies.nodes_awaiting_image(pool_ids, image_code)
 
 

@@ -81,3 +81,37 @@ def test_default_rates_do_not_throttle_a_few_calls(client, read_key):
     cache.clear()
     for _ in range(5):
         assert client.get("/api/v1/organization/", **bearer(read_key)).status_code == 200
+
+
+def test_a_burst_across_a_windows_edge_still_meets_the_rate(client, rates, read_key, monkeypatch):
+    """Counted per minute, but the previous minute's calls, taken as spread over it, count for
+    the part of it still within a minute of now, each whole: three at 0:59 leave no room at
+    1:01 (until 1:20, when a third of them is out), one at 1:30 (half of them, rounded up,
+    still count) and two at 2:00 (1:30's)."""
+    now = {"at": 59.0}
+    monkeypatch.setattr(throttling.ApiKeyThrottle, "timer", lambda self: now["at"])
+    for _ in range(3):
+        assert client.get("/api/v1/organization/", **bearer(read_key)).status_code == 200
+
+    now["at"] = 61.0
+    response = client.get("/api/v1/organization/", **bearer(read_key))
+    assert_throttled(response)
+    assert int(response["Retry-After"]) == 19
+
+    now["at"] = 90.0
+    assert client.get("/api/v1/organization/", **bearer(read_key)).status_code == 200
+    assert_throttled(client.get("/api/v1/organization/", **bearer(read_key)))
+
+    now["at"] = 120.0
+    for _ in range(2):
+        assert client.get("/api/v1/organization/", **bearer(read_key)).status_code == 200
+    assert_throttled(client.get("/api/v1/organization/", **bearer(read_key)))
+
+
+def test_a_keys_count_is_one_number_at_any_rate(client, rates, read_key, monkeypatch):
+    """What the cache keeps per key and window does not grow with the calls made."""
+    monkeypatch.setattr(throttling.ApiKeyThrottle, "timer", lambda self: 30.0)
+    for _ in range(3):
+        client.get("/api/v1/organization/", **bearer(read_key))
+    assert_throttled(client.get("/api/v1/organization/", **bearer(read_key)))
+    assert cache.get(f"throttle_api_key_{read_key.pk}_0") == 3
