@@ -250,6 +250,7 @@ class World:
         """The demo's nodes again in this copy's pools (copy 0: the seeded ones), each with
         telemetry: most cards busy, a fifth of them idle for hours."""
         from apps.orchestration.models import Accelerator, Allocation, Node
+        from apps.orchestration.services import keep_card_readings
 
         nodes = []
         for n, (base_pool, pool) in enumerate(zip(self.base_pools, pools, strict=True)):
@@ -288,6 +289,8 @@ class World:
                 for node in nodes
                 for i in range(node.cards)
             )
+        # What the idle check reads, kept beside the telemetry as probing the backend keeps it.
+        keep_card_readings(nodes)
         by_node = {}
         for accelerator in accelerators:
             by_node.setdefault(accelerator.node_id, []).append(accelerator)

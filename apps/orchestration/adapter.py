@@ -19,7 +19,7 @@ on its node, the better, which keeps whole nodes for large requests.
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cached_property
 
@@ -305,6 +305,38 @@ def measured_power(telemetry: dict) -> tuple[float | None, datetime | None]:
     if updated is None or not loaded:
         return None, None
     return sum(loaded) / len(loaded), updated
+
+
+def card_readings(
+    telemetry: dict | None,
+) -> tuple[datetime | None, dict[int, tuple[datetime | None, float | None]]]:
+    """(when a node's telemetry was taken, {card index: (idle since, utilization)}) as the idle
+    check reads them: a time that does not parse is None (naive ones are UTC), so is a card's
+    `idle_since` that does not (the card proves nothing idle), and a `util` that is no number.
+    Kept on the node and its cards with the telemetry (`services.keep_card_readings`)."""
+    telemetry = telemetry if isinstance(telemetry, dict) else {}
+    accelerators = telemetry.get("accelerators")
+    readings = {}
+    for key, reading in accelerators.items() if isinstance(accelerators, dict) else ():
+        if not str(key).isdigit():
+            continue
+        reading = reading if isinstance(reading, dict) else {}
+        util = reading.get("util")
+        readings[int(key)] = (
+            _utc_or_none(reading.get("idle_since")),
+            float(util) if isinstance(util, int | float) and not isinstance(util, bool) else None,
+        )
+    return _utc_or_none(telemetry.get("updated_at")), readings
+
+
+def _utc_or_none(value) -> datetime | None:
+    try:
+        moment = parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:  # well formed but out of range ("2026-13-45T...")
+        return None
+    if moment is None:
+        return None
+    return moment if timezone.is_aware(moment) else timezone.make_aware(moment, UTC)
 
 
 def watts_under_load(node, tdp_w: int, now) -> float:

@@ -157,6 +157,10 @@ class Node(models.Model):
     # score reads it while fresh, and the TDP otherwise. None: nothing loaded was measured.
     loaded_watts = models.FloatField(_("measured power under load (W)"), null=True, blank=True)
     loaded_watts_at = models.DateTimeField(_("measured at"), null=True, blank=True)
+    # When the telemetry was taken (its `updated_at`), kept with it (`keep_card_readings`) with
+    # each card's reading (`Accelerator.idle_since`), so that finding idle hosts reads columns
+    # rather than decoding every node's telemetry. None: no telemetry, or no readable time.
+    telemetry_at = models.DateTimeField(_("telemetry taken at"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("node")
@@ -234,6 +238,10 @@ class Accelerator(models.Model):
         related_name="accelerators",
         verbose_name=_("held by"),
     )
+    # The card's reading in its node's telemetry (`Node.telemetry_at`), kept with it: since
+    # when it reads idle (None: busy, unread or unreadable) and its utilization.
+    idle_since = models.DateTimeField(_("idle since"), null=True, blank=True)
+    utilization_pct = models.FloatField(_("utilization (%)"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("accelerator")

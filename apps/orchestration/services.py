@@ -884,6 +884,37 @@ def _record_telemetry(backend, nodes, readings: list[NodeTelemetry], now) -> Non
         healths,
         also=("telemetry", "loaded_watts", "loaded_watts_at", "last_seen_at"),
     )
+    keep_card_readings([node for node in nodes if node.hostname in by_host])
+
+
+# Cards whose readings changed, written per UPDATE: Django's bulk_update spells one CASE per
+# field over the batch, so a batch of thousands costs quadratically.
+CARD_READINGS_BATCH = 500
+
+
+def keep_card_readings(nodes) -> None:
+    """Keep what the idle check reads beside each node's telemetry (`adapter.card_readings`):
+    `Node.telemetry_at`, and each card's `idle_since` and `utilization_pct` (a card missing
+    from the telemetry reads nothing). Written wherever a node's telemetry is, under the
+    nodes' locks (or while seeding them); only the cards whose readings changed are written."""
+    readings = {node.pk: adapter.card_readings(node.telemetry) for node in nodes}
+    if not readings:
+        return
+    for node in nodes:
+        node.telemetry_at = readings[node.pk][0]
+    Node.objects.bulk_update(nodes, ["telemetry_at"], batch_size=CARD_READINGS_BATCH)
+    changed = []
+    cards = Accelerator.objects.filter(node_id__in=list(readings)).only(
+        "pk", "node_id", "index", "idle_since", "utilization_pct"
+    )
+    for card in cards:
+        reading = readings[card.node_id][1].get(card.index, (None, None))
+        if (card.idle_since, card.utilization_pct) != reading:
+            card.idle_since, card.utilization_pct = reading
+            changed.append(card)
+    Accelerator.objects.bulk_update(
+        changed, ["idle_since", "utilization_pct"], batch_size=CARD_READINGS_BATCH
+    )
 
 
 @transaction.atomic

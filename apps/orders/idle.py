@@ -132,8 +132,9 @@ class IdleCandidate:
 def idle_candidates(parks, *, min_minutes: int | None = None, now=None) -> list[IdleCandidate]:
     """The running hosts of the parks whose cards all read idle, in fresh telemetry, for at
     least `min_minutes` (default: each park's policy threshold), longest idle first: found in
-    the database (one statement, `_IDLE_SQL`), so that no busy host, nor any host on a node
-    with stale telemetry, is read here at all."""
+    the database (one statement, `_IDLE_SQL`, over the readings kept in columns beside the
+    telemetry), so that no busy host, nor any host on a node with stale telemetry, is read
+    here at all."""
     now = now or timezone.now()
     park_ids = [getattr(park, "pk", park) for park in parks]
     if not park_ids:
@@ -156,7 +157,7 @@ def idle_candidates(parks, *, min_minutes: int | None = None, now=None) -> list[
     statement = _IDLE_SQL.format(parks=sql.placeholders(park_ids), cutoff=cutoff_sql, **spelled)
     params = [
         *park_ids,
-        stamp - TELEMETRY_FRESH_FOR.total_seconds(),
+        connection.ops.adapt_datetimefield_value(now - TELEMETRY_FRESH_FOR),
         *park_ids,
         InstanceState.RUNNING,
         *[value for pair in cutoffs.items() for value in pair],
@@ -172,71 +173,42 @@ def idle_candidates(parks, *, min_minutes: int | None = None, now=None) -> list[
     ]
 
 
-# The cards that read idle on the parks' nodes with fresh telemetry, read once per node
-# (materialized: each node's telemetry is decoded once), since when in seconds since the
-# epoch; then the running hosts holding them, grouped by host: those that hold no other card
-# and whose cards all read idle since the park's cutoff. A busy host is never joined.
+# The cards that read idle (`Accelerator.idle_since`, kept with the telemetry) on the parks'
+# nodes with fresh telemetry (`Node.telemetry_at`), and the running hosts holding them, grouped
+# by host: those whose every card reads idle since the park's cutoff (in seconds since the
+# epoch). No telemetry is decoded here, and a host on a node with stale telemetry is never
+# joined.
 _IDLE_SQL = """
-WITH idle_cards AS MATERIALIZED (
-    SELECT n.id AS node_id, j.key AS card, {epoch_idle_since} AS idle_from, {util} AS util
-    FROM {cards_of_nodes}
-    WHERE n.pool_id IN (
+SELECT i.id, o.park_id, {greatest}(MAX({epoch_idle_since}), {epoch_held_from}) AS since,
+    AVG(COALESCE(acc.utilization_pct, 0))
+FROM orchestration_node n
+JOIN orchestration_accelerator acc ON acc.node_id = n.id AND acc.idle_since IS NOT NULL
+JOIN orchestration_allocation a ON a.id = acc.allocation_id AND a.released_at IS NULL
+JOIN orders_instance i ON i.workload_id = a.workload_id AND i.node_id = n.id
+JOIN tenants_organization o ON o.id = i.organization_id
+WHERE n.pool_id IN (
         SELECT p.id FROM orchestration_pool p
         JOIN orchestration_backend b ON b.id = p.backend_id
         WHERE b.park_id IN ({parks})
     )
-    AND {epoch_updated_at} >= %s AND {reading_is_object} AND {idle_since} IS NOT NULL
-)
-SELECT i.id, o.park_id, {greatest}(MAX(c.idle_from), {epoch_held_from}) AS since,
-    AVG(COALESCE(c.util, 0))
-FROM idle_cards c
-JOIN orchestration_accelerator acc
-    ON acc.node_id = c.node_id AND CAST(acc."index" AS text) = c.card
-JOIN orchestration_allocation a ON a.id = acc.allocation_id AND a.released_at IS NULL
-JOIN orders_instance i ON i.workload_id = a.workload_id AND i.node_id = c.node_id
-JOIN tenants_organization o ON o.id = i.organization_id
-WHERE o.park_id IN ({parks}) AND i.state = %s
+    AND n.telemetry_at >= %s AND o.park_id IN ({parks}) AND i.state = %s
 GROUP BY i.id, o.park_id, a.id, a.created_at
-HAVING COUNT(c.idle_from) = (
+HAVING COUNT(*) = (
         SELECT COUNT(*) FROM orchestration_accelerator held WHERE held.allocation_id = a.id
     )
-    AND {greatest}(MAX(c.idle_from), {epoch_held_from}) <= {cutoff}
+    AND {greatest}(MAX({epoch_idle_since}), {epoch_held_from}) <= {cutoff}
 ORDER BY since, i.id
 """
 
-# A timestamp written by `merged_telemetry` (an ISO 8601 string), as seconds since the epoch;
-# NULL for anything else, as `parse_datetime` reads it.
-_PG_EPOCH = (
-    r"CASE WHEN ({0}) ~ '^\d{{4}}-\d\d-\d\d[T ]\d\d:\d\d' "
-    "THEN EXTRACT(EPOCH FROM CAST({0} AS timestamptz)) END"
-)
-_PG_CARDS = "n.telemetry -> 'accelerators'"
 _SQLITE_EPOCH = "(julianday({}) - 2440587.5) * 86400.0"
 _IDLE_SQL_SPELLINGS = {
     "postgresql": {
-        "cards_of_nodes": (
-            "orchestration_node n CROSS JOIN LATERAL jsonb_each("
-            f"CASE WHEN jsonb_typeof({_PG_CARDS}) = 'object' THEN {_PG_CARDS} "
-            "ELSE '{}'::jsonb END) AS j"
-        ),
-        "reading_is_object": "jsonb_typeof(j.value) = 'object'",
-        "idle_since": "j.value ->> 'idle_since'",
-        "epoch_idle_since": _PG_EPOCH.format("j.value ->> 'idle_since'"),
-        "util": (
-            "CASE WHEN jsonb_typeof(j.value -> 'util') = 'number' "
-            "THEN CAST(j.value ->> 'util' AS double precision) END"
-        ),
-        "epoch_updated_at": _PG_EPOCH.format("n.telemetry ->> 'updated_at'"),
+        "epoch_idle_since": "EXTRACT(EPOCH FROM acc.idle_since)",
         "epoch_held_from": "EXTRACT(EPOCH FROM a.created_at)",
         "greatest": "GREATEST",
     },
     "sqlite": {
-        "cards_of_nodes": "orchestration_node n, json_each(n.telemetry, '$.accelerators') AS j",
-        "reading_is_object": "j.type = 'object'",
-        "idle_since": "json_extract(j.value, '$.idle_since')",
-        "epoch_idle_since": _SQLITE_EPOCH.format("json_extract(j.value, '$.idle_since')"),
-        "util": "json_extract(j.value, '$.util')",
-        "epoch_updated_at": _SQLITE_EPOCH.format("json_extract(n.telemetry, '$.updated_at')"),
+        "epoch_idle_since": _SQLITE_EPOCH.format("acc.idle_since"),
         "epoch_held_from": _SQLITE_EPOCH.format("a.created_at"),
         "greatest": "MAX",
     },

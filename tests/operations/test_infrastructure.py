@@ -28,7 +28,7 @@ from apps.orchestration.services import (
     undrain_node,
     update_pool,
 )
-from apps.orders.idle import set_idle_policy
+from apps.orders.idle import idle_candidates, set_idle_policy
 from apps.orders.services import submit_create
 from tests.factories import (
     BackendFactory,
@@ -224,6 +224,54 @@ def test_probe_records_idle_since_and_keeps_it_while_idle(console, telemetry):
     # Busy again: the idle stretch ends.
     telemetry({"node-a": {"0": 50}})
     assert Node.objects.get(hostname="node-a").telemetry["accelerators"]["0"]["idle_since"] is None
+
+
+def readings(hostname):
+    node = Node.objects.get(hostname=hostname)
+    cards = node.accelerators.order_by("index").values_list("idle_since", "utilization_pct")
+    return node.telemetry_at, list(cards)
+
+
+def test_probe_keeps_each_cards_reading_beside_the_telemetry(console, telemetry):
+    start = timezone.now() - timedelta(minutes=90)
+    Backend.objects.filter(pk=console.backend.pk).update(
+        config={"utilization": {"node-a": {"0": 1, "1": 80}}, "idle_share": 0}
+    )
+    probe_backend(backend=console.backend, now=start)
+    later = start + timedelta(minutes=30)
+    probe_backend(backend=console.backend, now=later)
+
+    taken_at, cards = readings("node-a")
+    assert taken_at == later
+    # Idle since the first reading, as the telemetry says.
+    assert cards[:2] == [(start, 1.0), (None, 80.0)]
+
+    # Busy again: the card's idle stretch ends in its column as in the telemetry.
+    now = timezone.now()
+    Backend.objects.filter(pk=console.backend.pk).update(
+        config={"utilization": {"node-a": {"0": 50}}, "idle_share": 0}
+    )
+    probe_backend(backend=console.backend, now=now)
+    taken_at, cards = readings("node-a")
+    assert taken_at == now and cards[0] == (None, 50.0)
+
+
+def test_cards_idle_in_stale_telemetry_make_no_idle_host(console, running):
+    host = running()
+    Backend.objects.filter(pk=console.backend.pk).update(
+        config={"utilization": {host.node.hostname: {"0": 0}}, "idle_share": 0}
+    )
+    then = timezone.now() - timedelta(hours=3)
+    probe_backend(backend=console.backend, now=then)
+
+    # Its card reads idle, but in telemetry three hours old: that proves nothing now.
+    taken_at, cards = readings(host.node.hostname)
+    assert taken_at == then and cards[0][0] == then
+    assert idle_candidates([console.park], min_minutes=0) == []
+    # Read again now, still idle (since then): an idle host.
+    probe_backend(backend=console.backend)
+    (candidate,) = idle_candidates([console.park], min_minutes=0)
+    assert candidate.instance_id == host.pk
 
 
 def test_probe_marks_unhealthy_and_unseen_nodes_down_and_back(console):

@@ -172,10 +172,12 @@ def test_stale_telemetry_proves_nothing(console, running, telemetry):
     telemetry(utilization, idle_for=300)
     assert idle_instances([console.park])
     from apps.orchestration.models import Node
+    from apps.orchestration.services import keep_card_readings
 
     node = Node.objects.get(pk=host.node_id)
     node.telemetry["updated_at"] = (timezone.now() - timedelta(hours=2)).isoformat()
     node.save(update_fields=["telemetry"])
+    keep_card_readings([node])  # as probing keeps them with the telemetry
     assert idle_instances([console.park]) == []
 
 

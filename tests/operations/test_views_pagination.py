@@ -9,6 +9,7 @@ from django.utils import timezone
 from apps.operations.views._common import PAGE_SIZE
 from apps.operations.views.infrastructure import IDLE_PER_PAGE
 from apps.orchestration.models import Accelerator, Allocation, Node
+from apps.orchestration.services import keep_card_readings
 from apps.orders.models import Instance
 from tests.factories import (
     AllocationFactory,
@@ -38,6 +39,7 @@ def idle_hosts(park, n):
             "accelerators": {"0": {"util": 0.5, "idle_since": since.isoformat()}},
         }
         node.save(update_fields=["telemetry"])
+        keep_card_readings([node])  # as probing the backend keeps them
 
 
 def hosts(park, n):

@@ -9,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.orchestration.models import Accelerator, Allocation
+from apps.orchestration.services import keep_card_readings
 from apps.orders.models import OrderState
 from apps.tenants.models import VerificationState
 from tests.factories import (
@@ -110,6 +111,7 @@ class Rows:
                 },
             }
             node.save(update_fields=["telemetry"])
+            keep_card_readings([node])  # as probing the backend keeps them
 
     def quota_history(self, n):
         AuditEventFactory.create_batch(

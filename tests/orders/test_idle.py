@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.orchestration.models import Accelerator, Allocation
+from apps.orchestration.services import keep_card_readings
 from apps.orders.idle import enforce_idle_policies, idle_candidates, idle_instances
 from apps.orders.models import IdlePolicy, Instance
 from tests.factories import AllocationFactory, NodeFactory, PoolFactory
@@ -41,8 +42,14 @@ def host(pool, *, idle_for=None, util=0.5, cards=1, held_for=600, read_ago=0, no
         "updated_at": (now - timedelta(minutes=read_ago)).isoformat(),
         "accelerators": readings,
     }
-    node.save(update_fields=["telemetry"])
+    store_telemetry(node)
     return allocation.workload.instance
+
+
+def store_telemetry(node):
+    """Write the node's telemetry as probing its backend does: with the readings kept beside it."""
+    node.save(update_fields=["telemetry"])
+    keep_card_readings([node])
 
 
 def found(pool, **kwargs):
@@ -73,7 +80,7 @@ def test_a_host_with_one_card_above_the_idle_threshold_is_not_a_candidate(pool):
     node = NodeFactory(pool=pool)
     busy = host(pool, idle_for=300, cards=2, node=node)
     node.telemetry["accelerators"]["1"] = {"util": 87.0, "idle_since": None}
-    node.save(update_fields=["telemetry"])
+    store_telemetry(node)
     (row,) = idle_instances([pool.backend.park])
     assert row.instance == quiet and row.utilization_pct == 1.5
     assert 299 <= row.idle_minutes <= 301 and row.threshold_minutes == 120
@@ -84,13 +91,13 @@ def test_a_card_missing_from_the_telemetry_or_unreadable_proves_nothing(pool):
     node = NodeFactory(pool=pool)
     host(pool, idle_for=300, cards=2, node=node)
     del node.telemetry["accelerators"]["1"]
-    node.save(update_fields=["telemetry"])
+    store_telemetry(node)
     garbled = host(pool, idle_for=300)
     garbled.node.telemetry["accelerators"]["0"]["idle_since"] = "yesterday"
-    garbled.node.save(update_fields=["telemetry"])
+    store_telemetry(garbled.node)
     unstamped = host(pool, idle_for=300)
     unstamped.node.telemetry["updated_at"] = "not a time"
-    unstamped.node.save(update_fields=["telemetry"])
+    store_telemetry(unstamped.node)
     assert found(pool, min_minutes=0) == []
 
 
