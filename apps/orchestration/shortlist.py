@@ -23,9 +23,14 @@ every shortlisted node gets the parts and total that scoring every node gives it
 choice is the same.
 
 How many nodes fitted and how many were rejected for each reason, with the first
-KEPT_CANDIDATES rejected for each (a decision lists them), are counted apart and only when
-asked (`Shortlist.census`): a quote that finds a node never needs them, and an order's count
-reads the index alone. What a node has free is only proposed: the node's lock counts it again.
+KEPT_CANDIDATES rejected (a decision lists them), are counted apart and only when asked
+(`Shortlist.census`): a quote that finds a node never needs them. On PostgreSQL they are
+counted from `RoomTally`, how many schedulable nodes of each pool have each kind of room,
+which a trigger keeps exact with every change to the nodes (less the nodes left out, read by
+id): each kind is judged once, and the first rejected nodes of each kind rejected are read by
+id from the `node_room_counts` index, so an order's census reads as many rows as the park has
+kinds of room, whatever its size. SQLite judges every node. What a node has free is only
+proposed: the node's lock counts it again.
 """
 
 from dataclasses import dataclass
