@@ -85,6 +85,7 @@ from apps.orchestration.models import (
     Placement,
     Pool,
     Preemption,
+    RoomTally,
     SchedulingPolicy,
     Task,
     TaskPreference,
@@ -456,6 +457,25 @@ class NodeFactory(Factory):
     # Kept with the telemetry, as probing a backend keeps them.
     loaded_watts = factory.LazyAttribute(lambda node: measured_power(node.telemetry)[0])
     loaded_watts_at = factory.LazyAttribute(lambda node: measured_power(node.telemetry)[1])
+
+
+class RoomTallyFactory(Factory):
+    """A row of the tally of kinds of room as written by hand (on PostgreSQL a trigger keeps
+    it from the nodes, and `rooms.correct_tallies` takes back what a hand added): one node of
+    a new pool with its 8 cards idle, as the beat folds it (backend 0)."""
+
+    class Meta:
+        model = RoomTally
+
+    pool = factory.SubFactory(PoolFactory)
+    room_cards = 8
+    room_idle = 8
+    vcpu_total = 128
+    room_vcpu_held = 0
+    ram_gb_total = 1024
+    room_ram_gb_held = 0
+    backend = 0
+    nodes = 1
 
 
 class AcceleratorFactory(Factory):

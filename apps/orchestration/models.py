@@ -168,8 +168,8 @@ class Node(models.Model):
         ordering = ["pool", "hostname"]
         # Placement's reads of the nodes that may take new work (`shortlist`): each pool's
         # few best nodes for each amount of free room, drawing least first (and the unmeasured
-        # ones, by id, after them); the counts of those that fit or not, from the index
-        # alone; and those whose measured power went stale.
+        # ones, by id, after them); the first nodes of one kind of room (`RoomTally`'s), by
+        # id, a decision lists as rejected; and those whose measured power went stale.
         indexes = [
             models.Index(
                 fields=["pool", "room_free_milli", "loaded_watts", "id"],
@@ -207,6 +207,55 @@ class Node(models.Model):
 
     def __str__(self):
         return self.hostname
+
+
+class RoomTally(models.Model):
+    """How many schedulable nodes (healthy, not drained) of a pool have one room, as
+    `Node.room_*` keeps it with the node's size: what placement counts the nodes that fitted
+    and were rejected with (`shortlist.Shortlist.census`), in as many rows as a park has kinds
+    of room, however many nodes it has. Never written by Django: on PostgreSQL a statement
+    trigger on the nodes' table adds what each statement changed (migration 0020), so the
+    tally is exact in every snapshot; SQLite has no trigger and counts the nodes instead.
+
+    Each backend process adds to rows of its own (`backend`, PostgreSQL's process id), so two
+    transactions never wait for each other on a tally row, whatever nodes they change; the
+    capacity sampler's beat folds the rows of committed transactions into `backend` 0 and
+    corrects any drift from the nodes (`rooms.correct_tallies`). A row is a delta: only the
+    sum over backends is a count."""
+
+    # No foreign key: deleting a pool deletes its nodes and its tally rows in either order
+    # (the unique constraint's index serves a pool's rows).
+    pool = models.ForeignKey(
+        Pool, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    room_cards = models.PositiveSmallIntegerField()
+    room_idle = models.PositiveSmallIntegerField()
+    vcpu_total = models.PositiveIntegerField()
+    room_vcpu_held = models.PositiveIntegerField()
+    ram_gb_total = models.PositiveIntegerField()
+    room_ram_gb_held = models.PositiveIntegerField()
+    backend = models.IntegerField()
+    nodes = models.IntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=[
+                    "pool",
+                    "room_cards",
+                    "room_idle",
+                    "vcpu_total",
+                    "room_vcpu_held",
+                    "ram_gb_total",
+                    "room_ram_gb_held",
+                    "backend",
+                ],
+                name="room_tally_unique",
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.nodes} of pool {self.pool_id} (backend {self.backend})"
 
 
 class Accelerator(models.Model):

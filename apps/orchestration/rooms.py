@@ -10,17 +10,19 @@ What a room counts is kept on the node's row as well (`Node.room_*`), for placem
 shortlist to read: written under the lock whenever the count or what is taken differs from it
 (`NodeRoom.save_room`), counted again in the database where cards or allocations change
 outside a room (`recount`: a release, a node registered again, a card out of service), and
-corrected where it drifted anyway (`correct_rooms`, on the capacity sampler's beat)."""
+corrected where it drifted anyway (`correct_rooms`, on the capacity sampler's beat). On
+PostgreSQL, how many schedulable nodes have each room is tallied from those rows by a trigger
+(`RoomTally`); the same beat folds and corrects the tally (`correct_tallies`)."""
 
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connections, router, transaction
 
 from apps.catalog.selectors import free_room_changed
 from apps.core import sql
 from apps.core.transactions import lock_all
 from apps.orchestration import adapter
-from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth
+from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth, RoomTally
 from apps.orchestration.scheduler import MILLI
 
 ROOM_FIELDS = ("room_cards", "room_idle", "room_free_milli", "room_vcpu_held", "room_ram_gb_held")
@@ -78,11 +80,67 @@ def recount(node_ids) -> None:
         )
 
 
+# What tells one kind of room from another: `RoomTally`'s columns, as on a node.
+TALLY_CLASS = (
+    "pool_id, room_cards, room_idle, vcpu_total, room_vcpu_held, ram_gb_total, room_ram_gb_held"
+)
+
+# Every backend's rows that no transaction holds now (one in flight is skipped, never waited
+# for), summed into backend 0's.
+_FOLD_SQL = f"""
+WITH folded AS (
+    DELETE FROM orchestration_roomtally WHERE id IN (
+        SELECT id FROM orchestration_roomtally WHERE backend <> 0 FOR UPDATE SKIP LOCKED
+    )
+    RETURNING {TALLY_CLASS}, nodes
+)
+INSERT INTO orchestration_roomtally AS tally ({TALLY_CLASS}, backend, nodes)
+SELECT {TALLY_CLASS}, 0, SUM(nodes) FROM folded GROUP BY {TALLY_CLASS}
+ON CONFLICT ({TALLY_CLASS}, backend) DO UPDATE SET nodes = tally.nodes + EXCLUDED.nodes
+"""
+
+# What the nodes count less what the tally says, in one snapshot (what a transaction in
+# flight changed is in neither), added to backend 0's rows.
+_CORRECT_SQL = f"""
+INSERT INTO orchestration_roomtally AS tally ({TALLY_CLASS}, backend, nodes)
+SELECT {TALLY_CLASS}, 0, SUM(nodes) FROM (
+    SELECT {TALLY_CLASS}, COUNT(*) AS nodes FROM orchestration_node node
+    WHERE node.health = '{NodeHealth.HEALTHY}' AND NOT node.is_drained
+    GROUP BY {TALLY_CLASS}
+    UNION ALL
+    SELECT {TALLY_CLASS}, -SUM(nodes) FROM orchestration_roomtally GROUP BY {TALLY_CLASS}
+) drift
+GROUP BY {TALLY_CLASS}
+HAVING SUM(nodes) <> 0
+ON CONFLICT ({TALLY_CLASS}, backend) DO UPDATE SET nodes = tally.nodes + EXCLUDED.nodes
+RETURNING tally.id
+"""
+
+
+def correct_tallies() -> int:
+    """Fold the tally's rows (`RoomTally`) into as few as the park has kinds of room, and
+    correct it where it differs from the nodes (a trigger switched off, a row written by
+    hand): how many kinds of room were corrected. Nothing on SQLite, which keeps no tally.
+    One at a time (a transaction-level advisory lock), so two never correct the same drift
+    twice."""
+    database = router.db_for_write(RoomTally)
+    if connections[database].vendor != "postgresql":
+        return 0
+    with transaction.atomic(using=database), connections[database].cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext('orchestration_roomtally'))")
+        cursor.execute(_FOLD_SQL)
+        cursor.execute(_CORRECT_SQL)
+        corrected = cursor.rowcount
+        cursor.execute("DELETE FROM orchestration_roomtally WHERE backend = 0 AND nodes = 0")
+    return corrected
+
+
 def correct_rooms() -> list[int]:
     """Every node whose kept room differs from what its cards and allocations say, counted
     again under its lock and kept: a change no room or recount saw (a row written by hand,
     a path that forgot). Read without locks first, so a park that agrees costs one statement
-    and locks nothing. Returns the ids of the nodes corrected."""
+    and locks no node; then the tally of rooms (`correct_tallies`). Returns the ids of the
+    nodes corrected."""
     statement = _DRIFTED_SQL.format(
         stored=", ".join(f"node.{field} AS kept_{field}" for field in ROOM_FIELDS),
         counted=", ".join(
@@ -97,6 +155,7 @@ def correct_rooms() -> list[int]:
             lock_all(Node, drifted)
             recount(drifted)
         free_room_changed()
+    correct_tallies()
     return drifted
 
 

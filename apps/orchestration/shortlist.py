@@ -23,9 +23,14 @@ every shortlisted node gets the parts and total that scoring every node gives it
 choice is the same.
 
 How many nodes fitted and how many were rejected for each reason, with the first
-KEPT_CANDIDATES rejected for each (a decision lists them), are counted apart and only when
-asked (`Shortlist.census`): a quote that finds a node never needs them, and an order's count
-reads the index alone. What a node has free is only proposed: the node's lock counts it again.
+KEPT_CANDIDATES rejected (a decision lists them), are counted apart and only when asked
+(`Shortlist.census`): a quote that finds a node never needs them. On PostgreSQL they are
+counted from `RoomTally`, how many schedulable nodes of each pool have each kind of room,
+which a trigger keeps exact with every change to the nodes (less the nodes left out, read by
+id): each kind is judged once, and the first rejected nodes of each kind rejected are read by
+id from the `node_room_counts` index, so an order's census reads as many rows as the park has
+kinds of room, whatever its size. SQLite judges every node. What a node has free is only
+proposed: the node's lock counts it again.
 """
 
 from dataclasses import dataclass
@@ -37,7 +42,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from apps.core import sql
-from apps.orchestration import adapter
+from apps.orchestration import adapter, rooms
 from apps.orchestration.models import Node, NodeHealth
 from apps.orchestration.scheduler import MILLI, filters
 
@@ -152,50 +157,68 @@ WHERE in_room <= %(per_room)s OR most_drawn = 1
 ORDER BY id
 """
 
-# Why each candidate node cannot take the host (`filters.check`'s codes, in its order), from
-# the columns of the `node_room_counts` index alone.
-_JUDGED = f"""
-WITH judged AS (
-    SELECT node.id, CASE
+# Why a node (or a kind of room, as `RoomTally` keeps it) cannot take the host
+# (`filters.check`'s codes, in its order), from its room's columns alone.
+_REJECTED = f"""CASE
         WHEN %(cards)s > 0 AND node.room_cards = 0 THEN '{filters.GPU_MODEL}'
         WHEN {_VCPU_FREE} < %(vcpu)s THEN '{filters.CPU}'
         WHEN {_RAM_FREE} < %(ram_gb)s THEN '{filters.MEMORY}'
         WHEN node.room_idle < %(cards)s THEN '{filters.GPU_COUNT}'
-    END AS rejected
-    FROM orchestration_node node
-    WHERE {{candidate}}
-)"""
+    END"""
 
-# PostgreSQL: how many, and the first KEPT_CANDIDATES rejected for each reason, in one scan of
-# the index (their rows are read by id after it).
-_COUNTED_POSTGRESQL = (
-    _JUDGED
-    + """
-SELECT rejected, COUNT(*),
-    (ARRAY_AGG(id ORDER BY id) FILTER (WHERE rejected IS NOT NULL))[1:%(kept)s]
-FROM judged
-GROUP BY rejected
-"""
+# PostgreSQL: how many candidate nodes have each kind of room, from the tally its trigger
+# keeps (less the nodes left out, read by id), each judged; and for each kind rejected, its
+# first KEPT_CANDIDATES nodes by id, read from the `node_room_counts` index (whose columns
+# are the kind's, then the id). As many rows as the pools have kinds of room, whatever their
+# nodes; their rows are read by id after it.
+_COUNTED_POSTGRESQL = f"""
+WITH kept AS (
+    SELECT {rooms.TALLY_CLASS}, SUM(nodes) AS nodes FROM (
+        SELECT {rooms.TALLY_CLASS}, nodes FROM orchestration_roomtally
+        WHERE pool_id IN ({{pools}})
+        {{left_out}}
+    ) counted
+    GROUP BY {rooms.TALLY_CLASS}
+    HAVING SUM(nodes) <> 0
+), judged AS (
+    SELECT node.*, {_REJECTED} AS rejected FROM kept node
 )
+SELECT rejected, nodes, CASE WHEN rejected IS NOT NULL THEN ARRAY(
+    SELECT node.id FROM orchestration_node node
+    WHERE node.pool_id = judged.pool_id AND node.room_cards = judged.room_cards
+        AND node.room_idle = judged.room_idle AND node.vcpu_total = judged.vcpu_total
+        AND node.room_vcpu_held = judged.room_vcpu_held
+        AND node.ram_gb_total = judged.ram_gb_total
+        AND node.room_ram_gb_held = judged.room_ram_gb_held
+        AND {{candidate}}
+    ORDER BY node.id LIMIT %(kept)s
+) END
+FROM judged
+"""
+
+_LEFT_OUT = f"""UNION ALL
+        SELECT {rooms.TALLY_CLASS}, -1 FROM orchestration_node node
+        WHERE node.id IN ({{excluded}}) AND node.pool_id IN ({{pools}}) AND {_SCHEDULABLE}"""
 
 _BY_ID = "SELECT {columns} FROM orchestration_node node WHERE node.id IN ({nodes})"
 
-# SQLite: how many, then the first rejected (in a statement of their own).
+# SQLite: every candidate node judged, counted; then the first rejected, in a statement of
+# their own.
+_JUDGED = f"""
+WITH judged AS (
+    SELECT node.id, {_REJECTED} AS rejected FROM orchestration_node node WHERE {{candidate}}
+)"""
+
 _COUNTED_SQLITE = _JUDGED + "SELECT rejected, COUNT(*), NULL FROM judged GROUP BY rejected"
 
 _REFUSED = (
     _JUDGED
     + """
-SELECT listed.rejected, {columns}
-FROM (
-    SELECT judged.id, judged.rejected,
-        ROW_NUMBER() OVER (PARTITION BY judged.rejected ORDER BY judged.id) AS nth
-    FROM judged
-    WHERE judged.rejected IS NOT NULL
-) listed
-JOIN orchestration_node node ON node.id = listed.id
-WHERE listed.nth <= %(kept)s
+SELECT judged.rejected, {columns}
+FROM judged JOIN orchestration_node node ON node.id = judged.id
+WHERE judged.rejected IS NOT NULL
 ORDER BY node.id
+LIMIT %(kept)s
 """
 )
 
@@ -280,8 +303,9 @@ class _Query:
         }
         self.pools = self._named("pool", pool_ids)
         self.carbonless = self._named("carbonless", carbonless)
+        self.excluded = self._named("excluded", excluded) if excluded else None
         self.candidate = f"node.pool_id IN ({self.pools}) AND {_SCHEDULABLE}" + (
-            f" AND node.id NOT IN ({self._named('excluded', excluded)})" if excluded else ""
+            f" AND node.id NOT IN ({self.excluded})" if excluded else ""
         )
 
     def _named(self, prefix: str, values) -> str:
@@ -316,20 +340,39 @@ class _Query:
         return sql.fetch_all(Node, statement, self.params)
 
     def census(self) -> Census:
-        postgresql = self.vendor == "postgresql"
-        counting = _COUNTED_POSTGRESQL if postgresql else _COUNTED_SQLITE
-        counted = sql.fetch_all(Node, counting.format(candidate=self.candidate), self.params)
+        if self.vendor == "postgresql":
+            return self._counted_postgresql()
+        counted = sql.fetch_all(Node, _COUNTED_SQLITE.format(candidate=self.candidate), self.params)
         rejected = {code: count for code, count, _first in counted if code is not None}
         fitted = sum(count for code, count, _first in counted if code is None)
         if not rejected:
             return Census(fitted=fitted, rejected={}, refused=[])
-        if postgresql:
-            code_of = {pk: code for code, _count, first in counted if code for pk in first}
-            statement = _BY_ID.format(columns=_COLUMNS, nodes=self._named("refused", list(code_of)))
-            rows = [(code_of[row[0]], *row) for row in sql.fetch_all(Node, statement, self.params)]
-        else:
-            statement = _REFUSED.format(candidate=self.candidate, columns=_COLUMNS)
-            rows = sql.fetch_all(Node, statement, self.params)
+        statement = _REFUSED.format(candidate=self.candidate, columns=_COLUMNS)
+        return self._refused(fitted, rejected, sql.fetch_all(Node, statement, self.params))
+
+    def _counted_postgresql(self) -> Census:
+        left_out = (
+            _LEFT_OUT.format(excluded=self.excluded, pools=self.pools) if self.excluded else ""
+        )
+        statement = _COUNTED_POSTGRESQL.format(
+            pools=self.pools, left_out=left_out, candidate=self.candidate
+        )
+        fitted, rejected, first = 0, {}, []
+        for code, count, ids in sql.fetch_all(Node, statement, self.params):
+            if code is None:
+                fitted += count
+            else:
+                rejected[code] = rejected.get(code, 0) + count
+                first.extend((pk, code) for pk in ids)
+        if not rejected:
+            return Census(fitted=fitted, rejected={}, refused=[])
+        code_of = dict(sorted(first)[: adapter.KEPT_CANDIDATES])
+        statement = _BY_ID.format(columns=_COLUMNS, nodes=self._named("refused", list(code_of)))
+        rows = [(code_of[row[0]], *row) for row in sql.fetch_all(Node, statement, self.params)]
+        return self._refused(fitted, rejected, rows)
+
+    def _refused(self, fitted: int, rejected: dict[str, int], rows) -> Census:
+        """The census of `rows` ((code, *_COLUMNS) of the first nodes rejected)."""
         refused = []
         for code, *row in sorted(rows, key=lambda row: row[1]):
             node = self.node_row(row)
