@@ -193,15 +193,13 @@ def held_by_tasks(organizations):
     return _held_by_tasks_rows(sql.fetch_all(Task, *_held_by_tasks_query(organizations)))
 
 
-def _held_by_tasks_count(rows) -> Usage:
+@quotas.quota_holder(Task, _held_by_tasks_query)
+def task_quota_usage(rows) -> Usage:
+    """The quotas' holder for training tasks: what the organizations' tasks hold, together."""
     held = HeldByTasks()
     for _organization_id, what in _held_by_tasks_rows(rows):
         held.add_held(*what)
     return held.usage()
-
-
-# The quotas' holder for training tasks: what the organizations' tasks hold, together.
-task_quota_usage = quotas.QuotaHolder(Task, _held_by_tasks_query, _held_by_tasks_count)
 
 
 class TaskReservation:

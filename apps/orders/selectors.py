@@ -21,7 +21,7 @@ from apps.orders.models import (
     SecurityGroup,
     SecurityGroupRule,
 )
-from apps.quotas.services import QuotaHolder, Usage, demand_for
+from apps.quotas.services import Usage, demand_for, quota_holder
 from apps.tenants.selectors import for_organization
 
 RELEASED_SHOWN_FOR = timedelta(days=7)
@@ -110,7 +110,12 @@ def _held_by_instances_query(organizations) -> tuple[str, list]:
     )
 
 
-def _held_by_instances_count(rows) -> Usage:
+@quota_holder(Instance, _held_by_instances_query)
+def held_by_instances(rows) -> Usage:
+    """What the organizations' instances hold (those in a holding state), per accelerator
+    model in one statement (written out: counted on every order, and the ORM took several
+    times the statement's CPU to build it). `held_by_instances(organizations)`: ids, rows
+    or a queryset."""
     total = Usage()
     for model_id, units, accelerators, vcpu, ram_gb, disk_gb, count in rows:
         total += Usage(
@@ -123,12 +128,6 @@ def _held_by_instances_count(rows) -> Usage:
             by_model={model_id: accelerators},
         )
     return total
-
-
-# What the organizations' instances hold (those in a holding state), per accelerator model in
-# one statement (written out: counted on every order, and the ORM took several times the
-# statement's CPU to build it). `held_by_instances(organizations)`: ids, rows or a queryset.
-held_by_instances = QuotaHolder(Instance, _held_by_instances_query, _held_by_instances_count)
 
 
 _GROWING_SQL = """
@@ -156,7 +155,13 @@ def _growing_query(organizations) -> tuple[str, list]:
     )
 
 
-def _growth_count(growing) -> Usage:
+@quota_holder(Order, _growing_query)
+def pending_growth(growing) -> Usage:
+    """What open resize and disk-expansion orders on the organizations' instances add: they
+    hold their growth from the moment they are accepted until the backend is done (or
+    fails). Counted on every order and mostly none open: which are open is read first,
+    written out, and only those are read with their flavors.
+    `pending_growth(organizations)`: ids, rows or a queryset."""
     total = Usage()
     if not growing:
         return total
@@ -174,14 +179,6 @@ def _growth_count(growing) -> Usage:
         )
         total += grow.positive()
     return total
-
-
-# What open resize and disk-expansion orders on the organizations' instances add: they hold
-# their growth from the moment they are accepted until the backend is done (or fails).
-# Counted on every order and mostly none open: which are open is read first, written out,
-# and only those are read with their flavors. `pending_growth(organizations)`: ids, rows or a
-# queryset.
-pending_growth = QuotaHolder(Order, _growing_query, _growth_count)
 
 
 _APPROVAL_POLICY_SQL = """

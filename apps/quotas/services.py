@@ -17,6 +17,7 @@ same locks as the other limits, so concurrent orders are counted one after the o
 hosts are never stopped for it.
 """
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -195,20 +196,25 @@ def demand_for(
 QUOTA_HOLDERS = ExtensionPoint("rows that hold quota")
 
 
-@dataclass(frozen=True)
 class QuotaHolder:
     """How an app counts what its rows hold: `query(organizations)` is the read, (sql,
     params), of what `organizations` (a queryset of Organization, or a list of their ids or
     rows) hold, and `count(rows)` its rows' Usage. Called with the organizations, it counts
     them alone; `usage_held` reads every holder's rows in one statement (counted on every
-    order)."""
+    order). Made with `quota_holder`, it is named as its `count` is."""
 
-    model: type
-    query: Callable
-    count: Callable
+    def __init__(self, model, query: Callable, count: Callable):
+        self.model, self.query, self.count = model, query, count
+        functools.update_wrapper(self, count)
 
     def __call__(self, organizations) -> Usage:
         return counted_together([self], organizations)
+
+
+def quota_holder(model, query: Callable):
+    """Decorate a holder's `count(rows) -> Usage` to make it a QuotaHolder of `model`'s rows
+    read by `query`."""
+    return lambda count: QuotaHolder(model, query, count)
 
 
 def counted_together(holders, organizations) -> Usage:

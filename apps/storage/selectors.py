@@ -3,7 +3,7 @@
 from django.db.models import Max
 
 from apps.core import sql
-from apps.quotas.services import QuotaHolder, Usage
+from apps.quotas.services import Usage, quota_holder
 from apps.storage.models import Volume, VolumeState
 
 
@@ -28,17 +28,15 @@ def _kept_volumes_query(organizations) -> tuple[str, list]:
     )
 
 
-def _kept_volumes_count(rows) -> Usage:
+@quota_holder(Volume, _kept_volumes_query)
+def volume_quota_usage(rows) -> Usage:
+    """QUOTA_HOLDERS: the GB of every volume `organizations` keep, whatever it is attached
+    to, but hosts' data disks: their hosts count them (in the disk quota) while they live
+    (the volumes `live_volumes` answers). Written out: counted on every order, where the
+    ORM took several times the statement's CPU to build it.
+    `volume_quota_usage(organizations)`: ids, rows or a queryset."""
     ((total,),) = rows
     return Usage(storage_gb=total or 0)
-
-
-# QUOTA_HOLDERS: the GB of every volume `organizations` keep, whatever it is attached to, but
-# hosts' data disks: their hosts count them (in the disk quota) while they live (the volumes
-# `live_volumes` answers). Written out: counted on every order, where the ORM took several
-# times the statement's CPU to build it. `volume_quota_usage(organizations)`: ids, rows or a
-# queryset.
-volume_quota_usage = QuotaHolder(Volume, _kept_volumes_query, _kept_volumes_count)
 
 
 def organization_volumes(organization):
