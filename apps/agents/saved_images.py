@@ -45,7 +45,7 @@ from apps.core.errors import DomainError
 from apps.core.transactions import lock, lock_all, locked
 from apps.core.transitions import transition
 from apps.orders.models import Instance, InstanceState
-from apps.quotas.services import QuotaExceeded, Usage, reserve
+from apps.quotas.services import QuotaExceeded, Usage, quota_holder, reserve
 from apps.tenants.access import authorize
 from apps.tenants.roles import Action
 from apps.workloads.models import Workload, WorkloadKind
@@ -234,18 +234,21 @@ WHERE saved.organization_id IN ({organizations}) AND saved.state IN (%s, %s)
 """
 
 
-def saved_image_quota_usage(organizations) -> Usage:
-    """QUOTA_HOLDERS: the GB of the images `organizations` keep (storage_gb, as cloud disks):
-    each ready one its size as billed, each being saved its host's system disk. Copies of one
-    to other servers of its region are the portal's to make and count once. Written out:
-    counted on every order, where the ORM took several times the statement's CPU to build it.
-    `organizations`: ids, rows or a queryset."""
+def _kept_saved_query(organizations) -> tuple[str, list]:
     members, params = sql.members(organizations)
-    rows = sql.fetch_all(
-        SavedImage,
+    return (
         _KEPT_SAVED_SQL.format(organizations=members),
         [*params, *(state.value for state in _KEPT)],
     )
+
+
+@quota_holder(SavedImage, _kept_saved_query)
+def saved_image_quota_usage(rows) -> Usage:
+    """QUOTA_HOLDERS: the GB of the images `organizations` keep (storage_gb, as cloud
+    disks): each ready one its size as billed, each being saved its host's system disk.
+    Copies of one to other servers of its region are the portal's to make and count once.
+    Written out: counted on every order, where the ORM took several times the statement's
+    CPU to build it. `saved_image_quota_usage(organizations)`: ids, rows or a queryset."""
     total = 0
     for state, size_bytes, system_disk_gb in rows:
         if state == SavedImageState.READY:

@@ -19,6 +19,7 @@ from apps.billing.models import (
     Meter,
     Wallet,
 )
+from apps.core import sql
 from apps.core.audit import record_event
 from apps.core.bulk import update_rows
 from apps.core.errors import DomainError
@@ -106,10 +107,18 @@ def require_funds(organization: Organization, amount_minor: int) -> Wallet:
 def hold(wallet: Wallet, *, instance, amount_minor: int) -> Hold:
     """Hold the first hour of `instance` on the (locked) wallet."""
     wallet.held_minor += amount_minor
-    update_rows(Wallet, [wallet], ["held_minor"])
-    return Hold.objects.create(
-        wallet=wallet, workload_id=instance.workload_id, amount_minor=amount_minor
+    held = Hold(wallet=wallet, workload_id=instance.workload_id, amount_minor=amount_minor)
+    # The wallet's new figure with the hold: one statement on PostgreSQL (every order holds).
+    sql.insert_together(
+        held,
+        along=[
+            (
+                f"UPDATE {Wallet._meta.db_table} SET held_minor = %s WHERE id = %s",
+                [wallet.held_minor, wallet.pk],
+            )
+        ],
     )
+    return held
 
 
 @in_transaction

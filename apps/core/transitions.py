@@ -1,11 +1,12 @@
 """State transitions as data (django-oscar's pipeline): each state enum has a table of the states
 it may move to, and `transition()` is the only code that changes a state field."""
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from django.db import models
 from django.utils.translation import gettext as _
 
+from apps.core import sql
 from apps.core.audit import record_event
 from apps.core.errors import InvalidTransition
 
@@ -87,12 +88,19 @@ def transition(
 _UNWRITTEN = "_moved_unwritten"
 
 
-def write_moved(obj: models.Model, *fields: str) -> None:
+def write_moved(obj: models.Model, *fields: str, along: Sequence[models.Model] = ()) -> None:
     """Write what `transition(..., write=False)` left unwritten on `obj`, with its other
-    `fields`, in one UPDATE."""
-    unwritten = getattr(obj, _UNWRITTEN, set())
-    obj.save(update_fields=[*unwritten, *fields, *_auto_now_fields(obj)])
-    setattr(obj, _UNWRITTEN, set())
+    `fields`, in one UPDATE; and what it left unwritten on the rows `along` with it, in the
+    same statement on PostgreSQL (`sql.update_together`)."""
+    rows = [(obj, fields), *((row, ()) for row in along)]
+    sql.update_together(
+        *(
+            (row, [*getattr(row, _UNWRITTEN, set()), *names, *_auto_now_fields(row)])
+            for row, names in rows
+        )
+    )
+    for row, _names in rows:
+        setattr(row, _UNWRITTEN, set())
 
 
 def _keep_loaded_relations(obj, locked) -> None:

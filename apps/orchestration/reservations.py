@@ -172,25 +172,32 @@ GROUP BY task.organization_id, pool.accelerator_model_id, model.compute_units
 """
 
 
+def _held_by_tasks_query(organizations) -> tuple[str, list]:
+    members, params = sql.members(organizations)
+    return (
+        _HELD_BY_TASKS_SQL.format(organizations=members),
+        [*params, TaskState.PLACED.value, TaskState.RUNNING.value],
+    )
+
+
+def _held_by_tasks_rows(rows):
+    for organization_id, model_id, units, milli, vcpu, ram_gb in rows:
+        yield organization_id, (model_id, sql.decimal(units), milli, vcpu, ram_gb)
+
+
 def held_by_tasks(organizations):
     """What the organizations' placed and running tasks hold (queued tasks hold nothing yet),
     per organization and accelerator model: (organization id, HeldByTasks.add_held's
     arguments). Written out: counted on every order, where the ORM took several times the
     statement's CPU to build it. `organizations`: ids, rows or a queryset."""
-    members, params = sql.members(organizations)
-    rows = sql.fetch_all(
-        Task,
-        _HELD_BY_TASKS_SQL.format(organizations=members),
-        [*params, TaskState.PLACED.value, TaskState.RUNNING.value],
-    )
-    for organization_id, model_id, units, milli, vcpu, ram_gb in rows:
-        yield organization_id, (model_id, sql.decimal(units), milli, vcpu, ram_gb)
+    return _held_by_tasks_rows(sql.fetch_all(Task, *_held_by_tasks_query(organizations)))
 
 
-def task_quota_usage(organizations) -> Usage:
+@quotas.quota_holder(Task, _held_by_tasks_query)
+def task_quota_usage(rows) -> Usage:
     """The quotas' holder for training tasks: what the organizations' tasks hold, together."""
     held = HeldByTasks()
-    for _organization_id, what in held_by_tasks(organizations):
+    for _organization_id, what in _held_by_tasks_rows(rows):
         held.add_held(*what)
     return held.usage()
 

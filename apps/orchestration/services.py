@@ -267,25 +267,30 @@ def place(
                 fitted -= 1
                 rejected["other_region"] = rejected.get("other_region", 0) + 1
                 continue
-            allocated = _allocate_on(view.node, instance=instance, shape=shape)
-            if allocated is not None:
-                allocation, room = allocated
+
+            def placement(room, view=view, plan=plan, fitted=fitted):
+                """Why `room`'s node was chosen, written with the allocation."""
                 if not any(entry["node_id"] == view.node.pk for entry in record):
                     # Chosen after more than the kept best had filled up: kept too.
                     scored = plan.scored[view.state.id]
                     record.append(adapter.candidate_record(view, scored, request=plan.request))
-                Placement.objects.create(
-                    workload_id=instance.workload_id,
-                    chosen_pool=room.node.pool,
-                    chosen_node=room.node,
-                    weights={
-                        **plan.weights,
-                        "left_free": room.idle_cards,  # what it left on the node
-                        "considered": {"fitted": fitted, "rejected": rejected},
-                    },
-                    candidates=record,
-                )
-                return allocation
+                return [
+                    Placement(
+                        workload_id=instance.workload_id,
+                        chosen_pool=room.node.pool,
+                        chosen_node=room.node,
+                        weights={
+                            **plan.weights,
+                            "left_free": room.idle_cards,  # what it left on the node
+                            "considered": {"fitted": fitted, "rejected": rejected},
+                        },
+                        candidates=record,
+                    )
+                ]
+
+            allocated = _allocate_on(view.node, instance=instance, shape=shape, recorded=placement)
+            if allocated is not None:
+                return allocated[0]
             _mark_rejected(record, view.node.pk, "taken")
             fitted, rejected["taken"] = fitted - 1, rejected.get("taken", 0) + 1
         if plan.complete:
@@ -472,15 +477,18 @@ def _mark_rejected(record: list[dict], node_id: int, code: str) -> None:
             entry.update(fits=False, total=None, rejected=code)
 
 
-def _allocate_on(node, *, instance, shape: Shape) -> tuple[Allocation, NodeRoom] | None:
+def _allocate_on(
+    node, *, instance, shape: Shape, recorded=None
+) -> tuple[Allocation, NodeRoom] | None:
     """Allocate under the node's row lock, re-counting what is free once the lock is held: the
-    allocation and the room left on the node, or None when it cannot take the host now
-    (drained or marked down since the candidates were read, or filled up)."""
+    allocation (written with what `recorded`, see NodeRoom.allocate, gives) and the room left
+    on the node, or None when it cannot take the host now (drained or marked down since the
+    candidates were read, or filled up)."""
     room = NodeRoom.lock([node.pk])[node.pk]
     allocation = Allocation(
         node=room.node, workload_id=instance.workload_id, vcpu=shape.vcpu, ram_gb=shape.ram_gb
     )
-    if not room.allocate(allocation, shape.accelerators * MILLI):
+    if not room.allocate(allocation, shape.accelerators * MILLI, recorded=recorded):
         room.save_room()  # proposed on a kept room that no longer holds: kept as counted
         return None
     return allocation, room

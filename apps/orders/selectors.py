@@ -21,7 +21,7 @@ from apps.orders.models import (
     SecurityGroup,
     SecurityGroupRule,
 )
-from apps.quotas.services import Usage, demand_for
+from apps.quotas.services import Usage, demand_for, quota_holder
 from apps.tenants.selectors import for_organization
 
 RELEASED_SHOWN_FOR = timedelta(days=7)
@@ -101,17 +101,21 @@ GROUP BY family.accelerator_model_id, model.compute_units
 """
 
 
-def held_by_instances(organizations) -> Usage:
-    """What the organizations' instances hold (those in a holding state), per accelerator
-    model in one statement (written out: counted on every order, and the ORM took several
-    times the statement's CPU to build it). `organizations`: ids, rows or a queryset."""
+def _held_by_instances_query(organizations) -> tuple[str, list]:
     members, params = sql.members(organizations)
     states = sorted(INSTANCE_HOLDING_STATES)
-    rows = sql.fetch_all(
-        Instance,
+    return (
         _HELD_BY_INSTANCES_SQL.format(organizations=members, states=sql.placeholders(states)),
         [*params, *states],
     )
+
+
+@quota_holder(Instance, _held_by_instances_query)
+def held_by_instances(rows) -> Usage:
+    """What the organizations' instances hold (those in a holding state), per accelerator
+    model in one statement (written out: counted on every order, and the ORM took several
+    times the statement's CPU to build it). `held_by_instances(organizations)`: ids, rows
+    or a queryset."""
     total = Usage()
     for model_id, units, accelerators, vcpu, ram_gb, disk_gb, count in rows:
         total += Usage(
@@ -135,16 +139,10 @@ WHERE instance.organization_id IN ({organizations}) AND instance.state IN ({stat
 """
 
 
-def pending_growth(organizations) -> Usage:
-    """What open resize and disk-expansion orders on the organizations' instances add: they
-    hold their growth from the moment they are accepted until the backend is done (or
-    fails). `organizations`: ids, rows or a queryset."""
+def _growing_query(organizations) -> tuple[str, list]:
     members, params = sql.members(organizations)
     states = sorted(INSTANCE_HOLDING_STATES)
-    # Counted on every order and mostly none open: which are open is asked first, written
-    # out, and only those are read with their flavors.
-    growing = sql.fetch_all(
-        Order,
+    return (
         _GROWING_SQL.format(organizations=members, states=sql.placeholders(states)),
         [
             *params,
@@ -155,6 +153,15 @@ def pending_growth(organizations) -> Usage:
             OrderKind.EXPAND_DISK.value,
         ],
     )
+
+
+@quota_holder(Order, _growing_query)
+def pending_growth(growing) -> Usage:
+    """What open resize and disk-expansion orders on the organizations' instances add: they
+    hold their growth from the moment they are accepted until the backend is done (or
+    fails). Counted on every order and mostly none open: which are open is read first,
+    written out, and only those are read with their flavors.
+    `pending_growth(organizations)`: ids, rows or a queryset."""
     total = Usage()
     if not growing:
         return total
@@ -202,11 +209,6 @@ def image_runs_on(image_id: int, accelerator_model_id: int) -> bool:
     """Whether the image is built for the accelerator model. Written out: asked on every order,
     where the ORM took several times the statement's CPU."""
     return bool(sql.fetch_all(Image, _IMAGE_RUNS_ON_SQL, [image_id, accelerator_model_id]))
-
-
-def instance_quota_usage(organizations) -> Usage:
-    """The quotas' holder for hosts: instances in a holding state and their open growth."""
-    return held_by_instances(organizations) + pending_growth(organizations)
 
 
 # --- Networking: security groups and port mappings --------------------------------------------

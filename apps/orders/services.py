@@ -19,6 +19,7 @@ from apps.billing import metering
 from apps.billing import services as billing
 from apps.catalog.models import Flavor, Image, PriceKind, Region
 from apps.catalog.selectors import held_image_codes, region_prices_in_force, visible_images
+from apps.core import sql
 from apps.core.audit import audit_identity, record_event, recorded_together
 from apps.core.errors import DomainError, InvalidTransition
 from apps.core.transactions import (
@@ -591,9 +592,10 @@ def _orders_for_key(organization, key):
 
 
 def _create_order(organization, actor, request, one_host: Quote, name, key) -> Order:
-    instance = Instance.objects.create(
+    workload = Workload(organization=organization, kind=WorkloadKind.HOST)
+    instance = Instance(
         organization=organization,
-        workload=Workload.objects.create(organization=organization, kind=WorkloadKind.HOST),
+        workload=workload,
         name=name,
         flavor=request.flavor,
         image=request.image,
@@ -606,7 +608,7 @@ def _create_order(organization, actor, request, one_host: Quote, name, key) -> O
         rates=one_host.rates(),
         created_by=audit_identity(actor)[0],
     )
-    order = Order.objects.create(
+    order = Order(
         organization=organization,
         kind=OrderKind.CREATE,
         instance=instance,
@@ -626,6 +628,7 @@ def _create_order(organization, actor, request, one_host: Quote, name, key) -> O
         idempotency_key=key,
         created_by=instance.created_by,
     )
+    sql.insert_together(workload, instance, order)  # one statement on PostgreSQL
     record_event(
         action="order.submitted",
         actor=actor,
@@ -655,11 +658,13 @@ def _start_provisioning(
     from apps.orders.tasks import provision_instance
 
     instance = order.instance
-    # The transitions first and the allocation last: the node's lock is then held only from
-    # the allocation to the commit, so concurrent orders landing on one node wait less. Both
-    # are in this transaction, so no one sees the order fulfilling without its allocation.
-    order = move_order(order=order, to=OrderState.FULFILLING, held=True)
-    # Written with the node it is placed on, below: nothing reads it back before.
+    # The transitions first (in memory) and the allocation last: the node's lock is then held
+    # only from the allocation to the commit, so concurrent orders landing on one node wait
+    # less. Both are in this transaction, so no one sees the order fulfilling without its
+    # allocation.
+    order = move_order(order=order, to=OrderState.FULFILLING, held=True, write=False)
+    # Written with the node it is placed on, below (the order with it): nothing reads either
+    # back before.
     instance = move_instance(
         instance=instance, to=InstanceState.PROVISIONING, created=created, write=False
     )
@@ -672,7 +677,7 @@ def _start_provisioning(
     )
     instance.node = allocation.node
     instance.pool = allocation.node.pool
-    write_moved(instance, "node", "pool")
+    write_moved(instance, "node", "pool", along=[order])
     # Its data disk lives on its server as a volume where the server keeps volumes.
     storage.create_data_disk(
         workload=instance.workload,
@@ -692,12 +697,14 @@ def approve_order(*, order: Order, operator) -> Order:
         operator, order.organization.park, _("Only this park's operators may decide on its orders.")
     )
     lock(Instance, order.instance_id)  # the host before its order (LOCK_ORDER)
-    order = move_order(order=order, to=OrderState.APPROVED, actor=operator)
+    approved = move_order(order=order, to=OrderState.APPROVED, actor=operator)
     try:
         with transaction.atomic():
             # Its quota and first hour were reserved when it was ordered: room alone now.
-            _start_provisioning(order, reservation=reserve(organization=order.organization))
+            _start_provisioning(approved, reservation=reserve(organization=order.organization))
     except NoCapacity as exc:
+        # `approved` still holds what the savepoint undid (its move on, not written): the
+        # order is read again under its lock, as approved.
         _end_unprovisioned(order, to=OrderState.FAILED, reason=exc.message)
     return Order.objects.get(pk=order.pk)
 

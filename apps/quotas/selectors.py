@@ -8,6 +8,7 @@ from apps.quotas.services import (
     QUOTA_HOLDERS,
     Usage,
     committed_spend,
+    counted_together,
     organization_usage,
     park_usage,
     spend_scope,
@@ -113,11 +114,8 @@ def below_usage_warning(limit: QuotaLimit) -> str | None:
 def usage_held_besides(organizations, holder) -> Usage:
     """What `organizations` hold, counted by every holder but `holder`: for a caller that keeps
     its own rows' usage itself (a scheduling pass, placing task after task)."""
-    total = Usage()
-    for count in QUOTA_HOLDERS.providers():
-        if count is not holder:
-            total += count(organizations)
-    return total
+    others = [other for other in QUOTA_HOLDERS.providers() if other is not holder]
+    return counted_together(others, organizations)
 
 
 def accelerator_limit(organization_id: int) -> int | None:

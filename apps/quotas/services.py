@@ -17,7 +17,8 @@ same locks as the other limits, so concurrent orders are counted one after the o
 hosts are never stopped for it.
 """
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -190,18 +191,47 @@ def demand_for(
 
 
 # What holds quota is counted by the apps that own those rows, a floor above: orders counts its
-# instances and their open resizes, orchestration its placed and running training tasks. Each
-# plugs in a callable (organizations: a queryset of Organization, or a list of their ids) ->
-# Usage.
+# instances and their open resizes, orchestration its placed and running training tasks,
+# storage its volumes, agents the images kept. Each plugs in a QuotaHolder.
 QUOTA_HOLDERS = ExtensionPoint("rows that hold quota")
+
+
+class QuotaHolder:
+    """How an app counts what its rows hold: `query(organizations)` is the read, (sql,
+    params), of what `organizations` (a queryset of Organization, or a list of their ids or
+    rows) hold, and `count(rows)` its rows' Usage. Called with the organizations, it counts
+    them alone; `usage_held` reads every holder's rows in one statement (counted on every
+    order). Made with `quota_holder`, it is named as its `count` is."""
+
+    def __init__(self, model, query: Callable, count: Callable):
+        self.model, self.query, self.count = model, query, count
+        functools.update_wrapper(self, count)
+
+    def __call__(self, organizations) -> Usage:
+        return counted_together([self], organizations)
+
+
+def quota_holder(model, query: Callable):
+    """Decorate a holder's `count(rows) -> Usage` to make it a QuotaHolder of `model`'s rows
+    read by `query`."""
+    return lambda count: QuotaHolder(model, query, count)
+
+
+def counted_together(holders, organizations) -> Usage:
+    """What `organizations` hold, counted by each of `holders`, their reads made together."""
+    holders = list(holders)
+    if not holders:
+        return Usage()
+    rows = sql.fetch_each(holders[0].model, [holder.query(organizations) for holder in holders])
+    total = Usage()
+    for holder, read in zip(holders, rows, strict=True):
+        total += holder.count(read)
+    return total
 
 
 def usage_held(organizations) -> Usage:
     """Everything `organizations` hold, counted once by each holder."""
-    total = Usage()
-    for count in QUOTA_HOLDERS.providers():
-        total += count(organizations)
-    return total
+    return counted_together(QUOTA_HOLDERS.providers(), organizations)
 
 
 # This month's committed spend is billing's (its usage records and wallet holds), a floor above:

@@ -3,7 +3,7 @@
 from django.db.models import Max
 
 from apps.core import sql
-from apps.quotas.services import Usage
+from apps.quotas.services import Usage, quota_holder
 from apps.storage.models import Volume, VolumeState
 
 
@@ -20,17 +20,22 @@ WHERE volume.organization_id IN ({organizations}) AND volume.data_disk_of_id IS 
 """
 
 
-def volume_quota_usage(organizations) -> Usage:
-    """QUOTA_HOLDERS: the GB of every volume `organizations` keep, whatever it is attached to,
-    but hosts' data disks: their hosts count them (in the disk quota) while they live (the
-    volumes `live_volumes` answers). Written out: counted on every order, where the ORM took
-    several times the statement's CPU to build it. `organizations`: ids, rows or a queryset."""
+def _kept_volumes_query(organizations) -> tuple[str, list]:
     members, params = sql.members(organizations)
-    ((total,),) = sql.fetch_all(
-        Volume,
+    return (
         _KEPT_VOLUMES_GB_SQL.format(organizations=members),
         [*params, VolumeState.DELETED.value],
     )
+
+
+@quota_holder(Volume, _kept_volumes_query)
+def volume_quota_usage(rows) -> Usage:
+    """QUOTA_HOLDERS: the GB of every volume `organizations` keep, whatever it is attached
+    to, but hosts' data disks: their hosts count them (in the disk quota) while they live
+    (the volumes `live_volumes` answers). Written out: counted on every order, where the
+    ORM took several times the statement's CPU to build it.
+    `volume_quota_usage(organizations)`: ids, rows or a queryset."""
+    ((total,),) = rows
     return Usage(storage_gb=total or 0)
 
 

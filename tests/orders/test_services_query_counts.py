@@ -102,3 +102,40 @@ def test_an_order_sets_no_savepoint_of_its_own_steps_and_writes_its_events_at_on
     # Its prices are read once, for the scoring and the quote; so are its webhook endpoints.
     assert sum('FROM "catalog_price"' in sql for sql in statements) == 1
     assert sum('FROM "webhooks_webhookendpoint"' in sql for sql in statements) == 1
+
+
+@pytest.mark.postgres
+def test_an_order_writes_its_rows_in_few_statements(
+    world, owner, django_capture_on_commit_callbacks
+):
+    """On PostgreSQL what the organizations' rows hold is one read; the host's workload,
+    instance and order one INSERT; its hold with the wallet's figure one statement; its
+    allocation with its cards, the node's room and the placement one; its moves one UPDATE."""
+    world.set_limit(QuotaResource.ACCELERATORS, 100)  # so that what is held is counted
+    request, organization = world.request(1, region=None), organization_of(world)
+    with (
+        CaptureQueriesContext(connection) as captured,
+        django_capture_on_commit_callbacks(execute=False),
+    ):
+        submit_create(organization=organization, actor=owner, request=request)
+    statements = [query["sql"] for query in captured.captured_queries]
+
+    def count(*parts):
+        return sum(all(part in sql for part in parts) for sql in statements)
+
+    assert count("json_agg", "orders_instance", "orders_task", "storage_volume") == 1
+    assert count('INSERT INTO "orders_instance"') == 1
+    assert count('INSERT INTO "orders_instance"', "workloads_workload", "orders_order") == 1
+    assert count('INSERT INTO "billing_hold"', "UPDATE billing_wallet") == 1
+    assert count('INSERT INTO "orchestration_allocation"') == 1
+    assert (
+        count(
+            'INSERT INTO "orchestration_allocation"',
+            "orchestration_placement",
+            "UPDATE orchestration_accelerator",
+            "UPDATE orchestration_node",
+        )
+        == 1
+    )
+    assert count('UPDATE "orders_order"') == count('UPDATE "orders_instance"') == 1
+    assert count('UPDATE "orders_order"', 'UPDATE "orders_instance"') == 1
