@@ -6,6 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from apps.orchestration.services import plan_placement
 from apps.orders.services import quote, submit_create
 from apps.quotas.models import QuotaResource
 from apps.tenants.models import Organization
@@ -102,3 +103,13 @@ def test_an_order_sets_no_savepoint_of_its_own_steps_and_writes_its_events_at_on
     # Its prices are read once, for the scoring and the quote; so are its webhook endpoints.
     assert sum('FROM "catalog_price"' in sql for sql in statements) == 1
     assert sum('FROM "webhooks_webhookendpoint"' in sql for sql in statements) == 1
+
+
+def test_placing_on_pools_no_server_joins_reads_no_servers_nor_saved_images(world):
+    """Only an agent pool's nodes are servers that hold images of their own (and get copies of
+    saved ones): scoring the simulator's nodes for an image asks the agents app nothing."""
+    with CaptureQueriesContext(connection) as captured:
+        plan = plan_placement(park=world.park, flavor=world.flavors[1], image_code=world.image.code)
+    assert plan.ranked
+    statements = [query["sql"] for query in captured.captured_queries]
+    assert not any("agents_" in sql for sql in statements), statements
