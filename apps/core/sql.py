@@ -51,6 +51,14 @@ class ModelColumns:
             loaded.append(model.from_db(connection.alias, names, converted))
         return loaded
 
+    def fetch(self, rest: str, params: Sequence = ()) -> list[list]:
+        """The instances of each row of `SELECT <these columns> <rest>` (`load`'s), on the
+        database the first model is read from."""
+        connection = connections[router.db_for_read(self.tables[0][0])]
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {self.sql(connection)} {rest}", params)
+            return [self.load(connection, row) for row in cursor.fetchall()]
+
     @property
     def width(self) -> int:
         """How many columns `sql` lists."""

@@ -176,19 +176,16 @@ def pending_growth(organizations) -> Usage:
     return total
 
 
-_APPROVAL_POLICY_SQL = """
-SELECT policy.id, policy.park_id, policy.unverified_needs_approval, policy.max_accelerators,
-    policy.max_hourly_minor
-FROM orders_approvalpolicy policy
-WHERE policy.park_id = %s
-"""
+_APPROVAL_POLICY = sql.ModelColumns((ApprovalPolicy, "policy"))
 
 
 def approval_policy_of(park_id: int) -> ApprovalPolicy:
     """The park's approval policy, or the default one (unsaved) where it has set none. Written
-    out (a raw query, whose values Django converts as the ORM does): read on every order, where
-    the ORM took several times the statement's CPU to build it."""
-    for policy in ApprovalPolicy.objects.raw(_APPROVAL_POLICY_SQL, [park_id]):
+    out (its values converted as the ORM converts them): read on every order, where the ORM,
+    and even a raw queryset, took several times the statement's CPU."""
+    for (policy,) in _APPROVAL_POLICY.fetch(
+        f"FROM {ApprovalPolicy._meta.db_table} policy WHERE policy.park_id = %s", [park_id]
+    ):
         return policy
     return ApprovalPolicy()
 
