@@ -8,9 +8,12 @@ class AgentsConfig(AppConfig):
 
     def ready(self):
         from apps.agents.hosts import AgentHostStore
-        from apps.agents.image_copies import nodes_awaiting_image
         from apps.agents.saved_images import saved_image_quota_usage
-        from apps.agents.selectors import held_image_codes, nodes_without_image
+        from apps.agents.selectors import (
+            held_image_codes,
+            nodes_awaiting_image,
+            nodes_without_image,
+        )
         from apps.catalog.selectors import HELD_IMAGES
         from apps.orchestration.agent_store import AGENT_HOST_STORE
         from apps.orchestration.services import NODES_AWAITING_IMAGE, NODES_WITHOUT_IMAGE

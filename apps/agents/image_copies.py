@@ -98,8 +98,9 @@ LIMIT 1
 
 
 def nodes_awaiting_image(pool_ids, image_code: str) -> set[int]:
-    """NODES_AWAITING_IMAGE: the nodes of these pools whose servers lack the saved image
-    `image_code` but can start it once it is copied to them (they are in its region)."""
+    """The nodes of these (agent) pools whose servers lack the saved image `image_code` but can
+    start it once it is copied to them (they are in its region): what orchestration's
+    NODES_AWAITING_IMAGE answers (`selectors.nodes_awaiting_image`)."""
     region_id = _ready_saved_region(image_code)
     if region_id is None:
         return set()

@@ -24,9 +24,8 @@ from apps.agents.models import (
 )
 from apps.agents.services import AGENT_DRIVER
 from apps.catalog.models import Image
-from apps.orchestration.backends.base import Capability
 from apps.orchestration.models import Allocation, Pool
-from apps.orchestration.selectors import schedulable_park_pools
+from apps.orchestration.selectors import host_pools
 from apps.orders.hosts import network_group
 from apps.orders.models import Instance, InstanceState
 from apps.sharedfs import selectors as sharedfs_selectors
@@ -71,33 +70,44 @@ def held_image_codes(*, park, accelerator_model_id, region=None) -> frozenset[st
     this model (in `region`) report, where every pool that runs hosts of it is an agent pool;
     None (any image) where one is not, or where no pool runs them (the order is refused for
     that, with its own reason)."""
-    pools = schedulable_park_pools(park, capability=Capability.HOSTS).filter(
-        accelerator_model_id=accelerator_model_id
-    )
-    if region is not None:
-        pools = pools.filter(region=region)
-    drivers = set(pools.values_list("backend__driver", flat=True))
-    if drivers != {AGENT_DRIVER}:
+    pools = host_pools(park, accelerator_model_id=accelerator_model_id, region=region)
+    if {pool.driver for pool in pools} != {AGENT_DRIVER}:
         return None
-    servers = AgentServer.objects.filter(node__pool__in=pools, revoked_at__isnull=True).only(
-        "images", "images_reported_at"
-    )
+    servers = AgentServer.objects.filter(
+        node__pool__in=[pool.pk for pool in pools], revoked_at__isnull=True
+    ).only("images", "images_reported_at")
     held = {name for server in servers for name in server.image_names}
     # A saved image is copied to the server a host of it is placed on, in its region.
-    return frozenset(held | image_copies.copyable_codes(pools.values("region_id")))
+    return frozenset(held | image_copies.copyable_codes({pool.region_id for pool in pools}))
 
 
-def nodes_without_image(pool_ids, image_code: str) -> set[int]:
-    """`orchestration.services.NODES_WITHOUT_IMAGE`: the nodes of these pools whose servers
-    don't hold image `image_code` (only agent servers hold images of their own), nor can get
-    a copy of it (a saved image, from a server of their region: `image_copies`)."""
+def nodes_without_image(pools, image_code: str) -> set[int]:
+    """`orchestration.services.NODES_WITHOUT_IMAGE`: the nodes of these pools (`host_pools`')
+    whose servers don't hold image `image_code` (only agent servers hold images of their own),
+    nor can get a copy of it (a saved image, from a server of their region: `image_copies`)."""
+    pool_ids = _agent_pool_ids(pools)
+    if not pool_ids:  # most parks' pools: no server of theirs holds images of its own
+        return set()
     servers = AgentServer.objects.filter(node__pool_id__in=pool_ids).only(
         "node_id", "images", "images_reported_at"
     )
     lacking = {server.node_id for server in servers if image_code not in server.image_names}
-    if not lacking:  # most parks: no agent servers, or all of them hold it
+    if not lacking:  # all of them hold it
         return lacking
     return lacking - image_copies.nodes_awaiting_image(pool_ids, image_code)
+
+
+def nodes_awaiting_image(pools, image_code: str) -> set[int]:
+    """`orchestration.services.NODES_AWAITING_IMAGE`: `image_copies.nodes_awaiting_image` of
+    these pools' (`host_pools`') agent pools."""
+    pool_ids = _agent_pool_ids(pools)
+    return image_copies.nodes_awaiting_image(pool_ids, image_code) if pool_ids else set()
+
+
+def _agent_pool_ids(pools) -> list[int]:
+    """The ids of the agent pools among `pools`: only they have servers (`enrol_server` joins
+    a server to an agent pool alone), so the others need no read."""
+    return [pool.pk for pool in pools if pool.driver == AGENT_DRIVER]
 
 
 def missing_images(park) -> dict[int, list[Image]]:

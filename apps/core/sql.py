@@ -3,6 +3,7 @@ times the CPU of running it (an order counts nodes' rooms on every request:
 bench/order_profile.py measures it). Plain SQL that PostgreSQL and SQLite both run; and
 `EpochSeconds`, an expression both spell differently."""
 
+import functools
 import json
 from collections.abc import Sequence
 from decimal import Decimal
@@ -48,6 +49,82 @@ def _json_rows(array) -> list[tuple]:
     return json.loads(
         array, parse_float=Decimal, object_pairs_hook=lambda pairs: tuple(v for _k, v in pairs)
     )
+
+
+class ModelColumns:
+    """The columns of some models' rows, each model's table under an alias, as a written-out
+    SELECT lists them, and the model instances a row of them holds: each value converted as the
+    ORM converts it (JSON; dates, decimals and booleans on SQLite), each instance as the ORM
+    loads it (`Model.from_db`). What `select_related` gives, for the hot paths where building
+    the ORM's statement cost several times running it."""
+
+    def __init__(self, *tables: tuple[type, str]):
+        self.tables = tables  # ((model, its table's alias in the statement), …)
+
+    def sql(self, connection) -> str:
+        """`alias."column", …` of every model in turn, for the statement's SELECT list."""
+        return self._columns(connection)[0]
+
+    def load(self, connection, row: Sequence) -> list:
+        """The instance of each model in `row` (its first columns), in order; None for one whose
+        primary key is NULL (a LEFT JOIN that found no row)."""
+        loaded, start = [], 0
+        for model, names, columns, key in self._columns(connection)[1]:
+            values = row[start : start + len(columns)]
+            start += len(columns)
+            if values[key] is None:
+                loaded.append(None)
+                continue
+            converted = []
+            for (column, converters), value in zip(columns, values, strict=True):
+                for convert in converters:
+                    value = convert(value, column, connection)
+                converted.append(value)
+            loaded.append(model.from_db(connection.alias, names, converted))
+        return loaded
+
+    def fetch(self, rest: str, params: Sequence = ()) -> list[list]:
+        """The instances of each row of `SELECT <these columns> <rest>` (`load`'s), on the
+        database the first model is read from."""
+        connection = connections[router.db_for_read(self.tables[0][0])]
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {self.sql(connection)} {rest}", params)
+            return [self.load(connection, row) for row in cursor.fetchall()]
+
+    @property
+    def width(self) -> int:
+        """How many columns `sql` lists."""
+        return sum(len(model._meta.concrete_fields) for model, _alias in self.tables)
+
+    def _columns(self, connection) -> tuple[str, list]:
+        return _model_columns(connection.alias, self.tables)
+
+
+@functools.cache
+def _model_columns(alias: str, tables: tuple) -> tuple[str, list]:
+    """(the SELECT list, [(model, its attribute names, [(column, its converters), …], where its
+    primary key is among them), …]), the fields in the order `Model.from_db` takes them."""
+    connection = connections[alias]
+    quote = connection.ops.quote_name
+    selected, models = [], []
+    for model, table in tables:
+        fields = model._meta.concrete_fields
+        columns = [field.get_col(table) for field in fields]
+        converters = [
+            connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+            for column in columns
+        ]
+        names = [field.attname for field in fields]
+        models.append(
+            (
+                model,
+                names,
+                list(zip(columns, converters, strict=True)),
+                names.index(model._meta.pk.attname),
+            )
+        )
+        selected += [f"{table}.{quote(field.column)}" for field in fields]
+    return ", ".join(selected), models
 
 
 def placeholders(values: Sequence) -> str:

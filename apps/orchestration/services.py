@@ -5,7 +5,7 @@ from functools import cached_property
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, OuterRef
+from django.db.models import Count
 from django.utils import timezone
 from django.utils.text import get_text_list
 from django.utils.translation import gettext as _
@@ -39,7 +39,7 @@ from apps.orchestration.models import (
 )
 from apps.orchestration.rooms import NodeRoom, recount
 from apps.orchestration.scheduler import MILLI, decide
-from apps.orchestration.selectors import schedulable_park_pools
+from apps.orchestration.selectors import host_pools
 from apps.orchestration.shortlist import shortlist
 from apps.tenants.access import require_operator
 
@@ -121,11 +121,12 @@ def _node_shortfall(room: NodeRoom, shape: Shape) -> str | None:
 
 
 # Servers that build their own host images (the host agents') start only those, as they
-# report to the agents app, a floor above: a callable (pool ids, image code) -> the ids of the
-# nodes of those pools whose servers hold images of their own, but not this one.
+# report to the agents app, a floor above: a callable (pools, image code) -> the ids of the
+# nodes of those pools whose servers hold images of their own, but not this one. The pools are
+# `selectors.host_pools`', each with its driver: a provider skips those its servers can't be in.
 NODES_WITHOUT_IMAGE = ExtensionPoint("nodes that can't start an image")
 # ... and of those that can start it only once it is copied to them (a tenant's saved image,
-# from another server of its region): a callable (pool ids, image code) -> node ids. A host
+# from another server of its region): a callable (pools, image code) -> node ids. A host
 # goes there only when no node holding its image has room.
 NODES_AWAITING_IMAGE = ExtensionPoint("nodes that start an image once it is copied there")
 
@@ -388,14 +389,11 @@ def _decide_placement(
     `region`, or of every region the flavor is sold in; not those of `excluding`, nor those
     that can't start `image_code`), how it is kept (a callable: counting the nodes not
     shortlisted waits until asked), and the shortlist."""
-    pools = schedulable_park_pools(park, capability=Capability.HOSTS).filter(
-        Exists(
-            Node.objects.filter(pool=OuterRef("pk"), health=NodeHealth.HEALTHY, is_drained=False)
-        ),
-        accelerator_model_id=shape.accelerator_model_id,
-    )
-    # In no order: Pool's own (by region, then name) joins the regions and their parks.
-    pools = list((pools.filter(region=region) if region is not None else pools).order_by())
+    pools = [
+        pool
+        for pool in host_pools(park, accelerator_model_id=shape.accelerator_model_id, region=region)
+        if pool.has_open_node
+    ]
     prices_in_force = prices_by_region(region_ids={pool.region_id for pool in pools}, flavor=flavor)
     prices = adapter.flavor_prices(flavor, pools, prices_in_force)
     if region is None and any(price is not None for price in prices.values()):
@@ -458,14 +456,14 @@ def _decide_placement(
 def _nodes_without_image(pools, image_code: str) -> set[int]:
     ids = set()
     for provider in NODES_WITHOUT_IMAGE.providers():
-        ids |= provider([pool.pk for pool in pools], image_code)
+        ids |= provider(pools, image_code)
     return ids
 
 
 def _nodes_awaiting_image(pools, image_code: str) -> set[int]:
     ids = set()
     for provider in NODES_AWAITING_IMAGE.providers():
-        ids |= provider([pool.pk for pool in pools], image_code)
+        ids |= provider(pools, image_code)
     return ids
 
 

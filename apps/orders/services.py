@@ -36,7 +36,7 @@ from apps.orchestration.backends.base import Capability
 from apps.orchestration.backends.registry import supports
 from apps.orchestration.models import TaskPreference
 from apps.orchestration.reservations import HostReservation, release, reserve
-from apps.orchestration.selectors import schedulable_park_pools
+from apps.orchestration.selectors import host_pools
 from apps.orchestration.services import (
     NoCapacity,
     PlacementPlan,
@@ -377,7 +377,7 @@ def validate_host_request(organization: Organization, request: HostRequest) -> N
         or image.organization_id not in (None, organization.pk)
     ):
         errors["image"] = _("This image is not available in your park.")
-    elif not image_runs_on(image.pk, flavor.family.accelerator_model_id):
+    elif not image_runs_on(image, flavor.family.accelerator_model_id):
         errors["image"] = _(
             "%(image)s (%(stack)s) does not run on %(model)s; choose an image for its software "
             "stack."
@@ -430,12 +430,12 @@ def validate_host_request(organization: Organization, request: HostRequest) -> N
 def reached_by_terminal(park, request: HostRequest) -> bool:
     """Whether every pool that may place this host has the web terminal log in to its hosts:
     such a host needs no key of the tenant's (the terminal brings its own), the others do."""
-    pools = schedulable_park_pools(park, capability=Capability.HOSTS).filter(
-        accelerator_model_id=request.flavor.family.accelerator_model_id
+    pools = host_pools(
+        park,
+        accelerator_model_id=request.flavor.family.accelerator_model_id,
+        region=request.region,
     )
-    if request.region is not None:
-        pools = pools.filter(region=request.region)
-    drivers = set(pools.values_list("backend__driver", flat=True))
+    drivers = {pool.driver for pool in pools}
     return bool(drivers) and all(supports(driver, Capability.TERMINAL) for driver in drivers)
 
 

@@ -279,12 +279,25 @@ def test_a_park_without_a_policy_weighs_every_part_the_same(task_world):
 
 
 def test_the_parks_policy_is_used(task_world):
-    SchedulingPolicy.objects.create(
+    policy = SchedulingPolicy.objects.create(
         park=task_world.park, price_weight=Decimal("4"), operator_share=Decimal("0.80")
     )
     weights = adapter.park_weights(task_world.park)
     assert weights.weights == Weights(price=4)
     assert (weights.operator_share, weights.source) == (0.8, "park")
+    # Each weight where the operator set it, from the next placement on.
+    SchedulingPolicy.objects.filter(pk=policy.pk).update(
+        region_weight=Decimal("2"),
+        performance_weight=Decimal("3.5"),
+        energy_weight=Decimal("0.25"),
+        fragmentation_weight=Decimal("0"),
+        operator_share=Decimal("0.1"),
+    )
+    weights = adapter.park_weights(task_world.park)
+    assert weights.weights == Weights(
+        region=2, performance=3.5, energy=0.25, price=4, fragmentation=0
+    )
+    assert weights.operator_share == 0.1
 
 
 def test_a_task_allocation_on_a_card_filled_meanwhile_is_refused(task_world):

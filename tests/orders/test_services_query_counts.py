@@ -6,6 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from apps.orchestration.services import plan_placement
 from apps.orders.services import quote, submit_create
 from apps.quotas.models import QuotaResource
 from apps.tenants.models import Organization
@@ -139,3 +140,13 @@ def test_an_order_writes_its_rows_in_few_statements(
     )
     assert count('UPDATE "orders_order"') == count('UPDATE "orders_instance"') == 1
     assert count('UPDATE "orders_order"', 'UPDATE "orders_instance"') == 1
+
+
+def test_placing_on_pools_no_server_joins_reads_no_servers_nor_saved_images(world):
+    """Only an agent pool's nodes are servers that hold images of their own (and get copies of
+    saved ones): scoring the simulator's nodes for an image asks the agents app nothing."""
+    with CaptureQueriesContext(connection) as captured:
+        plan = plan_placement(park=world.park, flavor=world.flavors[1], image_code=world.image.code)
+    assert plan.ranked
+    statements = [query["sql"] for query in captured.captured_queries]
+    assert not any("agents_" in sql for sql in statements), statements

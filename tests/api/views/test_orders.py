@@ -5,8 +5,11 @@ import json
 from decimal import Decimal
 
 import pytest
+from rest_framework import serializers
 
-from apps.api.serializers.orders import OrderSerializer, order_data
+from apps.api.serializers.orders import HostRequestSerializer, OrderSerializer, order_data
+from apps.catalog.models import Flavor, Image, Region
+from apps.catalog.selectors import visible_images
 from apps.orders.models import Instance, Order, OrderKind
 from apps.orders.services import approve_order, submit_create
 from apps.quotas.models import QuotaResource
@@ -150,6 +153,66 @@ def test_another_parks_flavor_image_region_are_unknown(api, world, elsewhere):
         body(flavor=elsewhere.flavor.code, image=elsewhere.image.code, region="far-center"),
     )
     assert_field_errors(response, "flavor", "image", "region")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"flavor": "nope"},
+        {"image": "nope"},
+        {"flavor": "nope", "image": "nope", "region": "nope"},
+        {"image": "theirs"},  # another organization's own image
+        {"flavor": 5},
+        {"image": ["ubuntu-cuda"]},
+        {"flavor": "", "image": None},
+    ],
+)
+def test_a_flavor_or_image_it_cannot_order_is_refused_as_drfs_own_lookup_refuses_it(
+    api, world, other_organization, fields
+):
+    """The flavor and the image are read together in one statement; what is refused, and
+    how, is what DRF's SlugRelatedField over the park's catalog answers."""
+    ImageFactory(park=world.park, code="theirs", organization=other_organization)
+
+    class DrfLookups(serializers.Serializer):
+        flavor = serializers.SlugRelatedField(
+            slug_field="code",
+            queryset=Flavor.objects.filter(is_active=True, family__park=world.park),
+        )
+        image = serializers.SlugRelatedField(
+            slug_field="code",
+            queryset=Image.objects.filter(
+                visible_images(world.organization), is_active=True, park=world.park
+            ),
+        )
+        region = serializers.SlugRelatedField(
+            slug_field="code", queryset=Region.objects.filter(park=world.park), allow_null=True
+        )
+
+    data = body(**fields)
+    expected = DrfLookups(data=data)
+    assert not expected.is_valid()
+    response = api.post("/api/v1/quotes/", data)
+    errors = assert_field_errors(response, *expected.errors)["errors"]
+    for field, messages in expected.errors.items():
+        assert set(map(str, messages)) <= set(errors[field]), (field, errors)
+
+
+def test_each_host_request_has_fields_of_its_own_copied_from_the_declared_ones(world):
+    """Copied shallow (`HostRequestSerializer.get_fields`): right only while no field holds a
+    field of its own, which would stay bound to the declared one, and while validating binds
+    the copies alone."""
+    first, second = (
+        HostRequestSerializer(data=body(), park=world.park, organization=world.organization)
+        for _ in range(2)
+    )
+    assert first.is_valid() and second.is_valid(), (first.errors, second.errors)
+    for name, declared in HostRequestSerializer._declared_fields.items():
+        assert first.fields[name] is not second.fields[name] is not declared
+        assert first.fields[name].parent is first and second.fields[name].parent is second
+        assert declared.parent is None and declared.field_name is None
+        assert not isinstance(declared, serializers.BaseSerializer)
+        assert not hasattr(declared, "child") and not hasattr(declared, "child_relation")
 
 
 def test_a_quote_needs_credentials(client, world):
