@@ -11,6 +11,7 @@ from decimal import Decimal
 from django.core.exceptions import EmptyResultSet
 from django.db import DatabaseError, connections, router
 from django.db.models import BigIntegerField, Func, QuerySet
+from django.db.models.signals import post_save, pre_save
 
 
 def fetch_all(model, sql: str, params: Sequence = ()) -> list[tuple]:
@@ -178,9 +179,10 @@ def insert_together(*objects, along: Sequence[tuple[str, Sequence]] = ()) -> Non
     ids `objects` are given) on the database they are written to: on PostgreSQL one statement
     for them all, each a step of one WITH (a use case that writes several rows every time
     pays a round trip and the ORM's preparation of each row otherwise); elsewhere one after
-    the other. Like bulk_create it sends no signals; it sets each object's primary key."""
+    the other, as where a model's saves are listened for (each then sends its signals, as
+    save does). It sets each object's primary key."""
     connection = connections[router.db_for_write(type(objects[0]))]
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or _listened(objects):
         for obj in objects:
             obj.save(force_insert=True, using=connection.alias)
         with connection.cursor() as cursor:
@@ -238,16 +240,21 @@ def _insert_step(connection, obj, earlier, ids) -> tuple[str, list]:
 def update_together(*rows: tuple) -> None:
     """Save the `fields` of each of `rows` ((object, fields): saved rows, of any models) as
     `save(update_fields=fields)` does, `auto_now` fields included where named: on PostgreSQL
-    in one statement (a WITH of UPDATEs for several), elsewhere one save each. Raises
-    DatabaseError where a row is gone, as save does. Sends no signals."""
+    in one statement (a WITH of UPDATEs for several), elsewhere one save each, as where a
+    model's saves are listened for (each then sends its signals, as save does). Raises
+    DatabaseError where a row is gone, as save does."""
     rows = [(obj, fields) for obj, fields in rows if fields]  # nothing to save: no statement
     if not rows:
         return
     connection = connections[router.db_for_write(type(rows[0][0]))]
-    if connection.vendor != "postgresql" or any(
-        hasattr(getattr(obj, obj._meta.get_field(name).attname), "resolve_expression")
-        for obj, fields in rows
-        for name in fields
+    if (
+        connection.vendor != "postgresql"
+        or _listened(obj for obj, _fields in rows)
+        or any(
+            hasattr(getattr(obj, obj._meta.get_field(name).attname), "resolve_expression")
+            for obj, fields in rows
+            for name in fields
+        )
     ):
         for obj, fields in rows:
             obj.save(update_fields=fields, using=connection.alias)
@@ -281,3 +288,11 @@ def update_together(*rows: tuple) -> None:
     for (obj, _fields), count in zip(rows, updated, strict=True):
         if not count:
             raise DatabaseError(f"{obj!r} is gone: nothing to update")
+
+
+def _listened(objects) -> bool:
+    """Whether a receiver listens for the saves of any of `objects`' models: those are saved
+    one by one, so that it hears of them on every database."""
+    return any(
+        pre_save.has_listeners(type(obj)) or post_save.has_listeners(type(obj)) for obj in objects
+    )

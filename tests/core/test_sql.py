@@ -2,6 +2,7 @@ from decimal import Decimal
 
 import pytest
 from django.db import DatabaseError
+from django.db.models.signals import post_save
 
 from apps.billing.models import Hold
 from apps.core import sql
@@ -84,6 +85,29 @@ def test_rows_updated_together_write_only_their_fields(park):
 
     wallet.refresh_from_db()
     assert (wallet.held_minor, wallet.balance_minor) == (5, 100)
+    assert Workload.objects.get(pk=workload.pk).kind == WorkloadKind.TASK
+
+
+@pytest.mark.django_db
+def test_rows_whose_saves_are_listened_for_are_saved_so_the_receiver_hears(park):
+    """On every database, as save would: the one statement is only for rows no one hears."""
+    heard = []
+
+    def receiver(sender, instance, created, **kwargs):
+        heard.append((sender, instance.pk, created))
+
+    post_save.connect(receiver, sender=Workload, dispatch_uid="test-listened")
+    try:
+        organization = OrganizationFactory(park=park)
+        wallet = WalletFactory(organization=organization, held_minor=0)
+        workload = Workload(organization=organization, kind=WorkloadKind.HOST)
+        sql.insert_together(workload, Hold(wallet=wallet, workload=workload, amount_minor=1))
+        workload.kind = WorkloadKind.TASK
+        sql.update_together((workload, ["kind"]))
+    finally:
+        post_save.disconnect(dispatch_uid="test-listened", sender=Workload)
+
+    assert heard == [(Workload, workload.pk, True), (Workload, workload.pk, False)]
     assert Workload.objects.get(pk=workload.pk).kind == WorkloadKind.TASK
 
 
