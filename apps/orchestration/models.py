@@ -120,6 +120,19 @@ NODE_HEALTH_TRANSITIONS = {
 }
 
 
+# What tells one kind of room from another: a node's fields that say what it has free
+# (`rooms.NodeRoom` keeps them), as `RoomTally` counts nodes by them.
+ROOM_KIND = [
+    "pool",
+    "room_cards",
+    "room_idle",
+    "vcpu_total",
+    "room_vcpu_held",
+    "ram_gb_total",
+    "room_ram_gb_held",
+]
+
+
 class Node(models.Model):
     """A host in a pool. What it has free is counted from its cards and live allocations under
     its row lock (`rooms.NodeRoom`), which placement takes while it allocates (SELECT ... FOR
@@ -177,16 +190,7 @@ class Node(models.Model):
                 name="node_shortlist",
             ),
             models.Index(
-                fields=[
-                    "pool",
-                    "room_cards",
-                    "room_idle",
-                    "vcpu_total",
-                    "room_vcpu_held",
-                    "ram_gb_total",
-                    "room_ram_gb_held",
-                    "id",
-                ],
+                fields=[*ROOM_KIND, "id"],
                 condition=Q(health="healthy", is_drained=False),
                 name="node_room_counts",
             ),
@@ -239,19 +243,7 @@ class RoomTally(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(
-                fields=[
-                    "pool",
-                    "room_cards",
-                    "room_idle",
-                    "vcpu_total",
-                    "room_vcpu_held",
-                    "ram_gb_total",
-                    "room_ram_gb_held",
-                    "backend",
-                ],
-                name="room_tally_unique",
-            )
+            models.UniqueConstraint(fields=[*ROOM_KIND, "backend"], name="room_tally_unique")
         ]
 
     def __str__(self):

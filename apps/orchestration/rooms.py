@@ -23,7 +23,15 @@ from apps.catalog.selectors import free_room_changed
 from apps.core import sql
 from apps.core.transactions import lock_all
 from apps.orchestration import adapter
-from apps.orchestration.models import Accelerator, Allocation, Node, NodeHealth, Pool, RoomTally
+from apps.orchestration.models import (
+    ROOM_KIND,
+    Accelerator,
+    Allocation,
+    Node,
+    NodeHealth,
+    Pool,
+    RoomTally,
+)
 from apps.orchestration.scheduler import MILLI
 
 ROOM_FIELDS = ("room_cards", "room_idle", "room_free_milli", "room_vcpu_held", "room_ram_gb_held")
@@ -81,10 +89,8 @@ def recount(node_ids) -> None:
         )
 
 
-# What tells one kind of room from another: `RoomTally`'s columns, as on a node.
-TALLY_CLASS = (
-    "pool_id, room_cards, room_idle, vcpu_total, room_vcpu_held, ram_gb_total, room_ram_gb_held"
-)
+# What tells one kind of room from another (`ROOM_KIND`): `RoomTally`'s columns, as on a node.
+TALLY_CLASS = ", ".join(Node._meta.get_field(name).column for name in ROOM_KIND)
 
 # Every backend's rows that no transaction holds now (one in flight is skipped, never waited
 # for), summed into backend 0's.
