@@ -182,47 +182,27 @@ def _locked_nodes(node_ids: list[int]) -> list[Node]:
         raise transaction.TransactionManagementError(
             "select_for_update cannot be used outside of a transaction."
         )
-    models = ((Node, "node"), (Pool, "pool"), (Region, "region"))
-    columns = ", ".join(
-        f"{alias}.{connection.ops.quote_name(field.column)}"
-        for model, alias in models
-        for field in model._meta.concrete_fields
-    )
-    table = {alias: connection.ops.quote_name(model._meta.db_table) for model, alias in models}
+    quote = connection.ops.quote_name
+    table = {model: quote(model._meta.db_table) for model in (Node, Pool, Region)}
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {columns} FROM {table['node']} node "
-            f"JOIN {table['pool']} pool ON pool.id = node.pool_id "
-            f"JOIN {table['region']} region ON region.id = pool.region_id "
+            f"SELECT {_LOCKED_NODE.sql(connection)} FROM {table[Node]} node "
+            f"JOIN {table[Pool]} pool ON pool.id = node.pool_id "
+            f"JOIN {table[Region]} region ON region.id = pool.region_id "
             "WHERE node.id = ANY(%s) ORDER BY node.id FOR NO KEY UPDATE OF node",
             [node_ids],
         )
         rows = cursor.fetchall()
     nodes = []
     for row in rows:
-        node, pool, region = _from_row(row, models, connection)
+        node, pool, region = _LOCKED_NODE.load(connection, row)
         Pool.region.field.set_cached_value(pool, region)
         Node.pool.field.set_cached_value(node, pool)
         nodes.append(node)
     return nodes
 
 
-def _from_row(row, models, connection) -> list:
-    """One row of each of `models` from `row`, their concrete fields one after the other;
-    psycopg gives every column its Python type but JSON's (Django decodes that itself)."""
-    rows, start = [], 0
-    for model, _alias in models:
-        fields = model._meta.concrete_fields
-        values = row[start : start + len(fields)]
-        start += len(fields)
-        decoded = [
-            field.from_db_value(value, None, connection)
-            if hasattr(field, "from_db_value")
-            else value
-            for field, value in zip(fields, values, strict=True)
-        ]
-        rows.append(model.from_db(connection.alias, [f.attname for f in fields], decoded))
-    return rows
+_LOCKED_NODE = sql.ModelColumns((Node, "node"), (Pool, "pool"), (Region, "region"))
 
 
 @dataclass
