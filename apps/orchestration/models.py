@@ -291,7 +291,22 @@ class Accelerator(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["node", "index"], name="accelerator_index_unique"),
         ]
-        indexes = [models.Index(fields=["node", "allocation"])]
+        indexes = [
+            models.Index(fields=["node", "allocation"]),
+            # Held cards that read idle, and those that don't: the idle hosts' query
+            # (apps.orders.idle) starts from the first and probes the second, so a busy
+            # host's cards are never joined.
+            models.Index(
+                fields=["allocation"],
+                condition=Q(allocation__isnull=False, idle_since__isnull=False),
+                name="accelerator_held_idle",
+            ),
+            models.Index(
+                fields=["allocation"],
+                condition=Q(allocation__isnull=False, idle_since__isnull=True),
+                name="accelerator_held_busy",
+            ),
+        ]
 
     def __str__(self):
         return f"{self.node}#{self.index}"

@@ -158,7 +158,6 @@ def idle_candidates(parks, *, min_minutes: int | None = None, now=None) -> list[
     params = [
         *park_ids,
         connection.ops.adapt_datetimefield_value(now - TELEMETRY_FRESH_FOR),
-        *park_ids,
         InstanceState.RUNNING,
         *[value for pair in cutoffs.items() for value in pair],
     ]
@@ -173,30 +172,28 @@ def idle_candidates(parks, *, min_minutes: int | None = None, now=None) -> list[
     ]
 
 
-# The cards that read idle (`Accelerator.idle_since`, kept with the telemetry) on the parks'
-# nodes with fresh telemetry (`Node.telemetry_at`), and the running hosts holding them, grouped
-# by host: those whose every card reads idle since the park's cutoff (in seconds since the
-# epoch). No telemetry is decoded here, and a host on a node with stale telemetry is never
-# joined.
+# The running hosts of the parks' organizations whose every held card reads idle
+# (`Accelerator.idle_since`, kept with the telemetry) on a node with fresh telemetry
+# (`Node.telemetry_at`), since the park's cutoff (in seconds since the epoch). Read from the
+# idle held cards up (index `accelerator_held_idle`), an allocation with a card that reads busy
+# left out by one probe (`accelerator_held_busy`): a busy host's rows are never joined, and no
+# telemetry is decoded.
 _IDLE_SQL = """
 SELECT i.id, o.park_id, {greatest}(MAX({epoch_idle_since}), {epoch_held_from}) AS since,
     AVG(COALESCE(acc.utilization_pct, 0))
-FROM orchestration_node n
-JOIN orchestration_accelerator acc ON acc.node_id = n.id AND acc.idle_since IS NOT NULL
+FROM orchestration_accelerator acc
 JOIN orchestration_allocation a ON a.id = acc.allocation_id AND a.released_at IS NULL
-JOIN orders_instance i ON i.workload_id = a.workload_id AND i.node_id = n.id
+JOIN orders_instance i ON i.workload_id = a.workload_id AND i.node_id = acc.node_id
+JOIN orchestration_node n ON n.id = acc.node_id
 JOIN tenants_organization o ON o.id = i.organization_id
-WHERE n.pool_id IN (
-        SELECT p.id FROM orchestration_pool p
-        JOIN orchestration_backend b ON b.id = p.backend_id
-        WHERE b.park_id IN ({parks})
+WHERE acc.allocation_id IS NOT NULL AND acc.idle_since IS NOT NULL
+    AND o.park_id IN ({parks}) AND n.telemetry_at >= %s AND i.state = %s
+    AND NOT EXISTS (
+        SELECT 1 FROM orchestration_accelerator busy
+        WHERE busy.allocation_id = a.id AND busy.idle_since IS NULL
     )
-    AND n.telemetry_at >= %s AND o.park_id IN ({parks}) AND i.state = %s
 GROUP BY i.id, o.park_id, a.id, a.created_at
-HAVING COUNT(*) = (
-        SELECT COUNT(*) FROM orchestration_accelerator held WHERE held.allocation_id = a.id
-    )
-    AND {greatest}(MAX({epoch_idle_since}), {epoch_held_from}) <= {cutoff}
+HAVING {greatest}(MAX({epoch_idle_since}), {epoch_held_from}) <= {cutoff}
 ORDER BY since, i.id
 """
 
@@ -215,13 +212,16 @@ _IDLE_SQL_SPELLINGS = {
 }
 
 
-def idle_rows(candidates: list[IdleCandidate]) -> list[IdleInstance]:
+def idle_rows(candidates: list[IdleCandidate], *, instances=None) -> list[IdleInstance]:
     """The candidates' instances (in the candidates' order) and when their owners were last
-    told: two queries, whatever their number."""
+    told: two queries, whatever their number. `instances`: the queryset to load them from (a
+    page loads the few columns it shows); by default whole, with what the idle policy reads."""
     ids = [candidate.instance_id for candidate in candidates]
-    instances = Instance.objects.filter(pk__in=ids).select_related(
-        "organization__park", "flavor", "region", "node__pool"
-    )
+    if instances is None:
+        instances = Instance.objects.select_related(
+            "organization__park", "flavor", "region", "node__pool"
+        )
+    instances = instances.filter(pk__in=ids)
     by_id = {instance.pk: instance for instance in instances} if ids else {}
     notices = (
         dict(

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from django.core import mail
 from django.utils import timezone
+from django.utils.html import escape
 
 from apps.billing.models import Wallet
 from apps.catalog.models import Flavor, FlavorFamily, Image, Price, PriceKind
@@ -595,7 +596,11 @@ def test_idle_page_lists_idle_hosts_and_notifies_owners(ops, console, running, t
     telemetry({host.node.hostname: {str(i): 0 for i in devices_of(host)}}, idle_for=240)
     path = f"/ops/parks/{console.park.pk}/idle/"
     page = html(ops.get(path))
-    assert "sleepy" in page and "busy" not in page.split('id="idle-rows"')[1]
+    rows = page.split('id="idle-rows"')[1]
+    assert "sleepy" in rows and "busy" not in rows
+    # A page loads a few columns of each host: those its row shows.
+    for shown in (host.organization.name, host.flavor.code, host.node.hostname):
+        assert escape(shown) in rows
     notice = ops.post(path, {"action": "notify", "instance": host.pk}, HTTP_HX_REQUEST="true")
     assert notice.status_code == 200 and "told it is idle" in html(notice)
     assert AuditEvent.objects.filter(action="instance.idle_notice").count() == 1

@@ -38,6 +38,10 @@ from apps.tenants.selectors import operated_park
 
 POOLS_PER_PAGE = 20
 IDLE_PER_PAGE = 50
+# What a row of the idle page shows of a host: a page of hosts loads these columns alone.
+IDLE_ROW_INSTANCES = Instance.objects.select_related("organization", "flavor", "node").only(
+    "name", "organization__name", "flavor__code", "node__hostname"
+)
 
 
 def _regions(park):
@@ -223,7 +227,7 @@ def idle_capacity(request, park_id):
     filters = IdleFilterForm(request.GET)
     # Thousands of hosts may be idle: only the page's are loaded.
     page, query = page_of(request, idle_candidates([park], **filters.values()), IDLE_PER_PAGE)
-    page.object_list = idle_rows(page.object_list)
+    page.object_list = idle_rows(page.object_list, instances=IDLE_ROW_INSTANCES)
     context = {
         "park": park,
         "policy": policy,
