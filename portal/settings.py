@@ -113,8 +113,10 @@ TEMPLATES = [
 # (issue 18: 19 of 30 wrong passwords were checked against a limit of 5). The catalog keeps
 # free room here, counted again when any process changes it (catalog.selectors.free_room). CACHE_URL
 # (django-environ's cache URL) or else REDIS_URL, e.g. redis://127.0.0.1:6379/1, selects Redis
-# (django's RedisCache, the `redis` package); without either, the laptop default is memory.
+# (django's RedisCache, the `redis` package, with one client per pool: apps.core.cache); without
+# either, the laptop default is memory.
 _CACHE_URL = env.str("CACHE_URL", default="") or env.str("REDIS_URL", default="")
+_DJANGO_REDIS_CACHE = "django.core.cache.backends.redis.RedisCache"
 CACHES = {
     "default": (
         {**env.cache_url_config(_CACHE_URL), "KEY_PREFIX": "loam"}
@@ -122,6 +124,8 @@ CACHES = {
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )
 }
+if CACHES["default"]["BACKEND"] == _DJANGO_REDIS_CACHE:
+    CACHES["default"]["BACKEND"] = "apps.core.cache.RedisCache"
 
 # --- Database ---------------------------------------------------------------------------------
 DATABASES = {
