@@ -29,6 +29,7 @@ from tests.factories import (
     PriceFactory,
     RegionFactory,
 )
+from tests.redis_server import require_redis
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -40,14 +41,7 @@ CODE = "k1.1x"
 @pytest.fixture
 def shared_cache(settings):
     """The test's own process writes to the Redis the web processes read (in CI too)."""
-    import redis
-
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_timeout=2).ping()
-    except redis.RedisError:
-        if os.environ.get("LOAM_REQUIRE_SERVICES") == "1":
-            pytest.fail("LOAM_REQUIRE_SERVICES=1 but no Redis on 127.0.0.1:6379")
-        pytest.skip("no Redis on 127.0.0.1:6379")
+    require_redis(REDIS_URL)
     settings.CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",

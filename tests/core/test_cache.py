@@ -5,18 +5,14 @@ import pytest
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 
 from apps.core.cache import RedisCache
+from tests.redis_server import require_redis
 
 LOCATION = "redis://127.0.0.1:6379/14"
 
 
 @pytest.fixture
 def cache():
-    import redis
-
-    try:
-        redis.Redis.from_url(LOCATION, socket_timeout=2).ping()
-    except redis.RedisError:
-        pytest.skip("no Redis on 127.0.0.1:6379")
+    require_redis(LOCATION)
     cache = RedisCache(LOCATION, {"KEY_PREFIX": "loam-test-cache"})
     yield cache
     cache.clear()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.redis_server import require_redis
+
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("CACHE_URL", "REDIS_URL", "DATABASE_URL", "SQLITE_BUSY_TIMEOUT_S")
 
@@ -56,12 +58,7 @@ def test_cache_url_wins_over_redis_url():
 def test_failed_logins_count_across_processes_in_redis():
     """Two interpreters (two web workers) fail a login five times between them: with the
     shared cache the email is locked in both; each process alone would have allowed it."""
-    try:
-        import redis
-
-        redis.Redis.from_url("redis://127.0.0.1:6379/15", socket_timeout=2).ping()
-    except Exception:
-        pytest.skip("no Redis on 127.0.0.1:6379")
+    require_redis("redis://127.0.0.1:6379/15")
     script = """
     import json, django
     from django.conf import settings
